@@ -1,0 +1,48 @@
+# Shared compile settings for every dtrain target.
+function(dtrain_set_target_options target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
+  if(DTRAIN_NATIVE)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
+  endif()
+  if(DTRAIN_SANITIZE)
+    target_compile_options(${target} PRIVATE
+      $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
+    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  endif()
+endfunction()
+
+# dtrain_add_layer(NAME SOURCES... DEPS ...): one library per architectural layer.
+# The layer's sources are every .cpp (and .cu when CUDA is on) under src/<name>/,
+# so adding a file never needs a CMake edit.
+function(dtrain_add_layer name)
+  cmake_parse_arguments(ARG "" "" "DEPS;PRIVATE_DEPS" ${ARGN})
+  file(GLOB_RECURSE _srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/${name}/*.cpp)
+  if(DTRAIN_USE_CUDA)
+    file(GLOB_RECURSE _cu CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/${name}/*.cu)
+    list(APPEND _srcs ${_cu})
+  endif()
+  # Files under a cuda/ folder need the CUDA toolkit; files under nocuda/ answer the
+  # same declarations for a build without it. Exactly one of the two is compiled.
+  if(DTRAIN_USE_CUDA)
+    list(FILTER _srcs EXCLUDE REGEX "/nocuda/")
+  else()
+    list(FILTER _srcs EXCLUDE REGEX "/cuda/")
+  endif()
+  if(NOT _srcs)
+    message(STATUS "dtrain: layer '${name}' has no sources; skipped")
+    return()
+  endif()
+  add_library(dtrain_${name} ${_srcs})
+  add_library(dtrain::${name} ALIAS dtrain_${name})
+  set_target_properties(dtrain_${name} PROPERTIES EXPORT_NAME ${name})
+  target_include_directories(dtrain_${name} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+    $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>
+    $<INSTALL_INTERFACE:include>
+    PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+  target_link_libraries(dtrain_${name} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  target_compile_features(dtrain_${name} PUBLIC cxx_std_20)
+  dtrain_set_target_options(dtrain_${name})
+  set_property(GLOBAL APPEND PROPERTY DTRAIN_LAYERS dtrain_${name})
+endfunction()

@@ -1,0 +1,21 @@
+// Every environment variable dtrain reads is read here, in one place.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace dtrain::env {
+
+// The variable's value, or nullopt when unset or empty.
+std::optional<std::string> get(const char* name);
+// An integer variable; throws dtrain::Error naming the variable if it is set but not an integer.
+std::optional<long> get_int(const char* name);
+
+// Ranks on this host and this rank's index among them, from the launcher's variables
+// (Open MPI, MPICH/Hydra, Slurm); 1 and 0 when not launched by one.
+int local_world_size();
+int local_rank();
+// Hardware threads of this machine (at least 1).
+int hardware_threads();
+
+}  // namespace dtrain::env

@@ -1,0 +1,211 @@
+// Tensor operations. Each op is declared once here; tensor/ops*.cpp checks its arguments
+// (devices, dtypes, shapes, with errors naming the op and both shapes) and forwards to
+// the backend of the tensors' device. None of these records gradients: autograd/ wraps
+// the differentiable ones.
+#pragma once
+
+#include "dtrain/tensor/tensor.h"
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace dtrain {
+
+// ============================================================================
+// Element-wise
+// ============================================================================
+enum class UnaryOp : std::uint8_t {
+  Neg, Exp, Log, Sqrt, Rsqrt, Abs, Square, Reciprocal, Sign,
+  Relu, Sigmoid, Tanh, Gelu,  // gelu: the exact erf form
+  kCount
+};
+// Binary ops broadcast (numpy rules). The *Grad ops compute the backward of an activation:
+// ReluGrad(g, x) = g * (x > 0); GeluGrad(g, x) = g * gelu'(x);
+// SigmoidGrad(g, y) = g * y * (1 - y); TanhGrad(g, y) = g * (1 - y^2) with y the forward output.
+enum class BinaryOp : std::uint8_t {
+  Add, Sub, Mul, Div, Max, Min, Pow,
+  ReluGrad, GeluGrad, SigmoidGrad, TanhGrad,
+  kCount
+};
+enum class CompareOp : std::uint8_t { Eq, Ne, Lt, Le, Gt, Ge, kCount };
+
+Tensor unary(UnaryOp op, const Tensor& x);
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
+// Writes into `out` (shape must equal the broadcast shape; out may alias a or b exactly).
+void binary_out(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out);
+Tensor compare(CompareOp op, const Tensor& a, const Tensor& b);  // -> u8 0/1
+
+inline Tensor neg(const Tensor& x) { return unary(UnaryOp::Neg, x); }
+inline Tensor exp(const Tensor& x) { return unary(UnaryOp::Exp, x); }
+inline Tensor log(const Tensor& x) { return unary(UnaryOp::Log, x); }
+inline Tensor sqrt(const Tensor& x) { return unary(UnaryOp::Sqrt, x); }
+inline Tensor rsqrt(const Tensor& x) { return unary(UnaryOp::Rsqrt, x); }
+inline Tensor abs(const Tensor& x) { return unary(UnaryOp::Abs, x); }
+inline Tensor square(const Tensor& x) { return unary(UnaryOp::Square, x); }
+inline Tensor relu(const Tensor& x) { return unary(UnaryOp::Relu, x); }
+inline Tensor sigmoid(const Tensor& x) { return unary(UnaryOp::Sigmoid, x); }
+inline Tensor tanh(const Tensor& x) { return unary(UnaryOp::Tanh, x); }
+inline Tensor gelu(const Tensor& x) { return unary(UnaryOp::Gelu, x); }
+
+inline Tensor add(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Add, a, b); }
+inline Tensor sub(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Sub, a, b); }
+inline Tensor mul(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Mul, a, b); }
+inline Tensor div(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Div, a, b); }
+inline Tensor maximum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Max, a, b); }
+inline Tensor minimum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Min, a, b); }
+inline Tensor pow(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Pow, a, b); }
+// Scalar variants: the scalar takes the tensor's dtype.
+Tensor add(const Tensor& a, double s);
+Tensor mul(const Tensor& a, double s);
+Tensor pow(const Tensor& a, double s);
+inline Tensor sub(const Tensor& a, double s) { return add(a, -s); }
+inline Tensor div(const Tensor& a, double s) { return mul(a, 1.0 / s); }
+
+inline Tensor eq(const Tensor& a, const Tensor& b) { return compare(CompareOp::Eq, a, b); }
+inline Tensor ne(const Tensor& a, const Tensor& b) { return compare(CompareOp::Ne, a, b); }
+inline Tensor lt(const Tensor& a, const Tensor& b) { return compare(CompareOp::Lt, a, b); }
+inline Tensor le(const Tensor& a, const Tensor& b) { return compare(CompareOp::Le, a, b); }
+inline Tensor gt(const Tensor& a, const Tensor& b) { return compare(CompareOp::Gt, a, b); }
+inline Tensor ge(const Tensor& a, const Tensor& b) { return compare(CompareOp::Ge, a, b); }
+// cond (u8, nonzero = true) ? a : b, all three broadcast.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+
+// In-place updates used by optimizers (self must be contiguous and floating):
+Tensor& add_(Tensor& self, const Tensor& other, double alpha = 1);  // self += alpha * other
+Tensor& mul_(Tensor& self, double s);                                // self *= s
+Tensor& mul_(Tensor& self, const Tensor& other);                     // self *= other
+Tensor& addcmul_(Tensor& self, const Tensor& a, const Tensor& b, double value);  // self += value*a*b
+Tensor& addcdiv_(Tensor& self, const Tensor& a, const Tensor& b, double value);  // self += value*a/b
+
+// ============================================================================
+// Reductions (dims empty = all dims)
+// ============================================================================
+enum class ReduceOp : std::uint8_t { Sum, Mean, Max, Min, kCount };
+Tensor reduce(ReduceOp op, const Tensor& x, std::vector<std::int64_t> dims, bool keepdim);
+inline Tensor sum(const Tensor& x, std::vector<std::int64_t> dims = {}, bool keepdim = false) {
+  return reduce(ReduceOp::Sum, x, std::move(dims), keepdim);
+}
+inline Tensor mean(const Tensor& x, std::vector<std::int64_t> dims = {}, bool keepdim = false) {
+  return reduce(ReduceOp::Mean, x, std::move(dims), keepdim);
+}
+inline Tensor max(const Tensor& x, std::vector<std::int64_t> dims = {}, bool keepdim = false) {
+  return reduce(ReduceOp::Max, x, std::move(dims), keepdim);
+}
+inline Tensor min(const Tensor& x, std::vector<std::int64_t> dims = {}, bool keepdim = false) {
+  return reduce(ReduceOp::Min, x, std::move(dims), keepdim);
+}
+Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim = false);  // -> i64
+// Sums `x` down to `shape` (the inverse of broadcasting `shape` up to x.shape()).
+Tensor sum_to(const Tensor& x, const Shape& shape);
+
+// ============================================================================
+// Linear algebra
+// ============================================================================
+// a @ b for 2-D (m,k)x(k,n) and batched 3-D (B,m,k)x(B,k,n) or (B,m,k)x(k,n); the
+// transposes are applied first, as views, without copies.
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+
+// ============================================================================
+// Convolution and pooling (NCHW)
+// ============================================================================
+struct Conv2dParams {
+  std::int64_t stride_h = 1, stride_w = 1;
+  std::int64_t pad_h = 0, pad_w = 0;
+  std::int64_t dilation_h = 1, dilation_w = 1;
+  std::int64_t groups = 1;
+};
+// x (N,C,H,W), weight (O, C/groups, KH, KW), bias (O) or undefined -> (N,O,OH,OW).
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p);
+Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Shape& x_shape,
+                             const Conv2dParams& p);
+Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Shape& weight_shape,
+                              const Conv2dParams& p);
+
+struct Pool2dParams {
+  std::int64_t kernel_h = 2, kernel_w = 2;
+  std::int64_t stride_h = 2, stride_w = 2;
+  std::int64_t pad_h = 0, pad_w = 0;
+  bool count_include_pad = true;  // avg pooling only
+};
+struct MaxPoolResult {
+  Tensor output;
+  Tensor indices;  // i64, flat index into each (n, c) input plane
+};
+MaxPoolResult max_pool2d(const Tensor& x, const Pool2dParams& p);
+Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const Shape& x_shape);
+Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p);
+Tensor avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape, const Pool2dParams& p);
+// Output size (OH, OW); adaptive pooling averages the PyTorch-defined variable windows.
+Tensor adaptive_avg_pool2d(const Tensor& x, std::int64_t out_h, std::int64_t out_w);
+Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape);
+
+// ============================================================================
+// Softmax family (along `dim`)
+// ============================================================================
+Tensor softmax(const Tensor& x, std::int64_t dim);
+Tensor log_softmax(const Tensor& x, std::int64_t dim);
+// Given y = softmax(x): dx = y * (g - sum(g * y, dim)).
+Tensor softmax_backward(const Tensor& grad_out, const Tensor& y, std::int64_t dim);
+// Given y = log_softmax(x): dx = g - exp(y) * sum(g, dim).
+Tensor log_softmax_backward(const Tensor& grad_out, const Tensor& y, std::int64_t dim);
+
+// ============================================================================
+// Indexing, joining
+// ============================================================================
+// Rows of x along `dim` picked by index (i64 or i32, 1-D).
+Tensor index_select(const Tensor& x, std::int64_t dim, const Tensor& index);
+// out = zeros(shape); out.index_select(dim, index) += src, accumulating repeated indices.
+Tensor index_add(const Shape& shape, std::int64_t dim, const Tensor& index, const Tensor& src);
+// out[i][j] = x[i][index[i][j]] along dim (index has x's rank; i64 or i32).
+Tensor gather(const Tensor& x, std::int64_t dim, const Tensor& index);
+// out = zeros(shape); out[i][index[i][j]] += src[i][j] along dim.
+Tensor scatter_add(const Shape& shape, std::int64_t dim, const Tensor& index, const Tensor& src);
+Tensor cat(const std::vector<Tensor>& tensors, std::int64_t dim);
+Tensor stack(const std::vector<Tensor>& tensors, std::int64_t dim);
+
+// ============================================================================
+// Random numbers: counter-based (Philox 4x32-10), so a (seed, offset) pair fixes the
+// stream whatever the thread count, and each rank can be given its own seed.
+// ============================================================================
+class Generator {
+ public:
+  explicit Generator(std::uint64_t seed = 0) : seed_(seed) {}
+  std::uint64_t seed() const { return seed_; }
+  std::uint64_t offset() const { return offset_; }
+  void set_state(std::uint64_t seed, std::uint64_t offset) { seed_ = seed; offset_ = offset; }
+  // Reserves n counters and returns the first.
+  std::uint64_t advance(std::uint64_t n) { std::uint64_t o = offset_; offset_ += n; return o; }
+
+ private:
+  std::uint64_t seed_;
+  std::uint64_t offset_ = 0;
+};
+// The process-wide generator used when none is passed; manual_seed resets it.
+Generator& default_generator();
+void manual_seed(std::uint64_t seed);
+
+Tensor& uniform_(Tensor& t, double low = 0, double high = 1, Generator* gen = nullptr);
+Tensor& normal_(Tensor& t, double mean = 0, double stddev = 1, Generator* gen = nullptr);
+// Each element 1 with probability p, else 0 (the tensor's dtype).
+Tensor& bernoulli_(Tensor& t, double p, Generator* gen = nullptr);
+// A random permutation of 0..n-1 (i64), from the generator.
+Tensor randperm(std::int64_t n, Generator* gen = nullptr);
+
+// Elementwise |a - b| <= atol + rtol * |b|, same shapes.
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
+// max |a - b| as double (same shapes).
+double max_abs_diff(const Tensor& a, const Tensor& b);
+
+// Operators for readability in tests and layers.
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator-(const Tensor& a) { return neg(a); }
+inline Tensor operator+(const Tensor& a, double s) { return add(a, s); }
+inline Tensor operator-(const Tensor& a, double s) { return sub(a, s); }
+inline Tensor operator*(const Tensor& a, double s) { return mul(a, s); }
+inline Tensor operator/(const Tensor& a, double s) { return div(a, s); }
+
+}  // namespace dtrain

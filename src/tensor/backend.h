@@ -1,0 +1,96 @@
+// The device backend interface: one abstract class, one method per primitive, grouped
+// by kind. The public ops (ops_*.cpp) validate arguments, allocate outputs and forward
+// here; a backend may assume validated arguments:
+// - tensors are defined, on this backend's device, with the dtypes the op allows;
+// - element-wise inputs are already expanded (stride-0 broadcast) to the output's shape;
+// - outputs are freshly allocated and contiguous unless a method says otherwise.
+#pragma once
+
+#include "dtrain/tensor/ops.h"
+#include "dtrain/tensor/tensor.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace dtrain::detail {
+
+// In-place updates (self contiguous; a, b expanded to self's shape or undefined).
+enum class UpdateOp : std::uint8_t {
+  AddScaled,  // self += value * a
+  MulScalar,  // self *= value
+  Mul,        // self *= a
+  AddCMul,    // self += value * a * b
+  AddCDiv,    // self += value * a / b
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // ---- memory ----------------------------------------------------------------
+  virtual void* allocate(std::size_t nbytes) = 0;
+  virtual void deallocate(void* ptr, std::size_t nbytes) = 0;
+  // dst = src element by element; same shape, any strides, dtype converted.
+  virtual void copy(const Tensor& src, Tensor& dst) = 0;
+  // Contiguous transfers between this device and host memory (nbytes each).
+  virtual void copy_to_host(const void* device_src, void* host_dst, std::size_t nbytes) = 0;
+  virtual void copy_from_host(const void* host_src, void* device_dst, std::size_t nbytes) = 0;
+  virtual void fill(Tensor& dst, double value) = 0;  // dst may be strided
+
+  // ---- element-wise ------------------------------------------------------------
+  virtual void unary(UnaryOp op, const Tensor& x, Tensor& out) = 0;
+  // out may alias a or b exactly (same storage, offset and strides).
+  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  virtual void compare(CompareOp op, const Tensor& a, const Tensor& b, Tensor& out) = 0;  // out u8
+  virtual void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  virtual void update(UpdateOp op, Tensor& self, const Tensor& a, const Tensor& b, double value) = 0;
+
+  // ---- reductions ----------------------------------------------------------------
+  // dims sorted, unique, non-negative; out has x's rank with size 1 on reduced dims.
+  virtual void reduce(ReduceOp op, const Tensor& x, const std::vector<std::int64_t>& dims, Tensor& out) = 0;
+  virtual void argmax(const Tensor& x, std::int64_t dim, Tensor& out) = 0;  // out i64, keepdim shape
+
+  // ---- linear algebra --------------------------------------------------------------
+  // a (B,m,k), b (B,k,n), any strides (b may have batch stride 0); out (B,m,n) contiguous.
+  virtual void matmul(const Tensor& a, const Tensor& b, Tensor& out) = 0;
+
+  // ---- convolution and pooling -------------------------------------------------------
+  virtual void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
+                      Tensor& out) = 0;
+  virtual void conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p,
+                                     Tensor& grad_x) = 0;  // grad_x zero-filled by caller
+  virtual void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p,
+                                      Tensor& grad_w) = 0;  // grad_w zero-filled by caller
+  virtual void max_pool2d(const Tensor& x, const Pool2dParams& p, Tensor& out, Tensor& indices) = 0;
+  virtual void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_x) = 0;
+  virtual void avg_pool2d(const Tensor& x, const Pool2dParams& p, Tensor& out) = 0;
+  virtual void avg_pool2d_backward(const Tensor& grad_out, const Pool2dParams& p, Tensor& grad_x) = 0;
+  virtual void adaptive_avg_pool2d(const Tensor& x, Tensor& out) = 0;
+  virtual void adaptive_avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_x) = 0;
+
+  // ---- softmax family ------------------------------------------------------------------
+  virtual void softmax(const Tensor& x, std::int64_t dim, bool log, Tensor& out) = 0;
+  virtual void softmax_backward(const Tensor& grad_out, const Tensor& y, std::int64_t dim, bool log,
+                                Tensor& grad_x) = 0;
+
+  // ---- indexing, joining ------------------------------------------------------------
+  virtual void index_select(const Tensor& x, std::int64_t dim, const Tensor& index, Tensor& out) = 0;
+  virtual void index_add(std::int64_t dim, const Tensor& index, const Tensor& src, Tensor& out) = 0;
+  virtual void gather(const Tensor& x, std::int64_t dim, const Tensor& index, Tensor& out) = 0;
+  virtual void scatter_add(std::int64_t dim, const Tensor& index, const Tensor& src, Tensor& out) = 0;
+  virtual void cat(const std::vector<Tensor>& inputs, std::int64_t dim, Tensor& out) = 0;
+
+  // ---- random ---------------------------------------------------------------------------
+  // Element i of dst (row-major) uses Philox counter offset + i: independent of threads.
+  virtual void uniform(Tensor& dst, double low, double high, std::uint64_t seed, std::uint64_t offset) = 0;
+  virtual void normal(Tensor& dst, double mean, double stddev, std::uint64_t seed, std::uint64_t offset) = 0;
+  virtual void bernoulli(Tensor& dst, double p, std::uint64_t seed, std::uint64_t offset) = 0;
+};
+
+// The backend of `device`; throws dtrain::Error naming the device when it has none.
+Backend& backend(Device device);
+// Called by each backend's translation unit; the CPU backend is always present.
+Backend& cpu_backend();
+
+}  // namespace dtrain::detail

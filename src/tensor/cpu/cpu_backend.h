@@ -1,0 +1,57 @@
+// The CPU backend. Its methods are defined across src/tensor/cpu/*.cpp, one file per
+// kind of primitive (memory.cpp, elementwise.cpp, reduce.cpp, matmul.cpp, conv.cpp,
+// pool.cpp, softmax.cpp, index.cpp, random.cpp).
+#pragma once
+
+#include "tensor/backend.h"
+
+namespace dtrain::detail {
+
+class CpuBackend final : public Backend {
+ public:
+  void* allocate(std::size_t nbytes) override;
+  void deallocate(void* ptr, std::size_t nbytes) override;
+  void copy(const Tensor& src, Tensor& dst) override;
+  void copy_to_host(const void* device_src, void* host_dst, std::size_t nbytes) override;
+  void copy_from_host(const void* host_src, void* device_dst, std::size_t nbytes) override;
+  void fill(Tensor& dst, double value) override;
+
+  void unary(UnaryOp op, const Tensor& x, Tensor& out) override;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override;
+  void compare(CompareOp op, const Tensor& a, const Tensor& b, Tensor& out) override;
+  void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) override;
+  void update(UpdateOp op, Tensor& self, const Tensor& a, const Tensor& b, double value) override;
+
+  void reduce(ReduceOp op, const Tensor& x, const std::vector<std::int64_t>& dims, Tensor& out) override;
+  void argmax(const Tensor& x, std::int64_t dim, Tensor& out) override;
+
+  void matmul(const Tensor& a, const Tensor& b, Tensor& out) override;
+
+  void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, Tensor& out) override;
+  void conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p,
+                             Tensor& grad_x) override;
+  void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p,
+                              Tensor& grad_w) override;
+  void max_pool2d(const Tensor& x, const Pool2dParams& p, Tensor& out, Tensor& indices) override;
+  void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_x) override;
+  void avg_pool2d(const Tensor& x, const Pool2dParams& p, Tensor& out) override;
+  void avg_pool2d_backward(const Tensor& grad_out, const Pool2dParams& p, Tensor& grad_x) override;
+  void adaptive_avg_pool2d(const Tensor& x, Tensor& out) override;
+  void adaptive_avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_x) override;
+
+  void softmax(const Tensor& x, std::int64_t dim, bool log, Tensor& out) override;
+  void softmax_backward(const Tensor& grad_out, const Tensor& y, std::int64_t dim, bool log,
+                        Tensor& grad_x) override;
+
+  void index_select(const Tensor& x, std::int64_t dim, const Tensor& index, Tensor& out) override;
+  void index_add(std::int64_t dim, const Tensor& index, const Tensor& src, Tensor& out) override;
+  void gather(const Tensor& x, std::int64_t dim, const Tensor& index, Tensor& out) override;
+  void scatter_add(std::int64_t dim, const Tensor& index, const Tensor& src, Tensor& out) override;
+  void cat(const std::vector<Tensor>& inputs, std::int64_t dim, Tensor& out) override;
+
+  void uniform(Tensor& dst, double low, double high, std::uint64_t seed, std::uint64_t offset) override;
+  void normal(Tensor& dst, double mean, double stddev, std::uint64_t seed, std::uint64_t offset) override;
+  void bernoulli(Tensor& dst, double p, std::uint64_t seed, std::uint64_t offset) override;
+};
+
+}  // namespace dtrain::detail

@@ -1,0 +1,55 @@
+#include "support/test_support.h"
+
+#include <atomic>
+#include <fstream>
+#include <random>
+#include <unistd.h>
+
+namespace dtrain::test {
+
+Tensor random_tensor(const Shape& shape, std::uint64_t seed, DType dtype, double low, double high) {
+  Tensor t = Tensor::empty(shape, {dtype, Device::cpu()});
+  Generator gen(seed);
+  uniform_(t, low, high, &gen);
+  return t;
+}
+
+void require_close(const Tensor& actual, const Tensor& expected, double rtol, double atol) {
+  INFO("actual:   " << actual.str());
+  INFO("expected: " << expected.str());
+  REQUIRE(actual.shape() == expected.shape());
+  auto a = actual.to_vector<double>();
+  auto b = expected.to_vector<double>();
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    INFO("element " << i << ": " << a[i] << " vs " << b[i]);
+    REQUIRE(std::abs(a[i] - b[i]) <= atol + rtol * std::abs(b[i]));
+  }
+}
+
+void require_grad_ok(const std::function<Variable(const std::vector<Variable>&)>& f,
+                     const std::vector<Variable>& inputs, double eps, double atol, double rtol) {
+  GradCheckResult r = grad_check(f, inputs, eps, atol, rtol);
+  INFO(r.report);
+  REQUIRE(r.ok);
+}
+
+TempDir::TempDir() {
+  static std::atomic<int> counter{0};
+  path_ = std::filesystem::temp_directory_path() /
+          ("dtrain-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+  std::filesystem::remove_all(path_);
+  std::filesystem::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+void write_file(const std::filesystem::path& path, const std::string& bytes) {
+  std::filesystem::create_directories(path.parent_path());
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+}  // namespace dtrain::test

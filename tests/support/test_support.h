@@ -1,0 +1,45 @@
+// Helpers shared by the tests of every module.
+#pragma once
+
+#include "dtrain/autograd/grad_check.h"
+#include "dtrain/tensor/ops.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+namespace dtrain::test {
+
+// A tensor of uniform values in [low, high) from a fixed seed (f32 or f64).
+Tensor random_tensor(const Shape& shape, std::uint64_t seed, DType dtype = DType::f32, double low = -1,
+                     double high = 1);
+
+// Fails the current test with both tensors printed unless shapes match and every element
+// satisfies |a - b| <= atol + rtol * |b|.
+void require_close(const Tensor& actual, const Tensor& expected, double rtol = 1e-5, double atol = 1e-6);
+
+// Runs grad_check and fails the test with its report on a mismatch.
+void require_grad_ok(const std::function<Variable(const std::vector<Variable>&)>& f,
+                     const std::vector<Variable>& inputs, double eps = 1e-6, double atol = 1e-5,
+                     double rtol = 1e-4);
+
+// A fresh directory under the system temp dir, removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Writes bytes to a file (creating parents).
+void write_file(const std::filesystem::path& path, const std::string& bytes);
+
+}  // namespace dtrain::test
