@@ -79,11 +79,16 @@ void Variable::set_grad(Tensor grad) {
 void Variable::add_grad(const Tensor& grad) {
   DTRAIN_CHECK(grad.shape() == data().shape(), "add_grad: gradient shape {} != data shape {}",
                shape_str(grad.shape()), shape_str(data().shape()));
+  // A gradient passed in may be shared (add() hands the same tensor to both inputs).
+  // Leaves own theirs (a copy, accumulated in place; optimizers and all-reduce write
+  // it); intermediate nodes keep a reference and accumulate out of place, which saves
+  // an activation-sized copy per op.
   if (!impl_->grad.defined()) {
-    // Own the gradient buffer: the incoming tensor may be shared with another node.
-    impl_->grad = grad.clone();
-  } else {
+    impl_->grad = is_leaf() ? grad.clone() : grad;
+  } else if (is_leaf()) {
     add_(impl_->grad, grad);
+  } else {
+    impl_->grad = add(impl_->grad, grad);
   }
 }
 
@@ -103,23 +108,26 @@ void Variable::clear_grad_hooks() { impl_->hooks.clear(); }
 struct BackwardPass {
   static void run(Variable& root, const Tensor& seed, bool retain_graph) {
     using Impl = Variable::Impl;
-    std::vector<Impl*> order;  // post-order: inputs before consumers
+    // Post-order (inputs before consumers). Owning pointers: freeing a node's inputs
+    // below would otherwise destroy nodes that are still to be visited.
+    std::vector<std::shared_ptr<Impl>> order;
     std::unordered_map<Impl*, int> pending_leaf_edges;
     std::unordered_map<Impl*, bool> visited;
-    std::vector<std::pair<Impl*, std::size_t>> stack{{root.impl_.get(), 0}};
+    std::vector<std::pair<std::shared_ptr<Impl>, std::size_t>> stack{{root.impl_, 0}};
     visited[root.impl_.get()] = true;
     while (!stack.empty()) {
-      auto& [node, next] = stack.back();
-      if (next < node->inputs.size()) {
-        Impl* child = node->inputs[next++].impl_.get();
+      auto& top = stack.back();
+      Impl* node = top.first.get();
+      if (top.second < node->inputs.size()) {
+        const std::shared_ptr<Impl>& child = node->inputs[top.second++].impl_;
         if (child == nullptr || !child->requires_grad) continue;
-        if (!child->grad_fn) ++pending_leaf_edges[child];
-        if (!visited[child]) {
-          visited[child] = true;
+        if (!child->grad_fn) ++pending_leaf_edges[child.get()];
+        if (!visited[child.get()]) {
+          visited[child.get()] = true;
           stack.emplace_back(child, 0);
         }
       } else {
-        order.push_back(node);
+        order.push_back(std::move(top.first));
         stack.pop_back();
       }
     }
@@ -141,14 +149,14 @@ struct BackwardPass {
     }
 
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
-      Impl* node = *it;
+      Impl* node = it->get();
       if (!node->grad_fn) continue;
       auto g = grads.find(node);
       if (g == grads.end()) continue;  // no gradient reached this node
       Tensor grad_output = std::move(g->second);
       grads.erase(g);
-      // Inputs receive gradients through add_grad; non-leaf inputs collect into `grads`
-      // via a temporary leaf-like accumulation in their own Impl::grad.
+      // grad_fn adds each input's gradient with add_grad; a non-leaf input's is then
+      // moved into `grads` until that input's own turn in the walk.
       node->grad_fn(node->inputs, grad_output);
       for (auto& input : node->inputs) {
         Impl* in = input.impl_.get();
@@ -157,7 +165,7 @@ struct BackwardPass {
           if (in->grad.defined()) {
             auto& slot = grads[in];
             if (!slot.defined()) slot = in->grad;
-            else add_(slot, in->grad);
+            else slot = add(slot, in->grad);
             in->grad = Tensor();
           }
         } else {

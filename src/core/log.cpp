@@ -5,7 +5,7 @@
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 
-namespace dtrain::log {
+namespace dtrain::logging {
 
 void init(int rank, int world_size) {
   auto logger = spdlog::stderr_color_mt(fmt::format("dtrain-{}", rank));
@@ -25,4 +25,4 @@ void init(int rank, int world_size) {
   spdlog::set_default_logger(logger);
 }
 
-}  // namespace dtrain::log
+}  // namespace dtrain::logging

@@ -143,7 +143,7 @@ namespace detail {
 void parallel_run(std::int64_t begin, std::int64_t end, std::int64_t grain, RangeFn fn, void* ctx) {
   std::unique_lock lock(pool().job_mutex(), std::try_to_lock);
   int threads = threads_now();
-  std::int64_t max_parts = (end - begin + grain - 1) / grain;
+  std::int64_t max_parts = std::max<std::int64_t>(1, (end - begin) / grain);  // each part >= grain
   int parts = static_cast<int>(std::min<std::int64_t>(threads, max_parts));
   if (!lock.owns_lock() || parts <= 1) {  // pool busy with another thread's job: run inline
     fn(ctx, begin, end);

@@ -5,8 +5,8 @@
 
 #include <spdlog/spdlog.h>
 
-namespace dtrain::log {
+namespace dtrain::logging {
 
 void init(int rank = 0, int world_size = 1);
 
-}  // namespace dtrain::log
+}  // namespace dtrain::logging

@@ -1,0 +1,97 @@
+// DataLoader: turns a Dataset and a Sampler into a stream of batches, assembled ahead of
+// the consumer by background threads.
+//
+//   DataLoader loader(dataset, {.batch_size = 64, .shuffle = true, .seed = 1});
+//   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+//     loader.set_epoch(epoch);
+//     for (Batch& batch : loader) train_step(batch);
+//   }
+//
+// Each begin() starts a pass over the current epoch: worker threads claim batches in order,
+// call Dataset::get_batch, and park the results in a bounded window of slots; the consumer
+// takes them in sampler order whichever worker finished first. Threads sleep on condition
+// variables (never spin). A worker's exception is rethrown to the consumer when it reaches
+// that batch. The pass ends, and its threads are joined, when the last iterator of the pass
+// is destroyed (so breaking out of a loop is clean) or when begin() starts a new pass.
+// One consumer thread per loader.
+#pragma once
+
+#include "dtrain/data/dataset.h"
+#include "dtrain/data/sampler.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <memory>
+
+namespace dtrain::data {
+
+struct DataLoaderOptions {
+  std::int64_t batch_size = 64;
+  // Without an explicit sampler: RandomSampler(dataset size, seed) if true, else sequential.
+  bool shuffle = false;
+  // Drop the last batch when it would be smaller than batch_size (otherwise it is kept).
+  bool drop_last = false;
+  std::uint64_t seed = 0;
+  // Batches assembled ahead of the one the consumer holds. Every worker needs a batch to
+  // work on, so the effective bound is max(prefetch_batches, workers).
+  int prefetch_batches = 2;
+  int workers = 1;
+};
+
+class DataLoader {
+  class Pass;
+
+ public:
+  // `sampler` chooses the indices of each epoch; when null, options.shuffle picks a
+  // RandomSampler or a SequentialSampler over the whole dataset (both together is an error).
+  DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options,
+             std::shared_ptr<const Sampler> sampler = nullptr);
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  std::int64_t num_batches() const;
+  // The epoch the next begin() iterates; the sampler's order depends on it.
+  void set_epoch(std::int64_t epoch);
+  std::int64_t epoch() const { return epoch_; }
+  const DataLoaderOptions& options() const { return options_; }
+
+  // Input iterator over one pass. All copies of an iterator share the pass: incrementing
+  // one advances them all. Dereferencing waits for the batch (and rethrows its error).
+  class Iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = Batch;
+    using difference_type = std::ptrdiff_t;
+    using pointer = Batch*;
+    using reference = Batch&;
+
+    Iterator() = default;  // the end iterator
+    reference operator*() const;
+    pointer operator->() const { return &**this; }
+    Iterator& operator++();
+    void operator++(int) { ++*this; }
+    // Two iterators are equal when both are at the end or they are the same pass.
+    friend bool operator==(const Iterator& a, const Iterator& b);
+
+   private:
+    friend class DataLoader;
+    explicit Iterator(std::shared_ptr<Pass> pass) : pass_(std::move(pass)) {}
+    bool at_end() const;
+    std::shared_ptr<Pass> pass_;
+  };
+
+  // Starts a pass over the current epoch, stopping the previous pass if one is running
+  // (its iterators then throw when used).
+  Iterator begin();
+  Iterator end() { return Iterator(); }
+
+ private:
+  std::shared_ptr<const Dataset> dataset_;
+  std::shared_ptr<const Sampler> sampler_;
+  DataLoaderOptions options_;
+  std::int64_t epoch_ = 0;
+  std::weak_ptr<Pass> active_;  // the iterators own the pass; the loader only stops it
+};
+
+}  // namespace dtrain::data

@@ -1,0 +1,30 @@
+// A view of a dataset restricted to some of its indices (a quick run on the first N
+// examples, a train/validation split).
+#pragma once
+
+#include "dtrain/data/dataset.h"
+
+#include <memory>
+#include <vector>
+
+namespace dtrain::data {
+
+class Subset final : public Dataset {
+ public:
+  // Throws dtrain::Error naming the first index outside [0, dataset->size()).
+  Subset(std::shared_ptr<const Dataset> dataset, std::vector<std::int64_t> indices);
+  // The first `count` examples (all of them when count exceeds the size).
+  static std::shared_ptr<Subset> first(std::shared_ptr<const Dataset> dataset, std::int64_t count);
+
+  std::int64_t size() const override { return static_cast<std::int64_t>(indices_.size()); }
+  Example get(std::int64_t index) const override;
+  Batch get_batch(const std::vector<std::int64_t>& indices) const override;
+
+ private:
+  std::int64_t map(std::int64_t index) const;
+
+  std::shared_ptr<const Dataset> dataset_;
+  std::vector<std::int64_t> indices_;
+};
+
+}  // namespace dtrain::data

@@ -1,0 +1,62 @@
+// Batch normalization (running statistics for evaluation) and layer normalization.
+// A synchronized BatchNorm needs a communicator and lives in dist.
+#pragma once
+
+#include "dtrain/layers/module.h"
+
+namespace dtrain::nn {
+
+struct BatchNormOptions {
+  double eps = 1e-5;
+  double momentum = 0.1;  // running = (1 - momentum) * running + momentum * batch
+  bool affine = true;
+};
+
+// Normalizes each channel (dim 1) over the batch and spatial dims. `expected_dims` is 2
+// or 3 for BatchNorm1d ((N, C) or (N, C, L)) and 4 for BatchNorm2d; the check gives a
+// clear error for the wrong rank.
+class BatchNorm : public Module {
+ public:
+  BatchNorm(std::int64_t channels, std::vector<std::int64_t> expected_dims, BatchNormOptions options);
+  Variable forward(const Variable& x) override;
+  std::string describe() const override;
+
+  Variable weight, bias;  // (C) or undefined when !affine
+  Tensor running_mean, running_var;
+  Tensor num_batches_tracked;  // i64 scalar
+
+ protected:
+  // The batch statistics step, overridable by a synchronized variant.
+  virtual Variable normalize_batch(const Variable& x, Tensor& batch_mean, Tensor& batch_var);
+
+ private:
+  std::int64_t channels_;
+  std::vector<std::int64_t> expected_dims_;
+  BatchNormOptions options_;
+};
+
+class BatchNorm1d : public BatchNorm {
+ public:
+  explicit BatchNorm1d(std::int64_t channels, BatchNormOptions options = {});
+};
+
+class BatchNorm2d : public BatchNorm {
+ public:
+  explicit BatchNorm2d(std::int64_t channels, BatchNormOptions options = {});
+};
+
+class LayerNorm : public Module {
+ public:
+  // Normalizes over the trailing dims given by `normalized_shape`.
+  explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool affine = true);
+  Variable forward(const Variable& x) override;
+  std::string describe() const override;
+
+  Variable weight, bias;
+
+ private:
+  Shape shape_;
+  double eps_;
+};
+
+}  // namespace dtrain::nn

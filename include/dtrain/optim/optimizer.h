@@ -1,0 +1,86 @@
+// Optimizer: updates parameters from their gradients. Optimizers see parameters, never
+// modules, so the same optimizer serves a whole model, a data-parallel replica or one
+// pipeline stage. Subclasses write only the update rule; this class owns the learning
+// rate, the step counts and the per-parameter buffers, and saves them for checkpoints.
+#pragma once
+
+#include "dtrain/autograd/variable.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dtrain::optim {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Optimizer {
+ public:
+  // params: distinct, defined, floating; lr >= 0.
+  explicit Optimizer(std::vector<Variable> params, double lr);
+  virtual ~Optimizer();
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // Updates every parameter that has a gradient, in place; parameters without one
+  // (unused this step) are skipped and keep their buffers unchanged, as in PyTorch.
+  virtual void step() = 0;
+  void zero_grad();  // drops every parameter's gradient
+
+  double lr() const { return lr_; }
+  void set_lr(double lr);  // e.g. from an LrSchedule before each step
+  const std::vector<Variable>& params() const { return params_; }
+  std::int64_t steps() const { return steps_; }  // step() calls so far
+
+  // Checkpoint state: "lr" (f64 scalar), "steps" (i64 scalar), "updates" (i64, updates
+  // applied to each parameter) and each buffer a subclass keeps, as "<buffer>.<param
+  // index>" (only the buffers created so far). The tensors are copies: a snapshot stays
+  // valid while training continues.
+  virtual NamedTensors state() const;
+  // Restores what state() returned for an optimizer of the same kind over parameters of
+  // the same shapes (buffers are converted to each parameter's dtype and device). Throws
+  // on a missing, unknown, repeated or mis-shaped entry and then leaves this unchanged.
+  virtual void load_state(const NamedTensors& state);
+
+ protected:
+  // Registers a per-parameter buffer (e.g. "momentum_buffer") and returns its id. Every
+  // slot starts undefined; the subclass creates it on the parameter's first update.
+  std::size_t add_buffer(std::string name);
+  Tensor& buffer(std::size_t id, std::size_t param) { return buffers_[id].slots[param]; }
+
+  // The body of step(): counts the step, then, under NoGradGuard, calls
+  // update(i, p, grad) for each parameter i that has a gradient, with p its data (sharing
+  // storage, so in-place ops on p update the parameter). updates(i) already includes the
+  // update in progress.
+  template <class F>
+  void for_each_update(F&& update);
+  std::int64_t updates(std::size_t param) const { return updates_[param]; }
+
+ private:
+  struct Buffer {
+    std::string name;
+    std::vector<Tensor> slots;  // one per parameter
+  };
+
+  std::vector<Variable> params_;
+  double lr_;
+  std::int64_t steps_ = 0;
+  std::vector<std::int64_t> updates_;
+  std::vector<Buffer> buffers_;
+};
+
+template <class F>
+void Optimizer::for_each_update(F&& update) {
+  NoGradGuard no_grad;
+  ++steps_;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (!params_[i].has_grad()) continue;
+    ++updates_[i];
+    Tensor p = params_[i].data();
+    update(i, p, params_[i].grad());
+  }
+}
+
+}  // namespace dtrain::optim

@@ -1,0 +1,172 @@
+// Matrix products, convolution, pooling and normalization.
+#include "dtrain/autograd/functions.h"
+
+namespace dtrain {
+
+Variable matmul(const Variable& a, const Variable& b) {
+  DTRAIN_CHECK((a.dim() >= 2 && a.dim() <= 3 && b.dim() == 2) || (a.dim() == 3 && b.dim() == 3),
+               "matmul: expected 2-D x 2-D, 3-D x 3-D or 3-D x 2-D, got {} x {}", shape_str(a.shape()),
+               shape_str(b.shape()));
+  return Variable(matmul(a.data(), b.data()), {a, b}, [](std::vector<Variable>& in, const Tensor& g) {
+    const Tensor& A = in[0].data();
+    const Tensor& B = in[1].data();
+    if (in[0].requires_grad()) in[0].add_grad(matmul(g, B, false, true));  // dA = g B^T
+    if (in[1].requires_grad()) {
+      if (A.dim() == 3 && B.dim() == 2) {
+        // B was shared by every batch entry: dB = sum_b A_b^T g_b, one GEMM over (B*m).
+        Tensor a2 = A.reshape({-1, A.size(-1)});
+        Tensor g2 = g.reshape({-1, g.size(-1)});
+        in[1].add_grad(matmul(a2, g2, true, false));
+      } else {
+        in[1].add_grad(matmul(A, g, true, false));  // dB = A^T g
+      }
+    }
+  });
+}
+
+Variable linear(const Variable& x, const Variable& weight, const Variable& bias) {
+  DTRAIN_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1),
+               "linear: input {} does not match weight {} (expected (..., in) and (out, in))", shape_str(x.shape()),
+               shape_str(weight.shape()));
+  DTRAIN_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)),
+               "linear: bias {} does not match weight {} (expected (out))", shape_str(bias.shape()),
+               shape_str(weight.shape()));
+  Shape out_shape = x.shape();
+  out_shape.back() = weight.size(0);
+  Tensor x2 = x.data().reshape({-1, x.size(-1)});
+  Tensor y = matmul(x2, weight.data(), false, true);
+  if (bias.defined()) binary_out(BinaryOp::Add, y, bias.data(), y);
+  y = y.reshape(out_shape);
+  std::vector<Variable> inputs{x, weight};
+  if (bias.defined()) inputs.push_back(bias);
+  return Variable(y, inputs, [](std::vector<Variable>& in, const Tensor& g) {
+    Tensor g2 = g.reshape({-1, g.size(-1)});
+    if (in[0].requires_grad()) in[0].add_grad(matmul(g2, in[1].data()).reshape(in[0].shape()));
+    if (in[1].requires_grad()) {
+      Tensor x2 = in[0].data().reshape({-1, in[0].size(-1)});
+      in[1].add_grad(matmul(g2, x2, true, false));
+    }
+    if (in.size() > 2 && in[2].requires_grad()) in[2].add_grad(sum(g2, {0}));
+  });
+}
+
+Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias, const Conv2dParams& p) {
+  Tensor y = conv2d(x.data(), weight.data(), bias.defined() ? bias.data() : Tensor(), p);
+  std::vector<Variable> inputs{x, weight};
+  if (bias.defined()) inputs.push_back(bias);
+  return Variable(y, inputs, [p](std::vector<Variable>& in, const Tensor& g) {
+    if (in[0].requires_grad()) in[0].add_grad(conv2d_backward_input(g, in[1].data(), in[0].shape(), p));
+    if (in[1].requires_grad()) in[1].add_grad(conv2d_backward_weight(g, in[0].data(), in[1].shape(), p));
+    if (in.size() > 2 && in[2].requires_grad()) in[2].add_grad(sum(g, {0, 2, 3}));
+  });
+}
+
+Variable max_pool2d(const Variable& x, const Pool2dParams& p) {
+  MaxPoolResult r = max_pool2d(x.data(), p);
+  Tensor indices = r.indices;
+  return Variable(r.output, {x}, [indices](std::vector<Variable>& in, const Tensor& g) {
+    in[0].add_grad(max_pool2d_backward(g, indices, in[0].shape()));
+  });
+}
+
+Variable avg_pool2d(const Variable& x, const Pool2dParams& p) {
+  return Variable(avg_pool2d(x.data(), p), {x}, [p](std::vector<Variable>& in, const Tensor& g) {
+    in[0].add_grad(avg_pool2d_backward(g, in[0].shape(), p));
+  });
+}
+
+Variable adaptive_avg_pool2d(const Variable& x, std::int64_t out_h, std::int64_t out_w) {
+  return Variable(adaptive_avg_pool2d(x.data(), out_h, out_w), {x}, [](std::vector<Variable>& in, const Tensor& g) {
+    in[0].add_grad(adaptive_avg_pool2d_backward(g, in[0].shape()));
+  });
+}
+
+// ---- normalization ---------------------------------------------------------------------
+
+namespace {
+struct Normalized {
+  Variable xhat;
+  Tensor mean;  // keepdim shape
+  Tensor var;   // biased, keepdim shape
+};
+
+// xhat = (x - mean) / sqrt(var + eps) with statistics over `dims`, as one differentiable
+// step: dx = invstd * (g - mean(g) - xhat * mean(g * xhat)). The affine part is applied
+// by the callers with ordinary broadcasting ops.
+Normalized normalize(const Variable& x, const std::vector<std::int64_t>& dims, double eps) {
+  Tensor mu = mean(x.data(), dims, true);
+  Tensor centered = sub(x.data(), mu);
+  Tensor var = mean(square(centered), dims, true);
+  Tensor invstd = rsqrt(add(var, eps));
+  Tensor xhat = mul(centered, invstd);
+  Variable out(xhat, {x}, [dims, xhat, invstd](std::vector<Variable>& in, const Tensor& g) {
+    Tensor gm = mean(g, dims, true);
+    Tensor gxm = mean(mul(g, xhat), dims, true);
+    in[0].add_grad(mul(sub(sub(g, gm), mul(xhat, gxm)), invstd));
+  });
+  return {out, mu, var};
+}
+
+// (C) -> (1, C, 1, ...) so that it broadcasts against x along dim 1.
+Shape channel_shape(const Variable& x) {
+  Shape s(static_cast<std::size_t>(x.dim()), 1);
+  s[1] = x.size(1);
+  return s;
+}
+
+Variable affine(const Variable& xhat, const Variable& gamma, const Variable& beta, const Shape& param_shape) {
+  Variable y = xhat;
+  if (gamma.defined()) y = mul(y, reshape(gamma, param_shape));
+  if (beta.defined()) y = add(y, reshape(beta, param_shape));
+  return y;
+}
+
+std::vector<std::int64_t> all_but_channel(std::int64_t ndim) {
+  std::vector<std::int64_t> dims{0};
+  for (std::int64_t d = 2; d < ndim; ++d) dims.push_back(d);
+  return dims;
+}
+
+void check_batch_norm_input(const Variable& x, const Variable& gamma, const char* op) {
+  DTRAIN_CHECK(x.dim() >= 2, "{}: expected input (N, C, ...), got {}", op, shape_str(x.shape()));
+  DTRAIN_CHECK(!gamma.defined() || gamma.shape() == Shape{x.size(1)},
+               "{}: weight {} does not match {} channels of input {}", op, shape_str(gamma.shape()), x.size(1),
+               shape_str(x.shape()));
+}
+}  // namespace
+
+Variable batch_norm_train(const Variable& x, const Variable& gamma, const Variable& beta, double eps,
+                          Tensor* batch_mean, Tensor* batch_var) {
+  check_batch_norm_input(x, gamma, "batch_norm");
+  DTRAIN_CHECK(x.numel() / x.size(1) > 1, "batch_norm: training needs more than one value per channel, input {}",
+               shape_str(x.shape()));
+  Normalized n = normalize(x, all_but_channel(x.dim()), eps);
+  if (batch_mean) *batch_mean = n.mean.reshape({x.size(1)});
+  if (batch_var) *batch_var = n.var.reshape({x.size(1)});
+  return affine(n.xhat, gamma, beta, channel_shape(x));
+}
+
+Variable batch_norm_eval(const Variable& x, const Variable& gamma, const Variable& beta, const Tensor& mean,
+                         const Tensor& var, double eps) {
+  check_batch_norm_input(x, gamma, "batch_norm");
+  Shape cs = channel_shape(x);
+  Tensor invstd = rsqrt(add(var, eps)).reshape(cs);
+  Variable xhat = mul(sub(x, Variable(mean.reshape(cs))), Variable(invstd));
+  return affine(xhat, gamma, beta, cs);
+}
+
+Variable layer_norm(const Variable& x, int normalized_dims, const Variable& gamma, const Variable& beta,
+                    double eps) {
+  DTRAIN_CHECK(normalized_dims >= 1 && normalized_dims <= x.dim(),
+               "layer_norm: cannot normalize the last {} dims of input {}", normalized_dims, shape_str(x.shape()));
+  Shape trailing(x.shape().end() - normalized_dims, x.shape().end());
+  DTRAIN_CHECK(!gamma.defined() || gamma.shape() == trailing,
+               "layer_norm: weight {} does not match the normalized shape {}", shape_str(gamma.shape()),
+               shape_str(trailing));
+  std::vector<std::int64_t> dims;
+  for (std::int64_t d = x.dim() - normalized_dims; d < x.dim(); ++d) dims.push_back(d);
+  Normalized n = normalize(x, dims, eps);
+  return affine(n.xhat, gamma, beta, trailing);
+}
+
+}  // namespace dtrain

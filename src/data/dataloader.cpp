@@ -1,0 +1,220 @@
+#include "dtrain/data/dataloader.h"
+
+#include "dtrain/core/error.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+namespace dtrain::data {
+
+static_assert(std::input_iterator<DataLoader::Iterator>);
+
+// One pass over an epoch. Batch b is claimed by one worker (in increasing b), built, and
+// parked in slots_[b % window]; the consumer takes batch pos_ from its slot. A worker may
+// claim b only while b < taken_ + window, so at most `window` batches exist ahead of the
+// one the consumer holds, and a slot is always empty when its next batch arrives.
+class DataLoader::Pass {
+ public:
+  Pass(std::shared_ptr<const Dataset> dataset, std::vector<std::int64_t> indices, std::int64_t batch_size,
+       std::int64_t num_batches, int window, int workers)
+      : dataset_(std::move(dataset)),
+        indices_(std::move(indices)),
+        batch_size_(batch_size),
+        num_batches_(num_batches),
+        slots_(static_cast<std::size_t>(window)) {
+    const auto threads = std::min<std::int64_t>(workers, num_batches_);
+    try {
+      for (std::int64_t i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
+    } catch (...) {
+      shutdown();
+      throw;
+    }
+  }
+  ~Pass() { shutdown(); }
+  Pass(const Pass&) = delete;
+  Pass& operator=(const Pass&) = delete;
+
+  bool done() const { return pos_ >= num_batches_; }
+
+  Batch& current() {
+    check_usable("dereference");
+    if (!has_current_) take();
+    return current_;
+  }
+
+  void advance() {
+    check_usable("increment");
+    if (!has_current_) take();  // a skipped batch still frees its slot (and reports its error)
+    current_ = Batch{};
+    has_current_ = false;
+    if (++pos_ == num_batches_) shutdown();
+  }
+
+  // Called by DataLoader::begin() on the pass it replaces.
+  void supersede() {
+    superseded_ = true;
+    shutdown();
+  }
+
+ private:
+  struct Slot {
+    std::optional<Batch> batch;
+    std::exception_ptr error;
+    bool ready = false;
+  };
+
+  void check_usable(const char* what) {
+    DTRAIN_CHECK(!superseded_, "DataLoader: cannot {} an iterator whose pass was replaced by a later begin()", what);
+    if (error_) std::rethrow_exception(error_);
+    DTRAIN_CHECK(pos_ < num_batches_, "DataLoader: cannot {} the end iterator", what);
+  }
+
+  // Moves batch pos_ out of its slot, waiting for it; rethrows the worker's error.
+  void take() {
+    Slot slot;
+    {
+      std::unique_lock lock(mu_);
+      Slot& s = slots_[static_cast<std::size_t>(pos_) % slots_.size()];
+      ready_cv_.wait(lock, [&] { return s.ready; });
+      slot = std::move(s);
+      s = Slot{};
+      ++taken_;
+    }
+    claim_cv_.notify_one();  // the window moved: one more batch may be claimed
+    if (slot.error) {
+      error_ = slot.error;
+      shutdown();
+      std::rethrow_exception(error_);
+    }
+    current_ = std::move(*slot.batch);
+    has_current_ = true;
+  }
+
+  void work() {
+    const auto window = static_cast<std::int64_t>(slots_.size());
+    for (;;) {
+      std::int64_t b;
+      {
+        std::unique_lock lock(mu_);
+        claim_cv_.wait(lock, [&] { return stopping_ || next_claim_ >= num_batches_ || next_claim_ < taken_ + window; });
+        if (stopping_ || next_claim_ >= num_batches_) return;
+        b = next_claim_++;
+      }
+      Slot result;
+      try {
+        const auto first = indices_.begin() + b * batch_size_;
+        const auto last = indices_.begin() + std::min<std::int64_t>((b + 1) * batch_size_, std::ssize(indices_));
+        result.batch = dataset_->get_batch(std::vector<std::int64_t>(first, last));
+      } catch (...) {
+        result.error = std::current_exception();
+      }
+      result.ready = true;
+      const bool failed = result.error != nullptr;
+      {
+        std::lock_guard lock(mu_);
+        slots_[static_cast<std::size_t>(b % window)] = std::move(result);
+        // Later batches would never be delivered; the earlier ones are already claimed.
+        if (failed) stopping_ = true;
+      }
+      ready_cv_.notify_one();
+      if (failed) claim_cv_.notify_all();
+    }
+  }
+
+  // Stops claiming new batches and joins the workers (each finishes the batch it holds).
+  void shutdown() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    claim_cv_.notify_all();
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+  }
+
+  const std::shared_ptr<const Dataset> dataset_;
+  const std::vector<std::int64_t> indices_;
+  const std::int64_t batch_size_;
+  const std::int64_t num_batches_;
+
+  std::mutex mu_;
+  std::condition_variable claim_cv_;  // workers wait for room in the window (or stop)
+  std::condition_variable ready_cv_;  // the consumer waits for its slot to fill
+  std::vector<Slot> slots_;           // guarded by mu_
+  std::int64_t next_claim_ = 0;       // guarded by mu_
+  std::int64_t taken_ = 0;            // guarded by mu_
+  bool stopping_ = false;             // guarded by mu_
+
+  // Consumer-thread state.
+  std::int64_t pos_ = 0;
+  bool has_current_ = false;
+  Batch current_;
+  std::exception_ptr error_;
+  bool superseded_ = false;
+  std::vector<std::thread> threads_;
+};
+
+DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options,
+                       std::shared_ptr<const Sampler> sampler)
+    : dataset_(std::move(dataset)), sampler_(std::move(sampler)), options_(options) {
+  DTRAIN_CHECK(dataset_, "DataLoader: the dataset is null");
+  DTRAIN_CHECK(options_.batch_size >= 1, "DataLoader: batch_size must be >= 1, got {}", options_.batch_size);
+  DTRAIN_CHECK(options_.prefetch_batches >= 1, "DataLoader: prefetch_batches must be >= 1, got {}",
+               options_.prefetch_batches);
+  DTRAIN_CHECK(options_.workers >= 1, "DataLoader: workers must be >= 1, got {}", options_.workers);
+  DTRAIN_CHECK(!(sampler_ && options_.shuffle),
+               "DataLoader: shuffle=true together with an explicit sampler; the sampler decides the order, so pass "
+               "one or the other");
+  if (!sampler_) {
+    if (options_.shuffle)
+      sampler_ = std::make_shared<RandomSampler>(dataset_->size(), options_.seed);
+    else
+      sampler_ = std::make_shared<SequentialSampler>(dataset_->size());
+  }
+}
+
+std::int64_t DataLoader::num_batches() const {
+  const std::int64_t n = sampler_->size();
+  return options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size;
+}
+
+void DataLoader::set_epoch(std::int64_t epoch) {
+  DTRAIN_CHECK(epoch >= 0, "DataLoader::set_epoch: epoch must be >= 0, got {}", epoch);
+  epoch_ = epoch;
+}
+
+DataLoader::Iterator DataLoader::begin() {
+  if (auto previous = active_.lock()) previous->supersede();
+  std::vector<std::int64_t> indices = sampler_->indices(epoch_);
+  DTRAIN_CHECK(std::ssize(indices) == sampler_->size(),
+               "DataLoader: the sampler returned {} indices for epoch {} but its size() is {}", indices.size(), epoch_,
+               sampler_->size());
+  auto pass = std::make_shared<Pass>(dataset_, std::move(indices), options_.batch_size, num_batches(),
+                                     std::max(options_.prefetch_batches, options_.workers), options_.workers);
+  active_ = pass;
+  return Iterator(std::move(pass));
+}
+
+Batch& DataLoader::Iterator::operator*() const {
+  DTRAIN_CHECK(pass_, "DataLoader: cannot dereference the end iterator");
+  return pass_->current();
+}
+
+DataLoader::Iterator& DataLoader::Iterator::operator++() {
+  DTRAIN_CHECK(pass_, "DataLoader: cannot increment the end iterator");
+  pass_->advance();
+  return *this;
+}
+
+bool DataLoader::Iterator::at_end() const { return !pass_ || pass_->done(); }
+
+bool operator==(const DataLoader::Iterator& a, const DataLoader::Iterator& b) {
+  return (a.at_end() && b.at_end()) || a.pass_ == b.pass_;
+}
+
+}  // namespace dtrain::data

@@ -1,0 +1,73 @@
+#include "dtrain/layers/normalization.h"
+
+#include <algorithm>
+#include <fmt/ranges.h>
+
+namespace dtrain::nn {
+
+BatchNorm::BatchNorm(std::int64_t channels, std::vector<std::int64_t> expected_dims, BatchNormOptions o)
+    : channels_(channels), expected_dims_(std::move(expected_dims)), options_(o) {
+  DTRAIN_CHECK(channels > 0, "BatchNorm({}): channel count must be positive", channels);
+  DTRAIN_CHECK(o.eps > 0 && o.momentum >= 0 && o.momentum <= 1,
+               "BatchNorm: eps {} must be positive and momentum {} in [0, 1]", o.eps, o.momentum);
+  if (o.affine) {
+    weight = register_parameter("weight", Tensor::ones({channels}));
+    bias = register_parameter("bias", Tensor::zeros({channels}));
+  }
+  running_mean = Tensor::zeros({channels});
+  running_var = Tensor::ones({channels});
+  num_batches_tracked = Tensor::zeros({}, {DType::i64});
+  register_buffer("running_mean", &running_mean);
+  register_buffer("running_var", &running_var);
+  register_buffer("num_batches_tracked", &num_batches_tracked);
+}
+
+Variable BatchNorm::normalize_batch(const Variable& x, Tensor& batch_mean, Tensor& batch_var) {
+  return batch_norm_train(x, weight, bias, options_.eps, &batch_mean, &batch_var);
+}
+
+Variable BatchNorm::forward(const Variable& x) {
+  DTRAIN_CHECK(std::find(expected_dims_.begin(), expected_dims_.end(), x.dim()) != expected_dims_.end(),
+               "{}: expected a {}-d input, got {}", describe(), fmt::join(expected_dims_, " or "),
+               shape_str(x.shape()));
+  DTRAIN_CHECK(x.size(1) == channels_, "{}: input {} has {} channels", describe(), shape_str(x.shape()), x.size(1));
+  if (!is_training()) return batch_norm_eval(x, weight, bias, running_mean, running_var, options_.eps);
+
+  Tensor batch_mean, batch_var;
+  Variable y = normalize_batch(x, batch_mean, batch_var);
+  // Running statistics use the unbiased variance, as PyTorch does.
+  NoGradGuard no_grad;
+  double n = static_cast<double>(x.numel() / channels_);
+  double m = options_.momentum;
+  mul_(running_mean, 1 - m);
+  add_(running_mean, batch_mean, m);
+  mul_(running_var, 1 - m);
+  add_(running_var, batch_var, m * n / std::max(n - 1, 1.0));
+  num_batches_tracked.fill_(num_batches_tracked.item() + 1);
+  return y;
+}
+
+std::string BatchNorm::describe() const {
+  return fmt::format("BatchNorm{}d({}{})", expected_dims_.back() == 4 ? 2 : 1, channels_,
+                     options_.affine ? "" : ", affine=false");
+}
+
+BatchNorm1d::BatchNorm1d(std::int64_t channels, BatchNormOptions options) : BatchNorm(channels, {2, 3}, options) {}
+BatchNorm2d::BatchNorm2d(std::int64_t channels, BatchNormOptions options) : BatchNorm(channels, {4}, options) {}
+
+LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool affine) : shape_(std::move(normalized_shape)), eps_(eps) {
+  DTRAIN_CHECK(!shape_.empty() && shape_numel(shape_) > 0, "LayerNorm: normalized shape {} must be non-empty",
+               shape_str(shape_));
+  if (affine) {
+    weight = register_parameter("weight", Tensor::ones(shape_));
+    bias = register_parameter("bias", Tensor::zeros(shape_));
+  }
+}
+
+Variable LayerNorm::forward(const Variable& x) {
+  return layer_norm(x, static_cast<int>(shape_.size()), weight, bias, eps_);
+}
+
+std::string LayerNorm::describe() const { return fmt::format("LayerNorm({})", shape_str(shape_)); }
+
+}  // namespace dtrain::nn

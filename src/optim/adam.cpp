@@ -1,0 +1,64 @@
+#include "dtrain/optim/adam.h"
+
+#include "dtrain/core/error.h"
+#include "dtrain/tensor/ops.h"
+
+#include <cmath>
+
+namespace dtrain::optim {
+
+Adam::Adam(std::vector<Variable> params, AdamOptions options) : Adam(std::move(params), options, false) {}
+
+AdamW::AdamW(std::vector<Variable> params, AdamOptions options) : Adam(std::move(params), options, true) {}
+
+Adam::Adam(std::vector<Variable> params, const AdamOptions& options, bool decoupled_weight_decay)
+    : Optimizer(std::move(params), options.lr),
+      beta1_(options.beta1),
+      beta2_(options.beta2),
+      eps_(options.eps),
+      weight_decay_(options.weight_decay.value_or(decoupled_weight_decay ? 1e-2 : 0)),
+      decoupled_(decoupled_weight_decay),
+      exp_avg_(add_buffer("exp_avg")),
+      exp_avg_sq_(add_buffer("exp_avg_sq")) {
+  const char* name = decoupled_ ? "AdamW" : "Adam";
+  DTRAIN_CHECK(beta1_ >= 0 && beta1_ < 1, "{}: beta1 must be in [0, 1), got {}", name, beta1_);
+  DTRAIN_CHECK(beta2_ >= 0 && beta2_ < 1, "{}: beta2 must be in [0, 1), got {}", name, beta2_);
+  DTRAIN_CHECK(eps_ > 0 && std::isfinite(eps_), "{}: eps must be a finite number > 0, got {}", name, eps_);
+  DTRAIN_CHECK(weight_decay_ >= 0 && std::isfinite(weight_decay_),
+               "{}: weight_decay must be a finite number >= 0, got {}", name, weight_decay_);
+}
+
+void Adam::step() {
+  for_each_update([&](std::size_t i, Tensor& p, const Tensor& grad) {
+    Tensor g = grad;
+    if (weight_decay_ != 0) {
+      if (decoupled_) {
+        mul_(p, 1 - lr() * weight_decay_);
+      } else {
+        g = grad.clone();
+        add_(g, p, weight_decay_);
+      }
+    }
+    Tensor& m = buffer(exp_avg_, i);
+    Tensor& v = buffer(exp_avg_sq_, i);
+    if (!m.defined()) {
+      m = Tensor::zeros(p.shape(), p.options());
+      v = Tensor::zeros(p.shape(), p.options());
+    }
+    mul_(m, beta1_);
+    add_(m, g, 1 - beta1_);
+    mul_(v, beta2_);
+    addcmul_(v, g, g, 1 - beta2_);
+
+    // m / (sqrt(v) / c + eps) == c * m / (sqrt(v) + eps * c) with c = sqrt(1 - beta2^t):
+    // the same value as PyTorch's with one pass less over the denominator.
+    const auto t = static_cast<double>(updates(i));
+    const double bias_correction1 = 1 - std::pow(beta1_, t);
+    const double c = std::sqrt(1 - std::pow(beta2_, t));
+    Tensor denom = sqrt(v);
+    add_(denom, Tensor::scalar(eps_ * c, denom.options()));
+    addcdiv_(p, m, denom, -lr() * c / bias_correction1);
+  });
+}
+
+}  // namespace dtrain::optim

@@ -1,0 +1,224 @@
+// CPU 2-D convolution as im2col + GEMM. For one image and one group, the columns matrix
+// (Cg*KH*KW, OH*OW) holds every input patch as a column, so the convolution is the product
+// weight (Og, Cg*KH*KW) @ columns. Images are split across threads, each with one column
+// buffer for the whole call; 1x1 stride-1 unpadded kernels use the input as the columns.
+#include "dtrain/core/parallel.h"
+#include "tensor/cpu/cpu_backend.h"
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <vector>
+
+namespace dtrain::detail {
+namespace {
+
+template <class T>
+using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using MatMap = Eigen::Map<RowMat<T>>;
+template <class T>
+using ConstMatMap = Eigen::Map<const RowMat<T>>;
+
+struct ConvGeometry {
+  std::int64_t n, c, h, w;      // input
+  std::int64_t o, kh, kw;       // weight
+  std::int64_t oh, ow;          // output
+  std::int64_t groups, cg, og;  // groups; input and output channels per group
+  std::int64_t k;               // rows of the columns matrix: cg * kh * kw
+  std::int64_t p;               // columns: oh * ow
+  Conv2dParams params;
+
+  // The input already is its own columns matrix (cg, h * w).
+  bool pointwise() const {
+    return kh == 1 && kw == 1 && params.stride_h == 1 && params.stride_w == 1 && params.pad_h == 0 &&
+           params.pad_w == 0;
+  }
+  std::int64_t column_buffer_size() const { return pointwise() ? 0 : k * p; }
+};
+
+ConvGeometry geometry(const Shape& x, const Shape& w, const Shape& out, const Conv2dParams& params) {
+  ConvGeometry g{};
+  g.n = x[0], g.c = x[1], g.h = x[2], g.w = x[3];
+  g.o = w[0], g.kh = w[2], g.kw = w[3];
+  g.oh = out[2], g.ow = out[3];
+  g.groups = params.groups, g.cg = g.c / g.groups, g.og = g.o / g.groups;
+  g.k = g.cg * g.kh * g.kw, g.p = g.oh * g.ow;
+  g.params = params;
+  return g;
+}
+
+// Output positions [first, last) along one dim whose input position pos * stride + shift
+// falls inside [0, size).
+struct Span {
+  std::int64_t first, last;
+};
+Span valid_span(std::int64_t shift, std::int64_t stride, std::int64_t size, std::int64_t out_size) {
+  std::int64_t first = shift >= 0 ? 0 : (-shift + stride - 1) / stride;
+  std::int64_t last = size - shift <= 0 ? 0 : (size - shift + stride - 1) / stride;
+  first = std::min(first, out_size);
+  return {first, std::clamp(last, first, out_size)};
+}
+
+// Visits every (columns row, output row oh) pair of one group, with the matching input
+// row (nullptr when it lies in the padding) and the valid output columns. Row r of the
+// columns matrix is channel c, kernel offset (i, j): r = (c * kh + i) * kw + j.
+template <class Visit>
+void for_each_patch_row(const ConvGeometry& g, Visit visit) {
+  const Conv2dParams& q = g.params;
+  for (std::int64_t c = 0; c < g.cg; ++c) {
+    for (std::int64_t i = 0; i < g.kh; ++i) {
+      for (std::int64_t j = 0; j < g.kw; ++j) {
+        const std::int64_t row = (c * g.kh + i) * g.kw + j;
+        const std::int64_t shift_w = j * q.dilation_w - q.pad_w;  // input col = ow * stride_w + shift_w
+        const Span cols = valid_span(shift_w, q.stride_w, g.w, g.ow);
+        for (std::int64_t y = 0; y < g.oh; ++y) {
+          const std::int64_t ih = y * q.stride_h - q.pad_h + i * q.dilation_h;
+          const bool inside = ih >= 0 && ih < g.h;
+          visit(row * g.p + y * g.ow, inside ? (c * g.h + ih) * g.w : -1, shift_w, cols);
+        }
+      }
+    }
+  }
+}
+
+// cols = im2col(x) for one image group x (cg, h, w); padding reads as zero.
+template <class T>
+void im2col(const T* x, const ConvGeometry& g, T* cols) {
+  const std::int64_t sw = g.params.stride_w;
+  for_each_patch_row(g, [&](std::int64_t dst, std::int64_t src, std::int64_t shift, Span span) {
+    T* out = cols + dst;
+    if (src < 0) {
+      std::fill(out, out + g.ow, T(0));
+      return;
+    }
+    std::fill(out, out + span.first, T(0));
+    if (sw == 1 && span.first < span.last) {
+      std::copy(x + src + shift + span.first, x + src + shift + span.last, out + span.first);
+    } else {
+      for (std::int64_t ow = span.first; ow < span.last; ++ow) out[ow] = x[src + shift + ow * sw];
+    }
+    std::fill(out + span.last, out + g.ow, T(0));
+  });
+}
+
+// x += col2im(cols): the adjoint of im2col (overlapping patches accumulate).
+template <class T>
+void col2im_add(const T* cols, const ConvGeometry& g, T* x) {
+  const std::int64_t sw = g.params.stride_w;
+  for_each_patch_row(g, [&](std::int64_t src, std::int64_t dst, std::int64_t shift, Span span) {
+    if (dst < 0) return;
+    for (std::int64_t ow = span.first; ow < span.last; ++ow) x[dst + shift + ow * sw] += cols[src + ow];
+  });
+}
+
+// The columns of image n, group gi: the input itself (pointwise) or im2col into buf.
+template <class T>
+const T* columns(const T* x, const ConvGeometry& g, std::int64_t n, std::int64_t gi, T* buf) {
+  const T* xg = x + (n * g.c + gi * g.cg) * g.h * g.w;
+  if (g.pointwise()) return xg;
+  im2col(xg, g, buf);
+  return buf;
+}
+
+template <class T>
+void conv_forward(const Tensor& x_t, const Tensor& w_t, const Tensor& bias_t, const ConvGeometry& g, Tensor& out_t) {
+  const T* x = x_t.data<T>();
+  const T* w = w_t.data<T>();
+  const T* bias = bias_t.defined() ? bias_t.data<T>() : nullptr;
+  T* out = out_t.data<T>();
+  parallel_for(0, g.n, 1, [&](std::int64_t n0, std::int64_t n1) {
+    std::vector<T> buf(static_cast<std::size_t>(g.column_buffer_size()));
+    for (std::int64_t n = n0; n < n1; ++n) {
+      for (std::int64_t gi = 0; gi < g.groups; ++gi) {
+        ConstMatMap<T> cols(columns(x, g, n, gi, buf.data()), g.k, g.p);
+        ConstMatMap<T> weight(w + gi * g.og * g.k, g.og, g.k);
+        MatMap<T> y(out + (n * g.o + gi * g.og) * g.p, g.og, g.p);
+        y.noalias() = weight * cols;
+        if (bias) y.colwise() += Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>(bias + gi * g.og, g.og);
+      }
+    }
+  });
+}
+
+template <class T>
+void conv_backward_input(const Tensor& go_t, const Tensor& w_t, const ConvGeometry& g, Tensor& gx_t) {
+  const T* go = go_t.data<T>();
+  const T* w = w_t.data<T>();
+  T* gx = gx_t.data<T>();
+  parallel_for(0, g.n, 1, [&](std::int64_t n0, std::int64_t n1) {
+    std::vector<T> buf(static_cast<std::size_t>(g.column_buffer_size()));
+    for (std::int64_t n = n0; n < n1; ++n) {
+      for (std::int64_t gi = 0; gi < g.groups; ++gi) {
+        ConstMatMap<T> weight(w + gi * g.og * g.k, g.og, g.k);
+        ConstMatMap<T> grad_y(go + (n * g.o + gi * g.og) * g.p, g.og, g.p);
+        T* gxg = gx + (n * g.c + gi * g.cg) * g.h * g.w;
+        if (g.pointwise()) {
+          MatMap<T>(gxg, g.cg, g.p).noalias() += weight.transpose() * grad_y;
+        } else {
+          MatMap<T>(buf.data(), g.k, g.p).noalias() = weight.transpose() * grad_y;
+          col2im_add(buf.data(), g, gxg);
+        }
+      }
+    }
+  });
+}
+
+// Each of `parts` slices of the batch accumulates its own weight gradient (part 0 straight
+// into grad_w); the partials are then added in part order, so for a given thread count the
+// result is deterministic.
+template <class T>
+void conv_backward_weight(const Tensor& go_t, const Tensor& x_t, const ConvGeometry& g, Tensor& gw_t) {
+  const T* go = go_t.data<T>();
+  const T* x = x_t.data<T>();
+  T* gw = gw_t.data<T>();
+  const std::int64_t wsize = g.o * g.k;
+  const std::int64_t parts = std::max<std::int64_t>(1, std::min<std::int64_t>(g.n, num_threads()));
+  std::vector<std::vector<T>> partials(static_cast<std::size_t>(parts - 1),
+                                       std::vector<T>(static_cast<std::size_t>(wsize), T(0)));
+  parallel_for(0, parts, 1, [&](std::int64_t p0, std::int64_t p1) {
+    std::vector<T> buf(static_cast<std::size_t>(g.column_buffer_size()));
+    for (std::int64_t part = p0; part < p1; ++part) {
+      T* acc = part == 0 ? gw : partials[static_cast<std::size_t>(part - 1)].data();
+      for (std::int64_t n = g.n * part / parts; n < g.n * (part + 1) / parts; ++n) {
+        for (std::int64_t gi = 0; gi < g.groups; ++gi) {
+          ConstMatMap<T> cols(columns(x, g, n, gi, buf.data()), g.k, g.p);
+          ConstMatMap<T> grad_y(go + (n * g.o + gi * g.og) * g.p, g.og, g.p);
+          MatMap<T>(acc + gi * g.og * g.k, g.og, g.k).noalias() += grad_y * cols.transpose();
+        }
+      }
+    }
+  });
+  Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>> total(gw, wsize);
+  for (const auto& partial : partials) total += Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>(partial.data(), wsize);
+}
+
+}  // namespace
+
+void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, Tensor& out) {
+  const ConvGeometry g = geometry(x.shape(), w.shape(), out.shape(), p);
+  Tensor xc = x.contiguous(), wc = w.contiguous(), bc = bias.defined() ? bias.contiguous() : Tensor();
+  dispatch_floating(x.dtype(), "conv2d", [&](auto tag) {
+    conv_forward<typename decltype(tag)::type>(xc, wc, bc, g, out);
+  });
+}
+
+void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p,
+                                       Tensor& grad_x) {
+  const ConvGeometry g = geometry(grad_x.shape(), w.shape(), grad_out.shape(), p);
+  Tensor goc = grad_out.contiguous(), wc = w.contiguous();
+  dispatch_floating(grad_out.dtype(), "conv2d_backward_input", [&](auto tag) {
+    conv_backward_input<typename decltype(tag)::type>(goc, wc, g, grad_x);
+  });
+}
+
+void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p,
+                                        Tensor& grad_w) {
+  const ConvGeometry g = geometry(x.shape(), grad_w.shape(), grad_out.shape(), p);
+  Tensor goc = grad_out.contiguous(), xc = x.contiguous();
+  dispatch_floating(grad_out.dtype(), "conv2d_backward_weight", [&](auto tag) {
+    conv_backward_weight<typename decltype(tag)::type>(goc, xc, g, grad_w);
+  });
+}
+
+}  // namespace dtrain::detail

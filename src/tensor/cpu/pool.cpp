@@ -1,0 +1,204 @@
+// CPU 2-D pooling (max, average, adaptive average) and their backwards. Every (n, c) plane
+// is independent, so planes are split across threads; a backward writes only into its own
+// plane of the zero-filled grad_x, which makes it race-free without atomics.
+#include "dtrain/core/parallel.h"
+#include "tensor/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace dtrain::detail {
+namespace {
+
+// Window reads per parallel chunk: ~32K, enough to amortize a pool wake-up.
+constexpr std::int64_t kChunkWork = 1 << 15;
+
+struct Planes {
+  std::int64_t count;   // n * c
+  std::int64_t h, w;    // input plane
+  std::int64_t oh, ow;  // output plane
+};
+
+Planes planes_of(const Tensor& in, const Tensor& out) {
+  return {in.size(0) * in.size(1), in.size(2), in.size(3), out.size(2), out.size(3)};
+}
+
+// f(plane) for every plane, split across threads; work = element reads per plane.
+template <class F>
+void for_each_plane(std::int64_t planes, std::int64_t work, F f) {
+  parallel_for(0, planes, std::max<std::int64_t>(1, kChunkWork / std::max<std::int64_t>(work, 1)),
+               [&](std::int64_t b, std::int64_t e) {
+                 for (std::int64_t plane = b; plane < e; ++plane) f(plane);
+               });
+}
+
+// The input rows [h0, h1) and columns [w0, w1) under output (y, x), and the divisor of an
+// average over it (PyTorch: with count_include_pad the padding counts, but not the part
+// of the window past the padding).
+struct Window {
+  std::int64_t h0, h1, w0, w1;
+  std::int64_t divisor;
+};
+
+Window pool_window(const Planes& g, const Pool2dParams& p, std::int64_t y, std::int64_t x) {
+  std::int64_t h0 = y * p.stride_h - p.pad_h, w0 = x * p.stride_w - p.pad_w;
+  std::int64_t h1 = std::min(h0 + p.kernel_h, g.h + p.pad_h), w1 = std::min(w0 + p.kernel_w, g.w + p.pad_w);
+  const std::int64_t padded = (h1 - h0) * (w1 - w0);
+  h0 = std::max<std::int64_t>(h0, 0), w0 = std::max<std::int64_t>(w0, 0);
+  h1 = std::min(h1, g.h), w1 = std::min(w1, g.w);
+  return {h0, h1, w0, w1, p.count_include_pad ? padded : (h1 - h0) * (w1 - w0)};
+}
+
+// PyTorch's adaptive windows: [floor(i * in / out), ceil((i + 1) * in / out)).
+Window adaptive_window(const Planes& g, std::int64_t y, std::int64_t x) {
+  Window win{y * g.h / g.oh, ((y + 1) * g.h + g.oh - 1) / g.oh, x * g.w / g.ow, ((x + 1) * g.w + g.ow - 1) / g.ow, 0};
+  win.divisor = (win.h1 - win.h0) * (win.w1 - win.w0);
+  return win;
+}
+
+template <class T>
+void max_pool(const Tensor& x_t, const Pool2dParams& p, Tensor& out_t, Tensor& idx_t) {
+  const Planes g = planes_of(x_t, out_t);
+  const T* x = x_t.data<T>();
+  T* out = out_t.data<T>();
+  std::int64_t* idx = idx_t.data<std::int64_t>();
+  for_each_plane(g.count, g.oh * g.ow * p.kernel_h * p.kernel_w, [&](std::int64_t plane) {
+    const T* in = x + plane * g.h * g.w;
+    for (std::int64_t y = 0; y < g.oh; ++y) {
+      for (std::int64_t xo = 0; xo < g.ow; ++xo) {
+        const Window win = pool_window(g, p, y, xo);
+        // Only real input competes (padding never wins); NaN propagates as in PyTorch.
+        T best = -std::numeric_limits<T>::infinity();
+        std::int64_t arg = win.h0 * g.w + win.w0;
+        for (std::int64_t h = win.h0; h < win.h1; ++h) {
+          for (std::int64_t w = win.w0; w < win.w1; ++w) {
+            const T v = in[h * g.w + w];
+            if (v > best || std::isnan(v)) {
+              best = v;
+              arg = h * g.w + w;
+            }
+          }
+        }
+        const std::int64_t o = plane * g.oh * g.ow + y * g.ow + xo;
+        out[o] = best;
+        idx[o] = arg;
+      }
+    }
+  });
+}
+
+template <class T>
+void max_pool_backward(const Tensor& go_t, const Tensor& idx_t, Tensor& gx_t) {
+  const Planes g = planes_of(gx_t, go_t);
+  const T* go = go_t.data<T>();
+  const std::int64_t* idx = idx_t.data<std::int64_t>();
+  T* gx = gx_t.data<T>();
+  const std::int64_t plane_size = g.h * g.w, out_size = g.oh * g.ow;
+  for_each_plane(g.count, out_size, [&](std::int64_t plane) {
+    T* dst = gx + plane * plane_size;
+    for (std::int64_t o = plane * out_size; o < (plane + 1) * out_size; ++o) {
+      DTRAIN_CHECK(idx[o] >= 0 && idx[o] < plane_size,
+                   "max_pool2d_backward: index {} out of range for an input plane of {} elements", idx[o], plane_size);
+      dst[idx[o]] += go[o];
+    }
+  });
+}
+
+// Average pooling forward, over the windows that `window(y, x)` gives.
+template <class T, class WindowFn>
+void average(const Tensor& x_t, Tensor& out_t, std::int64_t window_reads, WindowFn window) {
+  const Planes g = planes_of(x_t, out_t);
+  const T* x = x_t.data<T>();
+  T* out = out_t.data<T>();
+  for_each_plane(g.count, g.oh * g.ow * window_reads, [&](std::int64_t plane) {
+    const T* in = x + plane * g.h * g.w;
+    T* dst = out + plane * g.oh * g.ow;
+    for (std::int64_t y = 0; y < g.oh; ++y) {
+      for (std::int64_t xo = 0; xo < g.ow; ++xo) {
+        const Window win = window(g, y, xo);
+        T sum = 0;
+        for (std::int64_t h = win.h0; h < win.h1; ++h)
+          for (std::int64_t w = win.w0; w < win.w1; ++w) sum += in[h * g.w + w];
+        dst[y * g.ow + xo] = sum / static_cast<T>(win.divisor);
+      }
+    }
+  });
+}
+
+// Its adjoint: each output gradient spread evenly over its window's input elements.
+template <class T, class WindowFn>
+void average_backward(const Tensor& go_t, Tensor& gx_t, std::int64_t window_reads, WindowFn window) {
+  const Planes g = planes_of(gx_t, go_t);
+  const T* go = go_t.data<T>();
+  T* gx = gx_t.data<T>();
+  for_each_plane(g.count, g.oh * g.ow * window_reads, [&](std::int64_t plane) {
+    const T* src = go + plane * g.oh * g.ow;
+    T* dst = gx + plane * g.h * g.w;
+    for (std::int64_t y = 0; y < g.oh; ++y) {
+      for (std::int64_t xo = 0; xo < g.ow; ++xo) {
+        const Window win = window(g, y, xo);
+        const T share = src[y * g.ow + xo] / static_cast<T>(win.divisor);
+        for (std::int64_t h = win.h0; h < win.h1; ++h)
+          for (std::int64_t w = win.w0; w < win.w1; ++w) dst[h * g.w + w] += share;
+      }
+    }
+  });
+}
+
+// Reads per adaptive window, rounded up: ceil(in / out) + 1 rows and columns at most.
+std::int64_t adaptive_reads(const Tensor& in, const Tensor& out) {
+  return (in.size(2) / out.size(2) + 1) * (in.size(3) / out.size(3) + 1);
+}
+
+}  // namespace
+
+void CpuBackend::max_pool2d(const Tensor& x, const Pool2dParams& p, Tensor& out, Tensor& indices) {
+  Tensor xc = x.contiguous();
+  dispatch_floating(x.dtype(), "max_pool2d", [&](auto tag) {
+    max_pool<typename decltype(tag)::type>(xc, p, out, indices);
+  });
+}
+
+void CpuBackend::max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_x) {
+  Tensor goc = grad_out.contiguous(), ic = indices.contiguous();
+  dispatch_floating(grad_out.dtype(), "max_pool2d_backward", [&](auto tag) {
+    max_pool_backward<typename decltype(tag)::type>(goc, ic, grad_x);
+  });
+}
+
+void CpuBackend::avg_pool2d(const Tensor& x, const Pool2dParams& p, Tensor& out) {
+  Tensor xc = x.contiguous();
+  dispatch_floating(x.dtype(), "avg_pool2d", [&](auto tag) {
+    average<typename decltype(tag)::type>(xc, out, p.kernel_h * p.kernel_w,
+                                          [&](const Planes& g, std::int64_t y, std::int64_t xo) {
+                                            return pool_window(g, p, y, xo);
+                                          });
+  });
+}
+
+void CpuBackend::avg_pool2d_backward(const Tensor& grad_out, const Pool2dParams& p, Tensor& grad_x) {
+  Tensor goc = grad_out.contiguous();
+  dispatch_floating(grad_out.dtype(), "avg_pool2d_backward", [&](auto tag) {
+    average_backward<typename decltype(tag)::type>(goc, grad_x, p.kernel_h * p.kernel_w,
+                                                   [&](const Planes& g, std::int64_t y, std::int64_t xo) {
+                                                     return pool_window(g, p, y, xo);
+                                                   });
+  });
+}
+
+void CpuBackend::adaptive_avg_pool2d(const Tensor& x, Tensor& out) {
+  Tensor xc = x.contiguous();
+  dispatch_floating(x.dtype(), "adaptive_avg_pool2d", [&](auto tag) {
+    average<typename decltype(tag)::type>(xc, out, adaptive_reads(x, out), adaptive_window);
+  });
+}
+
+void CpuBackend::adaptive_avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_x) {
+  Tensor goc = grad_out.contiguous();
+  dispatch_floating(grad_out.dtype(), "adaptive_avg_pool2d_backward", [&](auto tag) {
+    average_backward<typename decltype(tag)::type>(goc, grad_x, adaptive_reads(grad_x, grad_out), adaptive_window);
+  });
+}
+
+}  // namespace dtrain::detail

@@ -1,0 +1,287 @@
+// The element-wise math, written once as small functors that compile for the host and
+// (under nvcc) for the device, so that the CPU tests exercise the arithmetic the GPU runs.
+// Each functor has a templated operator() over the element type, its op's name for error
+// messages (kName) and, for unary and binary ops, whether it is defined on integer types
+// (kIntegers): the ops layer validates dtypes with that flag and the backends use it to
+// choose which element types to instantiate.
+#pragma once
+
+#include "dtrain/tensor/ops.h"
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#if defined(__CUDACC__)
+#define DTRAIN_HD __host__ __device__
+#else
+#define DTRAIN_HD
+#endif
+
+namespace dtrain::detail {
+
+template <class T>
+DTRAIN_HD inline bool is_nan(T x) {
+  if constexpr (std::is_floating_point_v<T>) return x != x;
+  else return false;
+}
+
+// Value conversion between element types. Floating values go through i64 on their way to
+// an integer type, so that negative values wrap (as in numpy) instead of being undefined
+// for u8.
+template <class To>
+struct CastTo {
+  template <class From>
+  DTRAIN_HD To operator()(From v) const {
+    if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
+      return static_cast<To>(static_cast<std::int64_t>(v));
+    } else {
+      return static_cast<To>(v);
+    }
+  }
+};
+
+// ---- unary -------------------------------------------------------------------------
+
+struct NegF {
+  static constexpr const char* kName = "neg";
+  static constexpr bool kIntegers = true;
+  template <class T> DTRAIN_HD T operator()(T x) const { return static_cast<T>(-x); }
+};
+struct ExpF {
+  static constexpr const char* kName = "exp";
+  static constexpr bool kIntegers = false;
+  template <class T> DTRAIN_HD T operator()(T x) const { return std::exp(x); }
+};
+struct LogF {
+  static constexpr const char* kName = "log";
+  static constexpr bool kIntegers = false;
+  template <class T> DTRAIN_HD T operator()(T x) const { return std::log(x); }
+};
+struct SqrtF {
+  static constexpr const char* kName = "sqrt";
+  static constexpr bool kIntegers = false;
+  template <class T> DTRAIN_HD T operator()(T x) const { return std::sqrt(x); }
+};
+struct RsqrtF {
+  static constexpr const char* kName = "rsqrt";
+  static constexpr bool kIntegers = false;
+  template <class T> DTRAIN_HD T operator()(T x) const { return T(1) / std::sqrt(x); }
+};
+struct AbsF {
+  static constexpr const char* kName = "abs";
+  static constexpr bool kIntegers = true;
+  template <class T> DTRAIN_HD T operator()(T x) const {
+    if constexpr (std::is_unsigned_v<T>) return x;
+    else return x < T(0) ? static_cast<T>(-x) : x;
+  }
+};
+struct SquareF {
+  static constexpr const char* kName = "square";
+  static constexpr bool kIntegers = true;
+  template <class T> DTRAIN_HD T operator()(T x) const { return static_cast<T>(x * x); }
+};
+struct ReciprocalF {
+  static constexpr const char* kName = "reciprocal";
+  static constexpr bool kIntegers = false;
+  template <class T> DTRAIN_HD T operator()(T x) const { return T(1) / x; }
+};
+struct SignF {
+  static constexpr const char* kName = "sign";
+  static constexpr bool kIntegers = true;
+  template <class T> DTRAIN_HD T operator()(T x) const {
+    if constexpr (std::is_unsigned_v<T>) return static_cast<T>(x != 0);
+    else return static_cast<T>((T(0) < x) - (x < T(0)));
+  }
+};
+// Written as "negative -> 0" so that NaN propagates, as in PyTorch.
+struct ReluF {
+  static constexpr const char* kName = "relu";
+  static constexpr bool kIntegers = true;
+  template <class T> DTRAIN_HD T operator()(T x) const {
+    if constexpr (std::is_unsigned_v<T>) return x;
+    else return x < T(0) ? T(0) : x;
+  }
+};
+// Stable for large |x|: exp is only ever taken of a non-positive number.
+struct SigmoidF {
+  static constexpr const char* kName = "sigmoid";
+  static constexpr bool kIntegers = false;
+  template <class T> DTRAIN_HD T operator()(T x) const {
+    if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
+    T e = std::exp(x);
+    return e / (T(1) + e);
+  }
+};
+struct TanhF {
+  static constexpr const char* kName = "tanh";
+  static constexpr bool kIntegers = false;
+  template <class T> DTRAIN_HD T operator()(T x) const { return std::tanh(x); }
+};
+// gelu(x) = x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2))), the exact form.
+struct GeluF {
+  static constexpr const char* kName = "gelu";
+  static constexpr bool kIntegers = false;
+  template <class T> DTRAIN_HD T operator()(T x) const {
+    return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
+  }
+};
+// gelu'(x) = Phi(x) + x * phi(x), phi the standard normal density.
+struct GeluDerivF {
+  template <class T> DTRAIN_HD T operator()(T x) const {
+    T cdf = T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752440)));
+    T pdf = T(0.39894228040143267794) * std::exp(T(-0.5) * x * x);
+    return cdf + x * pdf;
+  }
+};
+
+// ---- binary --------------------------------------------------------------------------
+
+struct AddF {
+  static constexpr const char* kName = "add";
+  static constexpr bool kIntegers = true;
+  template <class T> DTRAIN_HD T operator()(T a, T b) const { return static_cast<T>(a + b); }
+};
+struct SubF {
+  static constexpr const char* kName = "sub";
+  static constexpr bool kIntegers = true;
+  template <class T> DTRAIN_HD T operator()(T a, T b) const { return static_cast<T>(a - b); }
+};
+struct MulF {
+  static constexpr const char* kName = "mul";
+  static constexpr bool kIntegers = true;
+  template <class T> DTRAIN_HD T operator()(T a, T b) const { return static_cast<T>(a * b); }
+};
+// Floating only: integer division by zero would trap instead of throwing.
+struct DivF {
+  static constexpr const char* kName = "div";
+  static constexpr bool kIntegers = false;
+  template <class T> DTRAIN_HD T operator()(T a, T b) const { return a / b; }
+};
+// Max and Min propagate NaN from either side, as PyTorch's maximum/minimum do.
+struct MaxF {
+  static constexpr const char* kName = "maximum";
+  static constexpr bool kIntegers = true;
+  template <class T> DTRAIN_HD T operator()(T a, T b) const { return (a > b || is_nan(a)) ? a : b; }
+};
+struct MinF {
+  static constexpr const char* kName = "minimum";
+  static constexpr bool kIntegers = true;
+  template <class T> DTRAIN_HD T operator()(T a, T b) const { return (a < b || is_nan(a)) ? a : b; }
+};
+struct PowF {
+  static constexpr const char* kName = "pow";
+  static constexpr bool kIntegers = false;
+  template <class T> DTRAIN_HD T operator()(T a, T b) const { return std::pow(a, b); }
+};
+struct ReluGradF {
+  static constexpr const char* kName = "relu_grad";
+  static constexpr bool kIntegers = false;
+  template <class T> DTRAIN_HD T operator()(T g, T x) const { return x > T(0) ? g : T(0); }
+};
+struct GeluGradF {
+  static constexpr const char* kName = "gelu_grad";
+  static constexpr bool kIntegers = false;
+  template <class T> DTRAIN_HD T operator()(T g, T x) const { return g * GeluDerivF{}(x); }
+};
+struct SigmoidGradF {
+  static constexpr const char* kName = "sigmoid_grad";
+  static constexpr bool kIntegers = false;
+  template <class T> DTRAIN_HD T operator()(T g, T y) const { return g * y * (T(1) - y); }
+};
+struct TanhGradF {
+  static constexpr const char* kName = "tanh_grad";
+  static constexpr bool kIntegers = false;
+  template <class T> DTRAIN_HD T operator()(T g, T y) const { return g * (T(1) - y * y); }
+};
+
+// ---- comparison (result 0/1, stored as u8) -------------------------------------------
+
+struct EqF {
+  static constexpr const char* kName = "eq";
+  template <class T> DTRAIN_HD bool operator()(T a, T b) const { return a == b; }
+};
+struct NeF {
+  static constexpr const char* kName = "ne";
+  template <class T> DTRAIN_HD bool operator()(T a, T b) const { return a != b; }
+};
+struct LtF {
+  static constexpr const char* kName = "lt";
+  template <class T> DTRAIN_HD bool operator()(T a, T b) const { return a < b; }
+};
+struct LeF {
+  static constexpr const char* kName = "le";
+  template <class T> DTRAIN_HD bool operator()(T a, T b) const { return a <= b; }
+};
+struct GtF {
+  static constexpr const char* kName = "gt";
+  template <class T> DTRAIN_HD bool operator()(T a, T b) const { return a > b; }
+};
+struct GeF {
+  static constexpr const char* kName = "ge";
+  template <class T> DTRAIN_HD bool operator()(T a, T b) const { return a >= b; }
+};
+
+// ---- from the op enums to the functors -------------------------------------------------
+// visit_*(op, f) calls f(Functor{}) for the functor of `op`: the one switch per enum that
+// every backend shares.
+
+static_assert(static_cast<int>(UnaryOp::kCount) == 13, "a UnaryOp was added: give it a functor below");
+static_assert(static_cast<int>(BinaryOp::kCount) == 11, "a BinaryOp was added: give it a functor below");
+static_assert(static_cast<int>(CompareOp::kCount) == 6, "a CompareOp was added: give it a functor below");
+
+template <class F>
+decltype(auto) visit_unary(UnaryOp op, F&& f) {
+  switch (op) {
+    case UnaryOp::Neg: return f(NegF{});
+    case UnaryOp::Exp: return f(ExpF{});
+    case UnaryOp::Log: return f(LogF{});
+    case UnaryOp::Sqrt: return f(SqrtF{});
+    case UnaryOp::Rsqrt: return f(RsqrtF{});
+    case UnaryOp::Abs: return f(AbsF{});
+    case UnaryOp::Square: return f(SquareF{});
+    case UnaryOp::Reciprocal: return f(ReciprocalF{});
+    case UnaryOp::Sign: return f(SignF{});
+    case UnaryOp::Relu: return f(ReluF{});
+    case UnaryOp::Sigmoid: return f(SigmoidF{});
+    case UnaryOp::Tanh: return f(TanhF{});
+    case UnaryOp::Gelu: return f(GeluF{});
+    case UnaryOp::kCount: break;
+  }
+  DTRAIN_FAIL("unknown UnaryOp {}", static_cast<int>(op));
+}
+
+template <class F>
+decltype(auto) visit_binary(BinaryOp op, F&& f) {
+  switch (op) {
+    case BinaryOp::Add: return f(AddF{});
+    case BinaryOp::Sub: return f(SubF{});
+    case BinaryOp::Mul: return f(MulF{});
+    case BinaryOp::Div: return f(DivF{});
+    case BinaryOp::Max: return f(MaxF{});
+    case BinaryOp::Min: return f(MinF{});
+    case BinaryOp::Pow: return f(PowF{});
+    case BinaryOp::ReluGrad: return f(ReluGradF{});
+    case BinaryOp::GeluGrad: return f(GeluGradF{});
+    case BinaryOp::SigmoidGrad: return f(SigmoidGradF{});
+    case BinaryOp::TanhGrad: return f(TanhGradF{});
+    case BinaryOp::kCount: break;
+  }
+  DTRAIN_FAIL("unknown BinaryOp {}", static_cast<int>(op));
+}
+
+template <class F>
+decltype(auto) visit_compare(CompareOp op, F&& f) {
+  switch (op) {
+    case CompareOp::Eq: return f(EqF{});
+    case CompareOp::Ne: return f(NeF{});
+    case CompareOp::Lt: return f(LtF{});
+    case CompareOp::Le: return f(LeF{});
+    case CompareOp::Gt: return f(GtF{});
+    case CompareOp::Ge: return f(GeF{});
+    case CompareOp::kCount: break;
+  }
+  DTRAIN_FAIL("unknown CompareOp {}", static_cast<int>(op));
+}
+
+}  // namespace dtrain::detail

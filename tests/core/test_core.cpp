@@ -1,0 +1,86 @@
+#include "dtrain/core/device.h"
+#include "dtrain/core/environment.h"
+#include "dtrain/core/error.h"
+#include "dtrain/core/parallel.h"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+using namespace dtrain;
+
+TEST_CASE("Device parses and prints", "[core][cpu]") {
+  CHECK(Device::parse("cpu") == Device::cpu());
+  CHECK(Device::parse("cuda") == Device::cuda(0));
+  CHECK(Device::parse("cuda:3") == Device::cuda(3));
+  CHECK(Device::cuda(2).str() == "cuda:2");
+  CHECK_THROWS_WITH(Device::parse("gpu"), Catch::Contains("'gpu'"));
+  CHECK_THROWS_WITH(Device::parse("cuda:x"), Catch::Contains("cuda:N"));
+}
+
+TEST_CASE("cuda::available answers without a GPU", "[core][cpu]") {
+  if (!cuda::available()) CHECK_FALSE(cuda::unavailable_reason().empty());
+  CHECK(cuda::device_count() >= 0);
+}
+
+TEST_CASE("Error carries the message and the source location", "[core][cpu]") {
+  try {
+    DTRAIN_CHECK(1 + 1 == 3, "arithmetic: expected {}, got {}", 3, 2);
+    FAIL("no throw");
+  } catch (const Error& e) {
+    CHECK(e.message() == "arithmetic: expected 3, got 2");
+    CHECK(std::string(e.what()).find("test_core.cpp") != std::string::npos);
+  }
+}
+
+TEST_CASE("parallel_for covers the range exactly once at any thread count", "[core][cpu]") {
+  for (int threads : {1, 2, 3, 8}) {
+    set_num_threads(threads);
+    std::vector<std::atomic<int>> hits(10007);
+    parallel_for(0, 10007, 100, [&](std::int64_t b, std::int64_t e) {
+      for (auto i = b; i < e; ++i) hits[i]++;
+    });
+    for (auto& h : hits) REQUIRE(h == 1);
+  }
+  set_num_threads(2);
+}
+
+TEST_CASE("parallel_for respects the grain and runs nested calls inline", "[core][cpu]") {
+  set_num_threads(4);
+  std::mutex mu;
+  std::vector<std::int64_t> sizes;
+  parallel_for(0, 1000, 400, [&](std::int64_t b, std::int64_t e) {
+    std::lock_guard lock(mu);
+    sizes.push_back(e - b);
+    int inner_calls = 0;
+    parallel_for(0, 100, 1, [&](std::int64_t, std::int64_t) { ++inner_calls; });
+    CHECK(inner_calls == 1);  // nested: one inline call
+  });
+  CHECK(sizes.size() == 2);  // 1000 / 400 -> at most 2 parts
+  set_num_threads(2);
+}
+
+TEST_CASE("parallel_for propagates exceptions from workers", "[core][cpu]") {
+  set_num_threads(2);
+  CHECK_THROWS_WITH(parallel_for(0, 100, 1,
+                                 [](std::int64_t b, std::int64_t) {
+                                   if (b > 0) DTRAIN_FAIL("worker failed at {}", b);
+                                 }),
+                    Catch::Contains("worker failed"));
+  CHECK_THROWS_WITH(set_num_threads(0), Catch::Contains("at least 1"));
+}
+
+TEST_CASE("environment integers are validated", "[core][cpu]") {
+  ::setenv("DTRAIN_TEST_INT", "12", 1);
+  CHECK(env::get_int("DTRAIN_TEST_INT") == 12);
+  ::setenv("DTRAIN_TEST_INT", "12x", 1);
+  CHECK_THROWS_WITH(env::get_int("DTRAIN_TEST_INT"), Catch::Contains("DTRAIN_TEST_INT='12x'"));
+  ::unsetenv("DTRAIN_TEST_INT");
+  CHECK_FALSE(env::get_int("DTRAIN_TEST_INT").has_value());
+  ::setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+  CHECK(env::local_world_size() == 2);
+  ::unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+}

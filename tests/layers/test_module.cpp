@@ -1,0 +1,126 @@
+#include "dtrain/layers/layers.h"
+#include "support/test_support.h"
+
+using namespace dtrain;
+using namespace dtrain::nn;
+
+TEST_CASE("parameters are named recursively in registration order", "[layers][cpu]") {
+  auto model = mlp(6, {5}, 3);
+  auto named = model->named_parameters();
+  REQUIRE(named.size() == 4);
+  CHECK(named[0].first == "1.weight");
+  CHECK(named[1].first == "1.bias");
+  CHECK(named[2].first == "3.weight");
+  CHECK(named[3].first == "3.bias");
+  CHECK(model->num_parameters() == 6 * 5 + 5 + 5 * 3 + 3);
+  CHECK(model->summary().find("Linear(6, 5)") != std::string::npos);
+}
+
+TEST_CASE("state_dict round-trips and load_state_dict explains mismatches", "[layers][cpu]") {
+  manual_seed(1);
+  auto a = lenet_cnn();
+  manual_seed(2);
+  auto b = lenet_cnn();
+  a->load_state_dict(b->state_dict());
+  for (std::size_t i = 0; i < a->state_dict().size(); ++i) {
+    CHECK(max_abs_diff(a->state_dict()[i].second, b->state_dict()[i].second) == 0);
+  }
+  StateDict missing = b->state_dict();
+  missing.pop_back();
+  CHECK_THROWS_WITH(a->load_state_dict(missing), Catch::Contains("missing"));
+  StateDict extra = b->state_dict();
+  extra.emplace_back("bogus", Tensor::zeros({1}));
+  CHECK_THROWS_WITH(a->load_state_dict(extra), Catch::Contains("bogus"));
+  StateDict wrong = b->state_dict();
+  wrong[0].second = Tensor::zeros({1, 2});
+  CHECK_THROWS_WITH(a->load_state_dict(wrong), Catch::Contains("[1, 2]"));
+}
+
+TEST_CASE("Linear computes x W^T + b", "[layers][cpu]") {
+  Linear layer(3, 2);
+  Tensor w = layer.weight.data();
+  Tensor b = layer.bias.data();
+  Tensor x = test::random_tensor({4, 3}, 3);
+  Tensor y = layer(Variable(x)).data();
+  auto xv = x.to_vector<double>(), wv = w.to_vector<double>(), bv = b.to_vector<double>();
+  std::vector<double> expected;
+  for (int i = 0; i < 4; ++i)
+    for (int o = 0; o < 2; ++o) {
+      double s = bv[o];
+      for (int k = 0; k < 3; ++k) s += xv[i * 3 + k] * wv[o * 3 + k];
+      expected.push_back(s);
+    }
+  test::require_close(y, Tensor::from_vector(expected, {4, 2}).to(DType::f32), 1e-5, 1e-6);
+  // PyTorch's default init bound 1/sqrt(in).
+  double bound = 1 / std::sqrt(3.0);
+  CHECK(max(abs(w)).item() <= bound);
+  CHECK_THROWS_WITH(layer(Variable(Tensor::zeros({4, 5}))), Catch::Contains("[4, 5]"));
+}
+
+TEST_CASE("BatchNorm2d: batch statistics in training, running statistics in eval", "[layers][cpu]") {
+  BatchNorm2d bn(2, {.eps = 1e-5, .momentum = 0.5});
+  Tensor x = test::random_tensor({4, 2, 3, 3}, 4, DType::f32, 0, 4);
+  Tensor y = bn(Variable(x)).data();
+  // Each channel of the output has mean 0 and (biased) variance 1.
+  Tensor m = mean(y, {0, 2, 3});
+  Tensor v = mean(square(y), {0, 2, 3});
+  test::require_close(m, Tensor::zeros({2}), 0, 1e-5);
+  test::require_close(v, Tensor::ones({2}), 1e-3, 1e-3);
+  // running_mean = 0.5 * 0 + 0.5 * batch mean; running_var uses the unbiased variance.
+  Tensor batch_mean = mean(x, {0, 2, 3});
+  test::require_close(bn.running_mean, mul(batch_mean, 0.5), 1e-5, 1e-6);
+  Tensor centered = sub(x, batch_mean.reshape({1, 2, 1, 1}));
+  Tensor unbiased = div(sum(square(centered), {0, 2, 3}), 35.0);
+  test::require_close(bn.running_var, add(mul(unbiased, 0.5), 0.5), 1e-4, 1e-5);
+  CHECK(bn.num_batches_tracked.item() == 1);
+
+  bn.eval();
+  Tensor ye = bn(Variable(x)).data();
+  Tensor expected = div(sub(x, bn.running_mean.reshape({1, 2, 1, 1})),
+                        sqrt(add(bn.running_var, 1e-5)).reshape({1, 2, 1, 1}));
+  test::require_close(ye, expected, 1e-4, 1e-5);
+  CHECK_THROWS_WITH(bn(Variable(Tensor::zeros({4, 2}))), Catch::Contains("4-d"));
+  CHECK_THROWS_WITH(bn(Variable(Tensor::zeros({4, 3, 2, 2}))), Catch::Contains("3 channels"));
+}
+
+TEST_CASE("Dropout is identity in eval and zeroes about p in training", "[layers][cpu]") {
+  Dropout drop(0.25);
+  Tensor x = Tensor::ones({100, 100});
+  Tensor y = drop(Variable(x)).data();
+  double zeros = sum(eq(y, Tensor::scalar(0))).item();
+  CHECK(zeros / 10000 == Approx(0.25).margin(0.02));
+  CHECK(sum(y).item() / 10000 == Approx(1).margin(0.03));  // inverted scaling keeps the mean
+  drop.eval();
+  CHECK(max_abs_diff(drop(Variable(x)).data(), x) == 0);
+}
+
+TEST_CASE("Embedding looks up rows and scatters gradients back", "[layers][cpu]") {
+  Embedding emb(5, 3);
+  Tensor idx = Tensor::from_vector<std::int64_t>({4, 0, 4}, {3});
+  Variable out = emb(Variable(idx));
+  REQUIRE(out.shape() == Shape{3, 3});
+  test::require_close(out.data().select(0, 0), emb.weight.data().select(0, 4));
+  sum(out).backward();
+  auto g = emb.weight.grad().to_vector<float>();
+  CHECK(g[4 * 3] == 2);  // row 4 used twice
+  CHECK(g[0] == 1);
+  CHECK(g[3] == 0);
+}
+
+TEST_CASE("models produce the expected output shapes", "[layers][cpu]") {
+  CHECK(mlp(784, {512, 512}, 10)->forward(Variable(Tensor::zeros({2, 1, 28, 28}))).shape() == Shape{2, 10});
+  CHECK(lenet_cnn()->forward(Variable(Tensor::zeros({2, 1, 28, 28}))).shape() == Shape{2, 10});
+  auto r18 = resnet(18, 10, ResNetStem::Cifar);
+  CHECK(r18->num_parameters() == 11173962);  // torchvision resnet18 with a 10-class head and 3x3 stem
+  CHECK(r18->forward(Variable(Tensor::zeros({2, 3, 32, 32}))).shape() == Shape{2, 10});
+  CHECK(resnet(50, 1000)->num_parameters() == 25557032);  // torchvision resnet50
+  CHECK_THROWS_WITH(resnet(20), Catch::Contains("depth 20"));
+}
+
+TEST_CASE("train/eval propagates to children", "[layers][cpu]") {
+  auto model = resnet(18, 10, ResNetStem::Cifar);
+  model->eval();
+  for (const auto& [name, child] : model->children()) CHECK_FALSE(child->is_training());
+  model->train();
+  CHECK((*model)[1]->is_training());
+}
