@@ -39,7 +39,9 @@ class Pool {
     for (auto& t : threads_) t.join();
     threads_.clear();
     stop_ = false;
-    for (int i = 0; i < workers; ++i) threads_.emplace_back([this, i] { worker(i + 1); });
+    // New workers must wait for the next job, not re-run the last one.
+    const std::uint64_t current = generation_;
+    for (int i = 0; i < workers; ++i) threads_.emplace_back([this, i, current] { worker(i + 1, current); });
   }
 
   std::mutex& job_mutex() { return job_mu_; }
@@ -80,8 +82,7 @@ class Pool {
     t_in_parallel = false;
   }
 
-  void worker(int index) {
-    std::uint64_t seen = 0;
+  void worker(int index, std::uint64_t seen) {
     for (;;) {
       {
         std::unique_lock lock(mu_);

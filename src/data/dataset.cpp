@@ -23,10 +23,10 @@ std::string describe(const Tensor& t) {
 // Copies `part` into row i of `out` after checking it matches `first` (shape, dtype, CPU).
 void copy_row(Tensor& out, std::int64_t i, const Tensor& first, const Tensor& part, const char* what,
               std::int64_t index) {
-  DTRAIN_CHECK(part.defined() && part.shape() == first.shape() && part.dtype() == first.dtype() &&
-                   part.device().is_cpu(),
-               "Dataset::get_batch: the {} of example {} is {}, expected {} like the first example's", what, index,
-               describe(part), describe(first));
+  DTRAIN_CHECK(
+      part.defined() && part.shape() == first.shape() && part.dtype() == first.dtype() && part.device().is_cpu(),
+      "Dataset::get_batch: the {} of example {} is {}, expected {} like the first example's", what, index,
+      describe(part), describe(first));
   const Tensor src = part.contiguous();
   const std::size_t row_bytes = src.nbytes();
   std::memcpy(static_cast<char*>(out.raw_data()) + static_cast<std::size_t>(i) * row_bytes, src.raw_data(), row_bytes);

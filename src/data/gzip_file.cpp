@@ -43,7 +43,7 @@ std::vector<std::uint8_t> read_gzip(const std::filesystem::path& path) {
   std::unique_ptr<gzFile_s, int (*)(gzFile)> file(gzopen(path.c_str(), "rb"), &gzclose_r);
   DTRAIN_CHECK(file, "cannot open '{}': {}", path.string(), errno ? std::strerror(errno) : "out of memory");
   constexpr std::size_t kChunk = std::size_t{1} << 20;
-  gzbuffer(file.get(), kChunk);  // fewer, larger reads of the compressed file
+  gzbuffer(file.get(), static_cast<unsigned>(kChunk));  // fewer, larger reads of the compressed file
   std::vector<std::uint8_t> bytes;
   std::size_t have = 0;
   for (;;) {

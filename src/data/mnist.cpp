@@ -47,15 +47,17 @@ ImageHeader check_images(const fs::path& path, const std::vector<std::uint8_t>& 
                "only {} bytes",
                name, kImageHeader, kImageMagic, bytes.size());
   const std::int64_t magic = read_be32(bytes.data());
-  DTRAIN_CHECK(magic == kImageMagic, "'{}': wrong magic number 0x{:08x}: expected 0x{:08x} (IDX images of unsigned bytes)",
-               name, magic, kImageMagic);
+  DTRAIN_CHECK(magic == kImageMagic,
+               "'{}': wrong magic number 0x{:08x}: expected 0x{:08x} (IDX images of unsigned bytes)", name, magic,
+               kImageMagic);
   ImageHeader h{read_be32(bytes.data() + 4), read_be32(bytes.data() + 8), read_be32(bytes.data() + 12)};
   DTRAIN_CHECK(h.count >= 1 && h.rows >= 1 && h.rows <= kMaxSide && h.cols >= 1 && h.cols <= kMaxSide,
                "'{}': header says {} images of {}x{}: expected at least one image with 1..{} rows and columns", name,
                h.count, h.rows, h.cols, kMaxSide);
   const std::int64_t promised = h.count * h.rows * h.cols;  // < 2^56: no overflow
   const auto held = static_cast<std::int64_t>(bytes.size() - kImageHeader);
-  DTRAIN_CHECK(promised == held, "'{}': header promises {} images of {}x{} = {} bytes but the file holds {}", name,
+  DTRAIN_CHECK(promised == held,
+               "'{}': header promises {} images of {}x{} = {} bytes but the file holds {} bytes of pixels", name,
                h.count, h.rows, h.cols, promised, held);
   return h;
 }
@@ -67,12 +69,13 @@ std::int64_t check_labels(const fs::path& path, const std::vector<std::uint8_t>&
                "only {} bytes",
                name, kLabelHeader, kLabelMagic, bytes.size());
   const std::int64_t magic = read_be32(bytes.data());
-  DTRAIN_CHECK(magic == kLabelMagic, "'{}': wrong magic number 0x{:08x}: expected 0x{:08x} (IDX labels of unsigned bytes)",
-               name, magic, kLabelMagic);
+  DTRAIN_CHECK(magic == kLabelMagic,
+               "'{}': wrong magic number 0x{:08x}: expected 0x{:08x} (IDX labels of unsigned bytes)", name, magic,
+               kLabelMagic);
   const std::int64_t count = read_be32(bytes.data() + 4);
   DTRAIN_CHECK(count >= 1, "'{}': header says 0 labels: expected at least one", name);
   const auto held = static_cast<std::int64_t>(bytes.size() - kLabelHeader);
-  DTRAIN_CHECK(count == held, "'{}': header promises {} labels = {} bytes but the file holds {}", name, count, count,
+  DTRAIN_CHECK(count == held, "'{}': header promises {} labels but the file holds {} bytes of labels", name, count,
                held);
   auto bad = std::find_if(bytes.begin() + kLabelHeader, bytes.end(), [&](std::uint8_t v) { return v >= num_classes; });
   DTRAIN_CHECK(bad == bytes.end(), "'{}': label {} at index {} is out of range: expected 0..{}", name, *bad,
@@ -84,8 +87,8 @@ std::int64_t check_labels(const fs::path& path, const std::vector<std::uint8_t>&
 
 std::shared_ptr<MnistDataset> MnistDataset::load(const fs::path& dir, Split split, MnistOptions options) {
   DTRAIN_CHECK(std::isfinite(options.mean) && std::isfinite(options.std) && options.std > 0,
-               "MnistDataset::load: expected a finite mean and a positive finite std, got mean {} std {}",
-               options.mean, options.std);
+               "MnistDataset::load: expected a finite mean and a positive finite std, got mean {} std {}", options.mean,
+               options.std);
   DTRAIN_CHECK(fs::exists(dir), "MNIST: directory '{}' does not exist", dir.string());
   DTRAIN_CHECK(fs::is_directory(dir), "MNIST: '{}' is not a directory", dir.string());
   const std::string prefix = split == Split::Train ? "train" : "t10k";
@@ -111,8 +114,7 @@ MnistDataset::MnistDataset(std::vector<std::uint8_t> image_file, std::vector<std
       rows_(rows),
       cols_(cols),
       options_(options) {
-  for (int v = 0; v < 256; ++v)
-    lut_[v] = static_cast<float>((v / 255.0 - options.mean) / options.std);
+  for (int v = 0; v < 256; ++v) lut_[v] = static_cast<float>((v / 255.0 - options.mean) / options.std);
 }
 
 void MnistDataset::check_index(std::int64_t index, const char* op) const {

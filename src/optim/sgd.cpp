@@ -16,8 +16,8 @@ SGD::SGD(std::vector<Variable> params, SgdOptions options)
       momentum_buffer_(add_buffer("momentum_buffer")) {
   DTRAIN_CHECK(momentum_ >= 0 && momentum_ < 1, "SGD: momentum must be in [0, 1), got {}", momentum_);
   DTRAIN_CHECK(dampening_ >= 0 && dampening_ <= 1, "SGD: dampening must be in [0, 1], got {}", dampening_);
-  DTRAIN_CHECK(weight_decay_ >= 0 && std::isfinite(weight_decay_), "SGD: weight_decay must be a finite number >= 0, got {}",
-               weight_decay_);
+  DTRAIN_CHECK(weight_decay_ >= 0 && std::isfinite(weight_decay_),
+               "SGD: weight_decay must be a finite number >= 0, got {}", weight_decay_);
   DTRAIN_CHECK(!nesterov_ || (momentum_ > 0 && dampening_ == 0),
                "SGD: nesterov needs momentum > 0 and dampening 0, got momentum {} and dampening {}", momentum_,
                dampening_);

@@ -118,18 +118,20 @@ struct TanhF {
   static constexpr bool kIntegers = false;
   template <class T> DTRAIN_HD T operator()(T x) const { return std::tanh(x); }
 };
-// gelu(x) = x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2))), the exact form.
+// gelu(x) = x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2))), the exact form. Written with
+// erfc(-x / sqrt(2)), the same value, which keeps its relative accuracy for negative x
+// where 1 + erf(..) would cancel.
 struct GeluF {
   static constexpr const char* kName = "gelu";
   static constexpr bool kIntegers = false;
   template <class T> DTRAIN_HD T operator()(T x) const {
-    return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
+    return T(0.5) * x * std::erfc(x * T(-0.70710678118654752440));
   }
 };
 // gelu'(x) = Phi(x) + x * phi(x), phi the standard normal density.
 struct GeluDerivF {
   template <class T> DTRAIN_HD T operator()(T x) const {
-    T cdf = T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752440)));
+    T cdf = T(0.5) * std::erfc(x * T(-0.70710678118654752440));
     T pdf = T(0.39894228040143267794) * std::exp(T(-0.5) * x * x);
     return cdf + x * pdf;
   }

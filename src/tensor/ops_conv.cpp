@@ -41,19 +41,20 @@ Shape conv_output_shape(const char* op, const Shape& x, const Shape& w, const Co
   DTRAIN_CHECK(x[1] % p.groups == 0 && w[0] % p.groups == 0,
                "{}: {} input channels and {} output channels must both be divisible by groups={}", op, x[1], w[0],
                p.groups);
-  DTRAIN_CHECK(w[1] == x[1] / p.groups, "{}: weight {} expects {} input channels per group, input {} has {} ({} groups)",
-               op, shape_str(w), w[1], shape_str(x), x[1] / p.groups, p.groups);
+  DTRAIN_CHECK(w[1] == x[1] / p.groups,
+               "{}: weight {} expects {} input channels per group, input {} has {} ({} groups)", op, shape_str(w), w[1],
+               shape_str(x), x[1] / p.groups, p.groups);
   const std::int64_t kh = p.dilation_h * (w[2] - 1) + 1, kw = p.dilation_w * (w[3] - 1) + 1;
   DTRAIN_CHECK(w[2] >= 1 && w[3] >= 1 && kh <= x[2] + 2 * p.pad_h && kw <= x[3] + 2 * p.pad_w,
-               "{}: dilated kernel ({}, {}) of weight {} does not fit the padded input ({}, {}) of input {}", op, kh, kw,
-               shape_str(w), x[2] + 2 * p.pad_h, x[3] + 2 * p.pad_w, shape_str(x));
+               "{}: dilated kernel ({}, {}) of weight {} does not fit the padded input ({}, {}) of input {}", op, kh,
+               kw, shape_str(w), x[2] + 2 * p.pad_h, x[3] + 2 * p.pad_w, shape_str(x));
   return {x[0], w[0], conv_out_size(x[2], w[2], p.stride_h, p.pad_h, p.dilation_h),
           conv_out_size(x[3], w[3], p.stride_w, p.pad_w, p.dilation_w)};
 }
 
 void check_grad_out(const char* op, const Tensor& grad_out, const Shape& expected) {
-  DTRAIN_CHECK(grad_out.shape() == expected, "{}: grad_out has shape {}, expected {}", op,
-               shape_str(grad_out.shape()), shape_str(expected));
+  DTRAIN_CHECK(grad_out.shape() == expected, "{}: grad_out has shape {}, expected {}", op, shape_str(grad_out.shape()),
+               shape_str(expected));
 }
 
 // Validates a pooling window against x's shape; returns the output shape (N, C, OH, OW).
@@ -97,7 +98,8 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const
   check_input(grad_out, "conv2d_backward_input", "grad_out");
   check_input(weight, "conv2d_backward_input", "weight");
   check_same(grad_out, weight, "conv2d_backward_input", "weight");
-  check_grad_out("conv2d_backward_input", grad_out, conv_output_shape("conv2d_backward_input", x_shape, weight.shape(), p));
+  check_grad_out("conv2d_backward_input", grad_out,
+                 conv_output_shape("conv2d_backward_input", x_shape, weight.shape(), p));
   Tensor grad_x = Tensor::zeros(x_shape, grad_out.options());
   detail::backend(grad_out.device()).conv2d_backward_input(grad_out, weight, p, grad_x);
   return grad_x;

@@ -74,8 +74,8 @@ Tensor scatter_add(const Shape& shape, std::int64_t dim, const Tensor& index, co
   DTRAIN_CHECK(index.shape() == src.shape(), "scatter_add: index {} and src {} must have the same shape",
                shape_str(index.shape()), shape_str(src.shape()));
   DTRAIN_CHECK(src.dim() == static_cast<std::int64_t>(shape.size()) && same_except(src.shape(), shape, d),
-               "scatter_add: src {} must match output {} on every dim but {}", shape_str(src.shape()),
-               shape_str(shape), d);
+               "scatter_add: src {} must match output {} on every dim but {}", shape_str(src.shape()), shape_str(shape),
+               d);
   Tensor out = Tensor::zeros(shape, src.options());
   detail::backend(src.device()).scatter_add(d, index, src, out);
   return out;

@@ -1,6 +1,6 @@
 // matmul: validates ranks and shapes, applies the transposes as views and hands the
 // backend one batched (B,m,k) x (B,k,n) problem; a 2-D right operand is broadcast over the
-// batch with stride 0, never copied.
+// batch with stride 0, never copied, or the batch is folded into the rows when it can be.
 #include "dtrain/tensor/ops.h"
 
 #include "tensor/backend.h"
@@ -10,13 +10,14 @@ namespace dtrain {
 Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool transpose_a, bool transpose_b) {
   check_defined(a_in, "matmul");
   check_defined(b_in, "matmul");
-  DTRAIN_CHECK(a_in.device() == b_in.device(), "matmul: operands on different devices ({} and {})",
-               a_in.device().str(), b_in.device().str());
+  DTRAIN_CHECK(a_in.device() == b_in.device(), "matmul: operands on different devices ({} and {})", a_in.device().str(),
+               b_in.device().str());
   DTRAIN_CHECK(a_in.dtype() == b_in.dtype(), "matmul: operands have different dtypes ({} and {})",
                dtype_name(a_in.dtype()), dtype_name(b_in.dtype()));
   DTRAIN_CHECK(is_floating(a_in.dtype()), "matmul: expected floating operands (f32, f64), got {}",
                dtype_name(a_in.dtype()));
-  const bool ranks_ok = (a_in.dim() == 2 && b_in.dim() == 2) || (a_in.dim() == 3 && (b_in.dim() == 2 || b_in.dim() == 3));
+  const bool ranks_ok =
+      (a_in.dim() == 2 && b_in.dim() == 2) || (a_in.dim() == 3 && (b_in.dim() == 2 || b_in.dim() == 3));
   DTRAIN_CHECK(ranks_ok, "matmul: cannot multiply {} by {}: expected 2-D x 2-D, 3-D x 3-D or 3-D x 2-D",
                shape_str(a_in.shape()), shape_str(b_in.shape()));
 
@@ -30,11 +31,21 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool transpose_a, bool tra
   DTRAIN_CHECK(b.dim() == 2 || b.size(0) == batch, "matmul: cannot multiply {} by {}: batch sizes {} and {} differ",
                shape_str(a_in.shape()), shape_str(b_in.shape()), batch, b.size(0));
 
-  Tensor a3 = a.dim() == 3 ? a : a.unsqueeze(0);
-  Tensor b3 = b.dim() == 3 ? b : b.unsqueeze(0).expand({batch, k, n});
   Tensor out = Tensor::empty({batch, m, n}, a.options());
-  detail::backend(a.device()).matmul(a3, b3, out);
-  return a.dim() == 3 ? out : out.view({m, n});
+  detail::Backend& be = detail::backend(a.device());
+  if (a.dim() == 2) {
+    be.matmul(a.unsqueeze(0), b.unsqueeze(0), out);
+    return out.view({m, n});
+  }
+  if (b.dim() == 2 && a.stride(0) == m * a.stride(1)) {
+    // A stack of row blocks times one matrix is one (batch*m, k) x (k, n) product: a single
+    // large GEMM instead of `batch` small ones.
+    Tensor folded = out.view({1, batch * m, n});
+    be.matmul(a.reshape({1, batch * m, k}), b.unsqueeze(0), folded);
+    return out;
+  }
+  be.matmul(a, b.dim() == 3 ? b : b.unsqueeze(0).expand({batch, k, n}), out);
+  return out;
 }
 
 }  // namespace dtrain

@@ -44,8 +44,7 @@ Tensor& fill_random(Tensor& t, Generator* gen, Fill fill) {
 
 void check_floating(const Tensor& t, const char* op) {
   check_defined(t, op);
-  DTRAIN_CHECK(is_floating(t.dtype()), "{}: expected a floating tensor (f32, f64), got {}", op,
-               dtype_name(t.dtype()));
+  DTRAIN_CHECK(is_floating(t.dtype()), "{}: expected a floating tensor (f32, f64), got {}", op, dtype_name(t.dtype()));
 }
 
 }  // namespace

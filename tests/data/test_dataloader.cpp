@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <numeric>
+#include <optional>
 #include <thread>
 
 using namespace dtrain;
@@ -148,8 +149,8 @@ TEST_CASE("DataLoader keeps sampler order with several workers", "[cpu][data]") 
   for (int workers : {2, 4}) {
     for (int prefetch : {1, 3}) {
       INFO("workers " << workers << " prefetch " << prefetch);
-      DataLoader loader(ds, {.batch_size = 3, .shuffle = true, .seed = 5, .prefetch_batches = prefetch,
-                             .workers = workers});
+      DataLoader loader(
+          ds, {.batch_size = 3, .shuffle = true, .seed = 5, .prefetch_batches = prefetch, .workers = workers});
       auto batches = run_epoch(loader);
       CHECK(batches.size() == 30);
       CHECK(flatten(batches) == RandomSampler(n, 5).indices(0));
@@ -171,9 +172,10 @@ TEST_CASE("DataLoader rethrows a worker's error when the consumer reaches that b
 
   // Skipping the failing batch without looking at it still reports the error.
   auto skip = loader.begin();
-  require_error([&] {
+  auto skip_ten = [&] {
     for (int b = 0; b < 10; ++b) ++skip;
-  }, {"bad example 13"});
+  };
+  require_error(skip_ten, {"bad example 13"});
 }
 
 TEST_CASE("DataLoader stops its threads when the loop ends early", "[cpu][data]") {
@@ -205,6 +207,19 @@ TEST_CASE("DataLoader::begin replaces an unfinished pass", "[cpu][data]") {
   }
   CHECK(all == iota_vector(20));
   require_error([&] { *second; }, {"end iterator"});
+}
+
+TEST_CASE("DataLoader iterators outlive their loader", "[cpu][data]") {
+  std::optional<DataLoader> loader(std::in_place, std::make_shared<IndexDataset>(12),
+                                   DataLoaderOptions{.batch_size = 5});
+  auto it = loader->begin();
+  loader.reset();
+  std::vector<std::int64_t> all;
+  for (; it != DataLoader::Iterator(); ++it) {
+    auto t = it->targets.to_vector<std::int64_t>();
+    all.insert(all.end(), t.begin(), t.end());
+  }
+  CHECK(all == iota_vector(12));
 }
 
 TEST_CASE("DataLoader feeds MNIST batches in sampler order", "[cpu][data]") {

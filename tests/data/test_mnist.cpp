@@ -49,7 +49,8 @@ void check_examples(const MnistDataset& ds, double mean, double std) {
     REQUIRE(ex.target.dtype() == DType::i64);
     CHECK(ex.target.to_vector<std::int64_t>()[0] == kLabels[i]);
     auto values = ex.input.to_vector<float>();
-    for (std::size_t k = 0; k < values.size(); ++k) CHECK(values[k] == Approx(expected_pixel(i, k, mean, std)).margin(1e-6));
+    for (std::size_t k = 0; k < values.size(); ++k)
+      CHECK(values[k] == Approx(expected_pixel(i, k, mean, std)).margin(1e-6));
   }
 }
 
@@ -186,7 +187,8 @@ TEST_CASE("MnistDataset loads Fashion-MNIST when installed", "[cpu][data][slow]"
     WARN("skipped: " << dir << " is absent (Debian package dataset-fashion-mnist)");
     return;
   }
-  for (auto [split, count] : {std::pair{MnistDataset::Split::Train, 60000}, std::pair{MnistDataset::Split::Test, 10000}}) {
+  for (auto [split, count] :
+       {std::pair{MnistDataset::Split::Train, 60000}, std::pair{MnistDataset::Split::Test, 10000}}) {
     auto ds = MnistDataset::load(dir, split);
     REQUIRE(ds->size() == count);
     REQUIRE(ds->rows() == 28);

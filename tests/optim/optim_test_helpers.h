@@ -22,7 +22,9 @@ inline std::vector<double> values_of(const Variable& p) { return p.data().to_vec
 // momentum and moment estimates see a non-trivial history.
 inline std::vector<double> grad_at(int step, std::size_t n, double salt = 0) {
   std::vector<double> g(n);
-  for (std::size_t j = 0; j < n; ++j) g[j] = std::sin(1.3 * step + 0.7 * static_cast<double>(j) + salt) * (1 + 0.25 * j);
+  for (std::size_t j = 0; j < n; ++j) {
+    g[j] = std::sin(1.3 * step + 0.7 * static_cast<double>(j) + salt) * (1 + 0.25 * static_cast<double>(j));
+  }
   return g;
 }
 

@@ -40,9 +40,9 @@ TEST_CASE("WarmupLr ramps linearly into the schedule after it", "[cpu][optim]") 
   CHECK(warmup.lr_at(0) == Approx(0.1));  // 0.25 * 0.4
   CHECK(warmup.lr_at(1) == Approx(0.1 + 0.3 * 1 / 5));
   CHECK(warmup.lr_at(4) == Approx(0.1 + 0.3 * 4 / 5));
-  CHECK(warmup.lr_at(5) == Approx(0.4));   // after.lr_at(0)
-  CHECK(warmup.lr_at(14) == Approx(0.4));  // after.lr_at(9)
-  CHECK(warmup.lr_at(15) == Approx(0.04)); // after.lr_at(10)
+  CHECK(warmup.lr_at(5) == Approx(0.4));    // after.lr_at(0)
+  CHECK(warmup.lr_at(14) == Approx(0.4));   // after.lr_at(9)
+  CHECK(warmup.lr_at(15) == Approx(0.04));  // after.lr_at(10)
 
   WarmupLr from_zero(std::make_shared<ConstantLr>(2.0), 4);
   CHECK(from_zero.lr_at(0) == 0.0);

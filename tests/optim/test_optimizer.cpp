@@ -5,13 +5,16 @@
 #include "support/test_support.h"
 
 #include <algorithm>
-#include <functional>
 #include <memory>
 
 namespace dtrain::optim::test {
 namespace {
 
-using Factory = std::function<std::unique_ptr<Optimizer>(std::vector<Variable>)>;
+std::unique_ptr<Optimizer> make_optimizer(const std::string& kind, std::vector<Variable> params) {
+  if (kind == "SGD") return std::make_unique<SGD>(std::move(params), SgdOptions{.lr = 0.1, .momentum = 0.9});
+  if (kind == "Adam") return std::make_unique<Adam>(std::move(params), AdamOptions{.lr = 0.01});
+  return std::make_unique<AdamW>(std::move(params), AdamOptions{.lr = 0.01});
+}
 
 std::vector<Variable> fresh_params(const std::vector<std::vector<double>>& values) {
   return {f64_param(values[0], {2, 2}), f64_param(values[1], {3})};
@@ -29,19 +32,10 @@ bool has_entry(const NamedTensors& state, const std::string& name) {
 }  // namespace
 
 TEST_CASE("Optimizer state round trip continues identically", "[cpu][optim]") {
-  const auto [name, factory] = GENERATE(
-      std::pair<std::string, Factory>{"SGD", [](std::vector<Variable> p) {
-                                         return std::make_unique<SGD>(std::move(p), SgdOptions{.lr = 0.1, .momentum = 0.9});
-                                       }},
-      std::pair<std::string, Factory>{"Adam", [](std::vector<Variable> p) {
-                                         return std::make_unique<Adam>(std::move(p), AdamOptions{.lr = 0.01});
-                                       }},
-      std::pair<std::string, Factory>{"AdamW", [](std::vector<Variable> p) {
-                                         return std::make_unique<AdamW>(std::move(p), AdamOptions{.lr = 0.01});
-                                       }});
-  INFO(name);
+  const std::string kind = GENERATE(as<std::string>{}, "SGD", "Adam", "AdamW");
+  INFO(kind);
   std::vector<Variable> params = fresh_params({{1.0, -2.0, 0.5, 3.0}, {0.1, 0.2, -0.3}});
-  auto original = factory(params);
+  auto original = make_optimizer(kind, params);
   for (int k = 0; k < 3; ++k) {
     set_grads(params, k);
     original->step();
@@ -61,7 +55,7 @@ TEST_CASE("Optimizer state round trip continues identically", "[cpu][optim]") {
     original->step();
   }
 
-  auto resumed = factory(resumed_params);
+  auto resumed = make_optimizer(kind, resumed_params);
   resumed->load_state(snapshot);
   CHECK(resumed->steps() == 4);
   CHECK(resumed->lr() == original->lr());

@@ -23,9 +23,7 @@ Tensor naive_bmm(const Tensor& a, const Tensor& b) {
   return Tensor::from_vector(out, {batch, m, n});
 }
 
-Tensor naive_mm(const Tensor& a, const Tensor& b) {
-  return naive_bmm(a.unsqueeze(0), b.unsqueeze(0)).squeeze(0);
-}
+Tensor naive_mm(const Tensor& a, const Tensor& b) { return naive_bmm(a.unsqueeze(0), b.unsqueeze(0)).squeeze(0); }
 
 // Restores the thread count when a test changes it.
 struct ThreadCount {
@@ -57,7 +55,7 @@ TEST_CASE("matmul splits a large product's rows across threads", "[cpu][tensor]"
 }
 
 TEST_CASE("matmul transpose flags and transposed views read in place", "[cpu][tensor]") {
-  Tensor a = test::random_tensor({6, 4}, 9);  // used as (4, 6) when transposed
+  Tensor a = test::random_tensor({6, 4}, 9);   // used as (4, 6) when transposed
   Tensor b = test::random_tensor({5, 6}, 10);  // used as (6, 5) when transposed
   Tensor a_t = a.t().contiguous(), b_t = b.t().contiguous();
   test::require_close(matmul(a, b, true, true), naive_mm(a_t, b_t), 1e-5, 1e-5);
@@ -97,6 +95,8 @@ TEST_CASE("matmul broadcasts a 2-D right operand over the batch", "[cpu][tensor]
   Tensor expected = naive_bmm(a, b.unsqueeze(0).expand({3, 6, 4}));
   test::require_close(matmul(a, b), expected, 1e-5, 1e-5);
   test::require_close(matmul(a, b.t().contiguous(), false, true), expected, 1e-5, 1e-5);
+  // A transposed left operand cannot fold its batch into rows: the stride-0 broadcast path.
+  test::require_close(matmul(a.transpose(1, 2).contiguous(), b, true, false), expected, 1e-5, 1e-5);
   // A broadcast operand with no unit stride: only its one slice is copied.
   Tensor wide = test::random_tensor({12, 8}, 19);
   Tensor strided = wide.slice(0, 0, 12, 2).slice(1, 0, 8, 2);  // (6, 4)

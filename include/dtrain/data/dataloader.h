@@ -13,6 +13,7 @@
 // variables (never spin). A worker's exception is rethrown to the consumer when it reaches
 // that batch. The pass ends, and its threads are joined, when the last iterator of the pass
 // is destroyed (so breaking out of a loop is clean) or when begin() starts a new pass.
+// A pass holds what it reads (dataset, indices), so its iterators may outlive the loader.
 // One consumer thread per loader.
 #pragma once
 

@@ -30,7 +30,8 @@ class Dataset {
   virtual Example get(std::int64_t index) const = 0;
   // The examples at `indices` stacked into one batch (same thread-safety as get()). The
   // default calls get() per index and copies the results, which must agree in shape and
-  // dtype; datasets that can fill the batch tensors directly override it for speed.
+  // dtype (it needs at least one index to learn them); datasets that can fill the batch
+  // tensors directly override it for speed.
   virtual Batch get_batch(const std::vector<std::int64_t>& indices) const;
 };
 

@@ -28,8 +28,7 @@ class MnistDataset final : public Dataset {
   // plain or with a .gz suffix (the plain file wins when both exist). Throws dtrain::Error
   // naming the file and what was expected when a file is missing, truncated or malformed,
   // when image and label counts differ, or when a label is not in [0, num_classes()).
-  static std::shared_ptr<MnistDataset> load(const std::filesystem::path& dir, Split split,
-                                            MnistOptions options = {});
+  static std::shared_ptr<MnistDataset> load(const std::filesystem::path& dir, Split split, MnistOptions options = {});
 
   std::int64_t size() const override { return count_; }
   // input: f32 (1, rows, cols); target: i64 scalar.

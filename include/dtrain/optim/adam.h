@@ -9,10 +9,10 @@
 namespace dtrain::optim {
 
 struct AdamOptions {
-  double lr = 1e-3;     // >= 0
-  double beta1 = 0.9;   // [0, 1)
-  double beta2 = 0.999; // [0, 1)
-  double eps = 1e-8;    // > 0
+  double lr = 1e-3;      // >= 0
+  double beta1 = 0.9;    // [0, 1)
+  double beta2 = 0.999;  // [0, 1)
+  double eps = 1e-8;     // > 0
   // >= 0; unset means PyTorch's default for the optimizer: 0 for Adam, 1e-2 for AdamW.
   std::optional<double> weight_decay = std::nullopt;
 };

@@ -20,7 +20,7 @@ struct EpochOptions {
   double clip_grad_norm = 0;                    // 0 disables clipping
   double label_smoothing = 0;
   // Called between backward and the optimizer step (e.g. to finish gradient all-reduce).
-  std::function<void()> after_backward;
+  std::function<void()> after_backward = {};
 };
 
 struct EpochStats {

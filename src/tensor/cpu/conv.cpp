@@ -5,6 +5,8 @@
 #include "dtrain/core/parallel.h"
 #include "tensor/cpu/cpu_backend.h"
 
+// Our pool owns the threads: keep Eigen sequential even if OpenMP is ever enabled.
+#define EIGEN_DONT_PARALLELIZE
 #include <Eigen/Core>
 
 #include <algorithm>
@@ -31,8 +33,7 @@ struct ConvGeometry {
 
   // The input already is its own columns matrix (cg, h * w).
   bool pointwise() const {
-    return kh == 1 && kw == 1 && params.stride_h == 1 && params.stride_w == 1 && params.pad_h == 0 &&
-           params.pad_w == 0;
+    return kh == 1 && kw == 1 && params.stride_h == 1 && params.stride_w == 1 && params.pad_h == 0 && params.pad_w == 0;
   }
   std::int64_t column_buffer_size() const { return pointwise() ? 0 : k * p; }
 };
@@ -190,7 +191,8 @@ void conv_backward_weight(const Tensor& go_t, const Tensor& x_t, const ConvGeome
     }
   });
   Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>> total(gw, wsize);
-  for (const auto& partial : partials) total += Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>(partial.data(), wsize);
+  for (const auto& partial : partials)
+    total += Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>(partial.data(), wsize);
 }
 
 }  // namespace
@@ -198,27 +200,23 @@ void conv_backward_weight(const Tensor& go_t, const Tensor& x_t, const ConvGeome
 void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, Tensor& out) {
   const ConvGeometry g = geometry(x.shape(), w.shape(), out.shape(), p);
   Tensor xc = x.contiguous(), wc = w.contiguous(), bc = bias.defined() ? bias.contiguous() : Tensor();
-  dispatch_floating(x.dtype(), "conv2d", [&](auto tag) {
-    conv_forward<typename decltype(tag)::type>(xc, wc, bc, g, out);
-  });
+  dispatch_floating(x.dtype(), "conv2d",
+                    [&](auto tag) { conv_forward<typename decltype(tag)::type>(xc, wc, bc, g, out); });
 }
 
-void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p,
-                                       Tensor& grad_x) {
+void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p, Tensor& grad_x) {
   const ConvGeometry g = geometry(grad_x.shape(), w.shape(), grad_out.shape(), p);
   Tensor goc = grad_out.contiguous(), wc = w.contiguous();
-  dispatch_floating(grad_out.dtype(), "conv2d_backward_input", [&](auto tag) {
-    conv_backward_input<typename decltype(tag)::type>(goc, wc, g, grad_x);
-  });
+  dispatch_floating(grad_out.dtype(), "conv2d_backward_input",
+                    [&](auto tag) { conv_backward_input<typename decltype(tag)::type>(goc, wc, g, grad_x); });
 }
 
 void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p,
                                         Tensor& grad_w) {
   const ConvGeometry g = geometry(x.shape(), grad_w.shape(), grad_out.shape(), p);
   Tensor goc = grad_out.contiguous(), xc = x.contiguous();
-  dispatch_floating(grad_out.dtype(), "conv2d_backward_weight", [&](auto tag) {
-    conv_backward_weight<typename decltype(tag)::type>(goc, xc, g, grad_w);
-  });
+  dispatch_floating(grad_out.dtype(), "conv2d_backward_weight",
+                    [&](auto tag) { conv_backward_weight<typename decltype(tag)::type>(goc, xc, g, grad_w); });
 }
 
 }  // namespace dtrain::detail

@@ -31,8 +31,10 @@ std::int64_t grain_for(std::int64_t work_per_item) {
 // Calls f(type_tag<I>) with I the index element type (i64 or i32, checked by the op).
 template <class F>
 void dispatch_index(const Tensor& index, F&& f) {
-  if (index.dtype() == DType::i64) f(type_tag<std::int64_t>{});
-  else f(type_tag<std::int32_t>{});
+  if (index.dtype() == DType::i64)
+    f(type_tag<std::int64_t>{});
+  else
+    f(type_tag<std::int32_t>{});
 }
 
 // Throws naming `op` on the first index outside [0, size).
@@ -134,9 +136,8 @@ void CpuBackend::index_add(std::int64_t dim, const Tensor& index, const Tensor& 
     using I = typename decltype(itag)::type;
     const I* idx = ic.data<I>();
     check_range(idx, ic.numel(), out.size(dim), "index_add");
-    dispatch_dtype(src.dtype(), [&](auto tag) {
-      index_add_kernel<typename decltype(tag)::type>(dim, idx, ic.numel(), sc, out);
-    });
+    dispatch_dtype(src.dtype(),
+                   [&](auto tag) { index_add_kernel<typename decltype(tag)::type>(dim, idx, ic.numel(), sc, out); });
   });
 }
 
@@ -157,9 +158,7 @@ void CpuBackend::scatter_add(std::int64_t dim, const Tensor& index, const Tensor
     using I = typename decltype(itag)::type;
     const I* idx = ic.data<I>();
     check_range(idx, ic.numel(), out.size(dim), "scatter_add");
-    dispatch_dtype(src.dtype(), [&](auto tag) {
-      scatter_add_kernel<typename decltype(tag)::type>(dim, idx, sc, out);
-    });
+    dispatch_dtype(src.dtype(), [&](auto tag) { scatter_add_kernel<typename decltype(tag)::type>(dim, idx, sc, out); });
   });
 }
 

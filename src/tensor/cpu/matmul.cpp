@@ -5,6 +5,8 @@
 #include "dtrain/core/parallel.h"
 #include "tensor/cpu/cpu_backend.h"
 
+// Our pool owns the threads: keep Eigen sequential even if OpenMP is ever enabled.
+#define EIGEN_DONT_PARALLELIZE
 #include <Eigen/Core>
 
 #include <algorithm>
@@ -41,15 +43,15 @@ Operand<T> describe(const Tensor& t, bool as_row_major) {
 }
 
 template <class T, int Order>
-using ConstMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>, Eigen::Unaligned,
-                            Eigen::OuterStride<>>;
+using ConstMap =
+    Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>, Eigen::Unaligned, Eigen::OuterStride<>>;
 template <class T>
 using OutMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
 
 // out[batch] rows [r0, r1) = a[batch] rows [r0, r1) @ b[batch], for every batch in turn.
 template <class T, int OrderA, int OrderB>
-void batched_gemm(const Operand<T>& a, const Operand<T>& b, T* out, std::int64_t batch, std::int64_t m,
-                  std::int64_t k, std::int64_t n) {
+void batched_gemm(const Operand<T>& a, const Operand<T>& b, T* out, std::int64_t batch, std::int64_t m, std::int64_t k,
+                  std::int64_t n) {
   auto product = [&](std::int64_t i, std::int64_t r0, std::int64_t r1) {
     ConstMap<T, OrderA> A(a.data + i * a.batch_stride, m, k, Eigen::OuterStride<>(a.outer_stride));
     ConstMap<T, OrderB> B(b.data + i * b.batch_stride, k, n, Eigen::OuterStride<>(b.outer_stride));
@@ -80,10 +82,14 @@ void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out) {
     using T = typename decltype(tag)::type;
     Operand<T> oa = describe<T>(a, a_rows), ob = describe<T>(b, b_rows);
     T* c = out.data<T>();
-    if (a_rows && b_rows) batched_gemm<T, Eigen::RowMajor, Eigen::RowMajor>(oa, ob, c, batch, m, k, n);
-    else if (a_rows) batched_gemm<T, Eigen::RowMajor, Eigen::ColMajor>(oa, ob, c, batch, m, k, n);
-    else if (b_rows) batched_gemm<T, Eigen::ColMajor, Eigen::RowMajor>(oa, ob, c, batch, m, k, n);
-    else batched_gemm<T, Eigen::ColMajor, Eigen::ColMajor>(oa, ob, c, batch, m, k, n);
+    if (a_rows && b_rows)
+      batched_gemm<T, Eigen::RowMajor, Eigen::RowMajor>(oa, ob, c, batch, m, k, n);
+    else if (a_rows)
+      batched_gemm<T, Eigen::RowMajor, Eigen::ColMajor>(oa, ob, c, batch, m, k, n);
+    else if (b_rows)
+      batched_gemm<T, Eigen::ColMajor, Eigen::RowMajor>(oa, ob, c, batch, m, k, n);
+    else
+      batched_gemm<T, Eigen::ColMajor, Eigen::ColMajor>(oa, ob, c, batch, m, k, n);
   });
 }
 

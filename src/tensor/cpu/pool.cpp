@@ -5,8 +5,9 @@
 #include "tensor/cpu/cpu_backend.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
+#include <tuple>
+#include <utility>
 
 namespace dtrain::detail {
 namespace {
@@ -41,7 +42,7 @@ struct Window {
   std::int64_t divisor;
 };
 
-Window pool_window(const Planes& g, const Pool2dParams& p, std::int64_t y, std::int64_t x) {
+inline Window pool_window(const Planes& g, const Pool2dParams& p, std::int64_t y, std::int64_t x) {
   std::int64_t h0 = y * p.stride_h - p.pad_h, w0 = x * p.stride_w - p.pad_w;
   std::int64_t h1 = std::min(h0 + p.kernel_h, g.h + p.pad_h), w1 = std::min(w0 + p.kernel_w, g.w + p.pad_w);
   const std::int64_t padded = (h1 - h0) * (w1 - w0);
@@ -57,6 +58,32 @@ Window adaptive_window(const Planes& g, std::int64_t y, std::int64_t x) {
   return win;
 }
 
+// The maximum of one window of a plane (row length w) and its flat index; only real
+// input competes, so padding never wins. The compares are branch-free selects (on real
+// data each is a coin flip that a branch would mispredict); a window holding a NaN, rare,
+// is rescanned so that the NaN wins, as in PyTorch.
+template <class T>
+std::pair<T, std::int64_t> window_max(const T* in, std::int64_t w, const Window& win) {
+  T best = -std::numeric_limits<T>::infinity();
+  std::int64_t arg = win.h0 * w + win.w0;
+  bool nan = false;
+  for (std::int64_t h = win.h0; h < win.h1; ++h) {
+    for (std::int64_t c = win.w0; c < win.w1; ++c) {
+      const T v = in[h * w + c];
+      const bool greater = v > best;
+      best = greater ? v : best;
+      arg = greater ? h * w + c : arg;
+      nan |= v != v;
+    }
+  }
+  if (nan) [[unlikely]] {
+    for (std::int64_t h = win.h0; h < win.h1; ++h)
+      for (std::int64_t c = win.w0; c < win.w1; ++c)
+        if (in[h * w + c] != in[h * w + c]) return {in[h * w + c], h * w + c};
+  }
+  return {best, arg};
+}
+
 template <class T>
 void max_pool(const Tensor& x_t, const Pool2dParams& p, Tensor& out_t, Tensor& idx_t) {
   const Planes g = planes_of(x_t, out_t);
@@ -65,24 +92,10 @@ void max_pool(const Tensor& x_t, const Pool2dParams& p, Tensor& out_t, Tensor& i
   std::int64_t* idx = idx_t.data<std::int64_t>();
   for_each_plane(g.count, g.oh * g.ow * p.kernel_h * p.kernel_w, [&](std::int64_t plane) {
     const T* in = x + plane * g.h * g.w;
+    const std::int64_t base = plane * g.oh * g.ow;
     for (std::int64_t y = 0; y < g.oh; ++y) {
       for (std::int64_t xo = 0; xo < g.ow; ++xo) {
-        const Window win = pool_window(g, p, y, xo);
-        // Only real input competes (padding never wins); NaN propagates as in PyTorch.
-        T best = -std::numeric_limits<T>::infinity();
-        std::int64_t arg = win.h0 * g.w + win.w0;
-        for (std::int64_t h = win.h0; h < win.h1; ++h) {
-          for (std::int64_t w = win.w0; w < win.w1; ++w) {
-            const T v = in[h * g.w + w];
-            if (v > best || std::isnan(v)) {
-              best = v;
-              arg = h * g.w + w;
-            }
-          }
-        }
-        const std::int64_t o = plane * g.oh * g.ow + y * g.ow + xo;
-        out[o] = best;
-        idx[o] = arg;
+        std::tie(out[base + y * g.ow + xo], idx[base + y * g.ow + xo]) = window_max(in, g.w, pool_window(g, p, y, xo));
       }
     }
   });
@@ -155,35 +168,31 @@ std::int64_t adaptive_reads(const Tensor& in, const Tensor& out) {
 
 void CpuBackend::max_pool2d(const Tensor& x, const Pool2dParams& p, Tensor& out, Tensor& indices) {
   Tensor xc = x.contiguous();
-  dispatch_floating(x.dtype(), "max_pool2d", [&](auto tag) {
-    max_pool<typename decltype(tag)::type>(xc, p, out, indices);
-  });
+  dispatch_floating(x.dtype(), "max_pool2d",
+                    [&](auto tag) { max_pool<typename decltype(tag)::type>(xc, p, out, indices); });
 }
 
 void CpuBackend::max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_x) {
   Tensor goc = grad_out.contiguous(), ic = indices.contiguous();
-  dispatch_floating(grad_out.dtype(), "max_pool2d_backward", [&](auto tag) {
-    max_pool_backward<typename decltype(tag)::type>(goc, ic, grad_x);
-  });
+  dispatch_floating(grad_out.dtype(), "max_pool2d_backward",
+                    [&](auto tag) { max_pool_backward<typename decltype(tag)::type>(goc, ic, grad_x); });
 }
 
 void CpuBackend::avg_pool2d(const Tensor& x, const Pool2dParams& p, Tensor& out) {
   Tensor xc = x.contiguous();
   dispatch_floating(x.dtype(), "avg_pool2d", [&](auto tag) {
-    average<typename decltype(tag)::type>(xc, out, p.kernel_h * p.kernel_w,
-                                          [&](const Planes& g, std::int64_t y, std::int64_t xo) {
-                                            return pool_window(g, p, y, xo);
-                                          });
+    average<typename decltype(tag)::type>(
+        xc, out, p.kernel_h * p.kernel_w,
+        [&](const Planes& g, std::int64_t y, std::int64_t xo) { return pool_window(g, p, y, xo); });
   });
 }
 
 void CpuBackend::avg_pool2d_backward(const Tensor& grad_out, const Pool2dParams& p, Tensor& grad_x) {
   Tensor goc = grad_out.contiguous();
   dispatch_floating(grad_out.dtype(), "avg_pool2d_backward", [&](auto tag) {
-    average_backward<typename decltype(tag)::type>(goc, grad_x, p.kernel_h * p.kernel_w,
-                                                   [&](const Planes& g, std::int64_t y, std::int64_t xo) {
-                                                     return pool_window(g, p, y, xo);
-                                                   });
+    average_backward<typename decltype(tag)::type>(
+        goc, grad_x, p.kernel_h * p.kernel_w,
+        [&](const Planes& g, std::int64_t y, std::int64_t xo) { return pool_window(g, p, y, xo); });
   });
 }
 

@@ -29,8 +29,10 @@ void fill_counters(Tensor& dst, std::uint64_t seed, std::uint64_t offset, Draw d
 // Uniform in [0, 1) at T's precision: 24 bits for float, 53 for double.
 template <class T>
 T unit_uniform(std::uint32_t w0, std::uint32_t w1) {
-  if constexpr (std::is_same_v<T, float>) return uniform_float(w0);
-  else return uniform_double(w0, w1);
+  if constexpr (std::is_same_v<T, float>)
+    return uniform_float(w0);
+  else
+    return uniform_double(w0, w1);
 }
 
 }  // namespace
@@ -48,7 +50,8 @@ void CpuBackend::uniform(Tensor& dst, double low, double high, std::uint64_t see
 }
 
 // Box-Muller on two independent uniforms from one block; the cosine branch only, so that
-// each element owns its counter.
+// each element owns its counter. The smallest u1 bounds the tails: 5.8 sigma for f32
+// (24-bit u1), 8.6 for f64.
 void CpuBackend::normal(Tensor& dst, double mean, double stddev, std::uint64_t seed, std::uint64_t offset) {
   dispatch_floating(dst.dtype(), "normal_", [&](auto tag) {
     using T = typename decltype(tag)::type;

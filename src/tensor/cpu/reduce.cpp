@@ -2,9 +2,8 @@
 //
 // x is split into two loop nests, the kept dims (one output per position, in the output's
 // row-major order) and the reduced dims, each coalesced. Three schedules:
-// - the innermost reduced run is contiguous: each output folds its runs with several
-//   independent accumulators, so that the loop vectorises (row sums, softmax-like shapes,
-//   the per-channel sums of batch norm);
+// - the innermost reduced run is contiguous: each output folds its runs with vectorised
+//   loops (row sums, the per-channel sums of batch norm);
 // - the innermost kept run is contiguous instead: a block of outputs accumulates whole
 //   rows at once, vectorised across outputs (the bias gradient: sum of (N, C) over N);
 // - otherwise each output folds its elements through strides.
@@ -15,9 +14,10 @@
 #include "tensor/cpu/strided_loop.h"
 #include "tensor/functors.h"
 
+#include <Eigen/Core>
+
 #include <algorithm>
 #include <limits>
-#include <numeric>
 #include <type_traits>
 #include <vector>
 
@@ -29,8 +29,9 @@ using Nest = cpu::LoopNest<1>;
 
 // ---- reducers: how elements of type In fold into an accumulator -------------------------
 
-// Floating sums accumulate in double: a sum of 1M f32 values then keeps ~1e-9 relative
-// accuracy, and the widening costs little next to reading the memory. Integer sums use i64.
+// Floating sums accumulate in double: a sum of 1M f32 values then loses little more than
+// the final rounding to f32, and the widening costs little next to reading the memory.
+// Integer sums use i64.
 template <class T>
 struct SumReducer {
   using In = T;
@@ -50,6 +51,11 @@ struct MeanReducer : SumReducer<T> {
 };
 
 // Max and Min propagate NaN: once the accumulator is NaN no comparison replaces it.
+// Their contiguous runs go through Eigen's NaN-propagating packet max/min (fold_run):
+// GCC does not vectorise the comparison chain with its NaN test.
+template <class T>
+using Run = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
 template <class T>
 struct MaxReducer {
   using In = T;
@@ -61,6 +67,9 @@ struct MaxReducer {
   }
   static Acc add(Acc a, In x) { return (x > a || is_nan(x)) ? x : a; }
   static Acc merge(Acc a, Acc b) { return add(a, b); }
+  static Acc fold_run(const In* p, std::int64_t n) {
+    return n == 0 ? identity() : Run<T>(p, n).template maxCoeff<Eigen::PropagateNaN>();
+  }
   static Out finish(Acc a, std::int64_t) { return a; }
 };
 
@@ -75,25 +84,33 @@ struct MinReducer {
   }
   static Acc add(Acc a, In x) { return (x < a || is_nan(x)) ? x : a; }
   static Acc merge(Acc a, Acc b) { return add(a, b); }
+  static Acc fold_run(const In* p, std::int64_t n) {
+    return n == 0 ? identity() : Run<T>(p, n).template minCoeff<Eigen::PropagateNaN>();
+  }
   static Out finish(Acc a, std::int64_t) { return a; }
 };
 
 // ---- folding one output's elements ----------------------------------------------------
 
-// Eight independent accumulators break the dependency chain of a serial fold, which lets
+// A contiguous run: the reducer's own fold_run when it has one; otherwise eight
+// independent accumulators, which break the dependency chain of a serial fold and so let
 // the compiler vectorise it without reassociating floating-point math itself.
 template <class R>
 typename R::Acc fold_contiguous(const typename R::In* p, std::int64_t n) {
-  constexpr int kLanes = 8;
-  typename R::Acc lane[kLanes];
-  std::fill(lane, lane + kLanes, R::identity());
-  std::int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) lane[j] = R::add(lane[j], p[i + j]);
-  typename R::Acc acc = R::identity();
-  for (int j = 0; j < kLanes; ++j) acc = R::merge(acc, lane[j]);
-  for (; i < n; ++i) acc = R::add(acc, p[i]);
-  return acc;
+  if constexpr (requires { R::fold_run(p, n); }) {
+    return R::fold_run(p, n);
+  } else {
+    constexpr int kLanes = 8;
+    typename R::Acc lane[kLanes];
+    std::fill(lane, lane + kLanes, R::identity());
+    std::int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+      for (int j = 0; j < kLanes; ++j) lane[j] = R::add(lane[j], p[i + j]);
+    typename R::Acc acc = R::identity();
+    for (int j = 0; j < kLanes; ++j) acc = R::merge(acc, lane[j]);
+    for (; i < n; ++i) acc = R::add(acc, p[i]);
+    return acc;
+  }
 }
 
 // Folds the reduced nest from dim d down, starting at p.
@@ -226,19 +243,22 @@ void run_reduce(const Tensor& x, const std::vector<std::int64_t>& dims, Tensor& 
   }
 }
 
+// Runs reducer R<T> for x's element type T, over every dtype or only the floating ones.
+template <template <class> class R, bool kFloatingOnly = false>
+void reduce_as(const Tensor& x, const std::vector<std::int64_t>& dims, Tensor& out, const char* op) {
+  auto run = [&](auto tag) { run_reduce<R<typename decltype(tag)::type>>(x, dims, out); };
+  if constexpr (kFloatingOnly) dispatch_floating(x.dtype(), op, run);
+  else dispatch_dtype(x.dtype(), run);
+}
+
 }  // namespace
 
 void CpuBackend::reduce(ReduceOp op, const Tensor& x, const std::vector<std::int64_t>& dims, Tensor& out) {
   switch (op) {
-    case ReduceOp::Sum:
-      return dispatch_dtype(x.dtype(), [&](auto tag) { run_reduce<SumReducer<typename decltype(tag)::type>>(x, dims, out); });
-    case ReduceOp::Mean:
-      return dispatch_floating(x.dtype(), "mean",
-                               [&](auto tag) { run_reduce<MeanReducer<typename decltype(tag)::type>>(x, dims, out); });
-    case ReduceOp::Max:
-      return dispatch_dtype(x.dtype(), [&](auto tag) { run_reduce<MaxReducer<typename decltype(tag)::type>>(x, dims, out); });
-    case ReduceOp::Min:
-      return dispatch_dtype(x.dtype(), [&](auto tag) { run_reduce<MinReducer<typename decltype(tag)::type>>(x, dims, out); });
+    case ReduceOp::Sum: return reduce_as<SumReducer>(x, dims, out, "sum");
+    case ReduceOp::Mean: return reduce_as<MeanReducer, true>(x, dims, out, "mean");
+    case ReduceOp::Max: return reduce_as<MaxReducer>(x, dims, out, "max");
+    case ReduceOp::Min: return reduce_as<MinReducer>(x, dims, out, "min");
     case ReduceOp::kCount: break;
   }
   DTRAIN_FAIL("reduce: unknown ReduceOp {}", static_cast<int>(op));

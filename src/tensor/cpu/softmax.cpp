@@ -10,6 +10,8 @@
 #include "tensor/cpu/strided_loop.h"
 #include "tensor/functors.h"
 
+#include <Eigen/Core>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -52,10 +54,10 @@ void for_each_block(const Lanes& l, F f) {
 
 // ---- forward ----------------------------------------------------------------------------
 
+// n >= 1. The row maximum comes from Eigen's vectorised NaN-propagating max.
 template <class T>
 void softmax_row(const T* x, T* y, std::int64_t n, bool log) {
-  T max = -std::numeric_limits<T>::infinity();
-  for (std::int64_t i = 0; i < n; ++i) max = (x[i] > max || is_nan(x[i])) ? x[i] : max;
+  const T max = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(x, n).template maxCoeff<Eigen::PropagateNaN>();
   double sum = 0;
   if (log) {
     for (std::int64_t i = 0; i < n; ++i) sum += std::exp(x[i] - max);

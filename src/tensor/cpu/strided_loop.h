@@ -3,7 +3,8 @@
 // (stride 0 on broadcast dims). The loop nest is coalesced first, so that contiguous
 // operands become one flat loop; the innermost dim then runs as a tight loop, specialised
 // for "all contiguous" (which the compiler vectorises) and "one input is a broadcast
-// scalar, the rest contiguous", with a plain strided loop for everything else.
+// scalar, the rest contiguous", with a plain strided loop for everything else. An
+// operand read (or written) transposed makes the two innermost dims go in square tiles.
 #pragma once
 
 #include "dtrain/core/parallel.h"
@@ -20,6 +21,11 @@ namespace dtrain::detail::cpu {
 
 // Elements per parallel chunk: enough work that handing a range to a pool thread is noise.
 inline constexpr std::int64_t kGrain = 32768;
+// Side of the square tiles used for transposed operands (see has_transposed_operand).
+// Rows of a large matrix lie pages apart, so a tile touches about one page per row and
+// per column: small tiles keep that within the L1 TLB (8 measured ~5x faster than no
+// tiling on a 2048x2048 transpose, 16 and 64 progressively slower).
+inline constexpr std::int64_t kTile = 8;
 
 // A loop nest over N operands: sizes outermost first, and each operand's strides (elements).
 template <std::size_t N>
@@ -118,6 +124,18 @@ inline void run_inner(std::int64_t n, Out* out, const std::tuple<const In*...>& 
   for (std::int64_t i = 0; i < n; ++i) out[i * step[0]] = f(std::get<I>(in)[i * step[I + 1]]...);
 }
 
+// True when an operand steps through the innermost dim with a large stride but through
+// the next one with a smaller stride: a transposed read (or write), which walked row by
+// row touches a new cache line for every element.
+template <std::size_t N>
+bool has_transposed_operand(const LoopNest<N>& nest) {
+  const std::size_t nd = nest.sizes.size();
+  if (nd < 2 || nest.sizes[nd - 1] < 2 * kTile || nest.sizes[nd - 2] < 2 * kTile) return false;
+  for (const auto& s : nest.strides)
+    if (s[nd - 1] > 1 && s[nd - 2] < s[nd - 1]) return true;
+  return false;
+}
+
 template <class... In, std::size_t... I>
 inline std::tuple<const In*...> advanced(const std::tuple<const In*...>& in, const Steps<sizeof...(In) + 1>& off,
                                          std::index_sequence<I...>) {
@@ -158,10 +176,34 @@ void cpu_kernel(Tensor& out, const std::array<const Tensor*, sizeof...(In)>& inp
     return;
   }
 
-  // Every dim but the innermost walked by a cursor, one innermost run per position.
+  // A transposed operand: the two innermost dims walked in kTile x kTile tiles, so that
+  // the cache lines it touches in a tile's first row serve the tile's other rows too.
+  const std::size_t nd = nest.sizes.size();
+  if (loop_detail::has_transposed_operand(nest)) {
+    const std::int64_t rows = nest.sizes[nd - 2];
+    const std::int64_t row_blocks = (rows + kTile - 1) / kTile;
+    const std::int64_t tasks = out.numel() / (rows * inner) * row_blocks;
+    parallel_for(0, tasks, std::max<std::int64_t>(1, kGrain / (kTile * inner)), [&](std::int64_t b, std::int64_t e) {
+      NestCursor<N> plane(nest, nd - 2, b / row_blocks);
+      for (std::int64_t t = b; t < e; ++t) {
+        if (t > b && t % row_blocks == 0) plane.next();
+        const std::int64_t r0 = t % row_blocks * kTile, r1 = std::min(rows, r0 + kTile);
+        for (std::int64_t c0 = 0; c0 < inner; c0 += kTile)
+          for (std::int64_t r = r0; r < r1; ++r) {
+            loop_detail::Steps<N> off;
+            for (std::size_t k = 0; k < N; ++k) off[k] = plane.offset(k) + r * nest.strides[k][nd - 2] + c0 * step[k];
+            loop_detail::run_inner(std::min(kTile, inner - c0), out_ptr + off[0],
+                                   loop_detail::advanced(in_ptrs, off, Seq{}), step, f, Seq{});
+          }
+      }
+    });
+    return;
+  }
+
+  // Otherwise every dim but the innermost walked by a cursor, one innermost run per position.
   const std::int64_t outer = out.numel() / inner;
   parallel_for(0, outer, std::max<std::int64_t>(1, kGrain / inner), [&](std::int64_t b, std::int64_t e) {
-    NestCursor<N> cursor(nest, nest.sizes.size() - 1, b);
+    NestCursor<N> cursor(nest, nd - 1, b);
     for (std::int64_t r = b; r < e; ++r, cursor.next()) {
       const auto& off = cursor.offsets();
       loop_detail::run_inner(inner, out_ptr + off[0], loop_detail::advanced(in_ptrs, off, Seq{}), step, f, Seq{});
