@@ -22,13 +22,17 @@ function(dtrain_add_layer name)
     file(GLOB_RECURSE _cu CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/${name}/*.cu)
     list(APPEND _srcs ${_cu})
   endif()
-  # Files under a cuda/ folder need the CUDA toolkit; files under nocuda/ answer the
-  # same declarations for a build without it. Exactly one of the two is compiled.
-  if(DTRAIN_USE_CUDA)
-    list(FILTER _srcs EXCLUDE REGEX "/nocuda/")
-  else()
-    list(FILTER _srcs EXCLUDE REGEX "/cuda/")
-  endif()
+  # Files under a cuda/ (mpi/) folder need the CUDA toolkit (MPI); files under nocuda/
+  # (nompi/) answer the same declarations for a build without it. Exactly one of each
+  # pair is compiled.
+  foreach(_feature cuda mpi)
+    string(TOUPPER ${_feature} _upper)
+    if(DTRAIN_USE_${_upper})
+      list(FILTER _srcs EXCLUDE REGEX "/no${_feature}/")
+    else()
+      list(FILTER _srcs EXCLUDE REGEX "/${_feature}/")
+    endif()
+  endforeach()
   if(NOT _srcs)
     message(STATUS "dtrain: layer '${name}' has no sources; skipped")
     return()

@@ -23,6 +23,15 @@ std::shared_ptr<Subset> Subset::first(std::shared_ptr<const Dataset> dataset, st
   return std::make_shared<Subset>(std::move(dataset), std::move(indices));
 }
 
+std::shared_ptr<Subset> Subset::shard(std::shared_ptr<const Dataset> dataset, int rank, int world_size) {
+  DTRAIN_CHECK(dataset != nullptr, "Subset: the dataset is null");
+  DTRAIN_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "Subset::shard: rank {} outside [0, {})", rank,
+               world_size);
+  std::vector<std::int64_t> indices;
+  for (std::int64_t i = rank; i < dataset->size(); i += world_size) indices.push_back(i);
+  return std::make_shared<Subset>(std::move(dataset), std::move(indices));
+}
+
 std::int64_t Subset::map(std::int64_t index) const {
   DTRAIN_CHECK(index >= 0 && index < size(), "Subset: index {} outside [0, {})", index, size());
   return indices_[static_cast<std::size_t>(index)];

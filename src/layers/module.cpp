@@ -34,6 +34,17 @@ void Module::add_child(std::string name, std::shared_ptr<Module> module) {
   children_.emplace_back(std::move(name), std::move(module));
 }
 
+void Module::replace_child(const std::string& name, std::shared_ptr<Module> module) {
+  DTRAIN_CHECK(module != nullptr, "replace_child: the new module for '{}' is null", name);
+  for (auto& [n, child] : children_) {
+    if (n == name) {
+      child = std::move(module);
+      return;
+    }
+  }
+  DTRAIN_FAIL("replace_child: no child named '{}'", name);
+}
+
 void Module::collect_parameters(const std::string& prefix,
                                 std::vector<std::pair<std::string, Variable>>& out) const {
   for (const auto& [name, p] : parameters_) out.emplace_back(join(prefix, name), p);

@@ -15,6 +15,10 @@ class Subset final : public Dataset {
   Subset(std::shared_ptr<const Dataset> dataset, std::vector<std::int64_t> indices);
   // The first `count` examples (all of them when count exceeds the size).
   static std::shared_ptr<Subset> first(std::shared_ptr<const Dataset> dataset, std::int64_t count);
+  // Examples rank, rank + world_size, ...: disjoint shards that together cover the dataset
+  // exactly once, sizes differing by at most one. For sharded evaluation, where padding
+  // (as DistributedSampler does for training) would count examples twice.
+  static std::shared_ptr<Subset> shard(std::shared_ptr<const Dataset> dataset, int rank, int world_size);
 
   std::int64_t size() const override { return static_cast<std::int64_t>(indices_.size()); }
   Example get(std::int64_t index) const override;

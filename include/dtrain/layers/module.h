@@ -35,6 +35,10 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> named_buffers() const;
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
   std::int64_t num_parameters() const;
+  // Replaces the registered child `name` (throws when there is none). Forward passes that
+  // iterate children() (Sequential) see the new one; a module that keeps its own typed
+  // pointer to a child keeps calling the old one.
+  void replace_child(const std::string& name, std::shared_ptr<Module> module);
 
   void train(bool on = true);
   void eval() { train(false); }

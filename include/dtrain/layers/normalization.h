@@ -21,6 +21,10 @@ class BatchNorm : public Module {
   Variable forward(const Variable& x) override;
   std::string describe() const override;
 
+  std::int64_t channels() const { return channels_; }
+  const std::vector<std::int64_t>& expected_dims() const { return expected_dims_; }
+  const BatchNormOptions& options() const { return options_; }
+
   Variable weight, bias;  // (C) or undefined when !affine
   Tensor running_mean, running_var;
   Tensor num_batches_tracked;  // i64 scalar
