@@ -22,8 +22,12 @@ BatchNorm::BatchNorm(std::int64_t channels, std::vector<std::int64_t> expected_d
   register_buffer("num_batches_tracked", &num_batches_tracked);
 }
 
-Variable BatchNorm::normalize_batch(const Variable& x, Tensor& batch_mean, Tensor& batch_var) {
-  return batch_norm_train(x, weight, bias, options_.eps, &batch_mean, &batch_var);
+Variable BatchNorm::normalize_batch(const Variable& x, Tensor& batch_mean, Tensor& unbiased_var) {
+  Tensor biased;
+  Variable y = batch_norm_train(x, weight, bias, options_.eps, &batch_mean, &biased);
+  double n = static_cast<double>(x.numel() / channels_);
+  unbiased_var = mul(biased, n / (n - 1));  // batch_norm_train ensures n > 1
+  return y;
 }
 
 Variable BatchNorm::forward(const Variable& x) {
@@ -33,16 +37,15 @@ Variable BatchNorm::forward(const Variable& x) {
   DTRAIN_CHECK(x.size(1) == channels_, "{}: input {} has {} channels", describe(), shape_str(x.shape()), x.size(1));
   if (!is_training()) return batch_norm_eval(x, weight, bias, running_mean, running_var, options_.eps);
 
-  Tensor batch_mean, batch_var;
-  Variable y = normalize_batch(x, batch_mean, batch_var);
+  Tensor batch_mean, unbiased_var;
+  Variable y = normalize_batch(x, batch_mean, unbiased_var);
   // Running statistics use the unbiased variance, as PyTorch does.
   NoGradGuard no_grad;
-  double n = static_cast<double>(x.numel() / channels_);
   double m = options_.momentum;
   mul_(running_mean, 1 - m);
   add_(running_mean, batch_mean, m);
   mul_(running_var, 1 - m);
-  add_(running_var, batch_var, m * n / std::max(n - 1, 1.0));
+  add_(running_var, unbiased_var, m);
   num_batches_tracked.fill_(num_batches_tracked.item() + 1);
   return y;
 }

@@ -38,8 +38,10 @@ std::string Progress::render(bool terminal) const {
   if (terminal) {
     constexpr int kWidth = 24;
     int filled = total_ > 0 ? static_cast<int>(kWidth * step_ / total_) : kWidth;
-    bar = "[" + std::string(filled, '=') + (filled < kWidth ? ">" : "") +
-          std::string(std::max(0, kWidth - filled - 1), ' ') + "] ";
+    bar.assign(1, '[');
+    bar.append(static_cast<std::size_t>(filled), '=');
+    if (filled < kWidth) bar.append(1, '>').append(static_cast<std::size_t>(kWidth - filled - 1), ' ');
+    bar.append("] ");
   }
   return fmt::format("{} {}{}/{} loss {:.4f}  {:.0f} samples/s  elapsed {}  ETA {}", label_, bar, step_, total_,
                      loss_, samples_per_second(), format_duration(elapsed), format_duration(eta));
@@ -48,7 +50,7 @@ std::string Progress::render(bool terminal) const {
 void Progress::update(std::int64_t step, double loss, std::int64_t samples) {
   step_ = step;
   loss_ = loss;
-  samples_ += samples;
+  samples_ += samples * sample_scale_;
   if (!enabled_) return;
   auto now = std::chrono::steady_clock::now();
   if (terminal_) {

@@ -54,7 +54,9 @@ class Communicator {
 
   // In place. The tensor must stay alive and untouched until the work is waited on.
   virtual WorkPtr all_reduce_async(Tensor& t, ReduceOp op = ReduceOp::Sum) = 0;
-  void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum) { all_reduce_async(t, op)->wait(); }
+  // Blocking. Virtual so that a backend can run it on the calling thread rather than hand
+  // it to its communication thread and wait (the hand-off costs microseconds).
+  virtual void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum) { all_reduce_async(t, op)->wait(); }
   virtual void broadcast(Tensor& t, int root) = 0;
   // out has shape (size(), *in.shape()); rank r's input lands in out[r].
   virtual void all_gather(const Tensor& in, Tensor& out) = 0;

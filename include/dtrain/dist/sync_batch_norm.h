@@ -15,7 +15,7 @@ class SyncBatchNorm : public nn::BatchNorm {
   std::string describe() const override;
 
  protected:
-  Variable normalize_batch(const Variable& x, Tensor& batch_mean, Tensor& batch_var) override;
+  Variable normalize_batch(const Variable& x, Tensor& batch_mean, Tensor& unbiased_var) override;
 
  private:
   CommunicatorPtr comm_;

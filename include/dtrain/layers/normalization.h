@@ -30,8 +30,10 @@ class BatchNorm : public Module {
   Tensor num_batches_tracked;  // i64 scalar
 
  protected:
-  // The batch statistics step, overridable by a synchronized variant.
-  virtual Variable normalize_batch(const Variable& x, Tensor& batch_mean, Tensor& batch_var);
+  // The batch statistics step, overridable by a synchronized variant: returns the
+  // output and sets the per-channel batch mean and *unbiased* variance (n / (n - 1) with n
+  // the values per channel it normalized over), which the running statistics track.
+  virtual Variable normalize_batch(const Variable& x, Tensor& batch_mean, Tensor& unbiased_var);
 
  private:
   std::int64_t channels_;

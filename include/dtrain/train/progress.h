@@ -20,6 +20,9 @@ class Progress {
 
   // After step `step` (1-based) that processed `samples` samples with loss `loss`.
   void update(std::int64_t step, double loss, std::int64_t samples);
+  // Multiplies the samples of every update, e.g. by the number of data-parallel ranks so
+  // that the rate shown is global.
+  void set_sample_scale(std::int64_t scale) { sample_scale_ = scale; }
   // Ends the line (terminal) so that the next output starts cleanly.
   void finish();
 
@@ -37,6 +40,7 @@ class Progress {
   std::chrono::steady_clock::time_point start_, last_print_;
   std::int64_t step_ = 0;
   std::int64_t samples_ = 0;
+  std::int64_t sample_scale_ = 1;
   double loss_ = 0;
   bool finished_ = false;
 };

@@ -1,0 +1,215 @@
+// bench_ddp: what data-parallel communication costs. Three replicas of one model train
+// side by side on synthetic data, each wrapped in its own DataParallel:
+//   overlap     communicate, buckets all-reduced during backward (the default options)
+//   no_comm     communicate = false: the same step with every all-reduce skipped
+//   no_overlap  communicate, every bucket all-reduced after backward
+// After the warm-up the three take their steps in turn (overlap, no_comm, no_overlap, ...)
+// so that all of them see the same machine load, and each step's time is the slowest
+// rank's. A step is zero_grad + forward + cross-entropy + backward + finish_gradient_sync
+// + SGD step (momentum 0.9). efficiency = median(no_comm) / median(overlap), the figure
+// PyTorch DDP's no_sync() peer (bench/peers/pytorch_ddp.py) reports too.
+//
+//   mpirun -np 2 bench_ddp --model cnn --batch 64 --steps 20 --threads 1 [--json]
+//
+// Before printing, the communicating replicas are checked to be identical on every rank
+// (each rank trains on different data, so they agree only if the gradients were averaged).
+#include "dtrain/core/environment.h"
+#include "dtrain/core/parallel.h"
+#include "dtrain/dist/data_parallel.h"
+#include "dtrain/layers/models.h"
+#include "dtrain/optim/sgd.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <random>
+
+namespace {
+
+using namespace dtrain;
+
+struct Config {
+  std::string model = "cnn";
+  std::int64_t batch = 64;  // per rank
+  int steps = 20;           // measured steps of each case
+  int warmup = 3;           // unmeasured steps of each case first
+  int threads = 0;          // 0: dtrain's default (cores / local ranks)
+  bool json = false;
+};
+
+// Replicas that communicated must agree to this (identical bits are expected: every rank
+// applies the same averaged gradient).
+constexpr double kReplicaTolerance = 1e-5;
+
+struct Case {
+  explicit Case(dist::DataParallelOptions o) : options(o) {}
+  dist::DataParallelOptions options;
+  std::unique_ptr<dist::DataParallel> ddp;
+  std::unique_ptr<optim::SGD> optimizer;
+  std::vector<double> seconds;
+};
+
+std::shared_ptr<nn::Module> make_model(const std::string& name) {
+  if (name == "mlp") return nn::mlp(28 * 28, {512, 512}, 10);
+  if (name == "cnn") return nn::lenet_cnn(1, 10);
+  return nn::resnet(18, 10, nn::ResNetStem::Cifar);
+}
+
+Shape sample_shape(const std::string& model) { return model == "resnet18_cifar" ? Shape{3, 32, 32} : Shape{1, 28, 28}; }
+
+// "AMD EPYC, 2 hardware threads": the CPU model from /proc/cpuinfo when it is readable.
+std::string machine_description() {
+  std::string cpu = "unknown CPU";
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      cpu = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  return fmt::format("{}, {} hardware threads", cpu, env::hardware_threads());
+}
+
+struct Stats {
+  double median_ms, min_ms, max_ms;
+};
+
+// JSON figures keep 4 decimals: more would be noise, the spread between steps is larger.
+double round4(double v) { return std::round(v * 1e4) / 1e4; }
+
+Stats stats(std::vector<double> seconds) {
+  std::sort(seconds.begin(), seconds.end());
+  const std::size_t n = seconds.size();
+  const double median = n % 2 ? seconds[n / 2] : (seconds[n / 2 - 1] + seconds[n / 2]) / 2;
+  return {round4(1e3 * median), round4(1e3 * seconds.front()), round4(1e3 * seconds.back())};
+}
+
+double timed_step(Case& c, const Variable& x, const Tensor& y) {
+  const auto start = std::chrono::steady_clock::now();
+  c.optimizer->zero_grad();
+  Variable loss = cross_entropy(c.ddp->forward(x), y);
+  loss.backward();
+  c.ddp->finish_gradient_sync();
+  c.optimizer->step();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Every rank's step times, replaced by the slowest rank's for each step.
+void slowest_rank(std::array<Case, 3>& cases, dist::Communicator& comm) {
+  const auto steps = static_cast<std::int64_t>(cases[0].seconds.size());
+  Tensor all = Tensor::empty({static_cast<std::int64_t>(cases.size()), steps}, {DType::f64});
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    std::copy(cases[i].seconds.begin(), cases[i].seconds.end(), all.data<double>() + i * steps);
+  }
+  comm.all_reduce(all, dist::ReduceOp::Max);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const double* row = all.data<double>() + i * steps;
+    cases[i].seconds.assign(row, row + steps);
+  }
+}
+
+void report(const Config& c, int world, const std::array<Case, 3>& cases, double replica_diff) {
+  const Stats overlap = stats(cases[0].seconds), no_comm = stats(cases[1].seconds),
+              no_overlap = stats(cases[2].seconds);
+  const double samples_per_s = static_cast<double>(world * c.batch) / (overlap.median_ms / 1e3);
+  if (c.json) {
+    nlohmann::ordered_json j = {
+        {"bench", "ddp"}, {"framework", "dtrain"}, {"model", c.model}, {"ranks", world},
+        {"batch_per_rank", c.batch}, {"threads", num_threads()}, {"steps", c.steps},
+        {"step_ms_median", overlap.median_ms}, {"step_ms_min", overlap.min_ms}, {"step_ms_max", overlap.max_ms},
+        {"step_ms_no_comm_median", no_comm.median_ms}, {"step_ms_no_comm_min", no_comm.min_ms},
+        {"step_ms_no_comm_max", no_comm.max_ms},
+        {"step_ms_no_overlap_median", no_overlap.median_ms}, {"step_ms_no_overlap_min", no_overlap.min_ms},
+        {"step_ms_no_overlap_max", no_overlap.max_ms},
+        {"efficiency", round4(no_comm.median_ms / overlap.median_ms)},
+        {"efficiency_no_overlap", round4(no_comm.median_ms / no_overlap.median_ms)},
+        {"samples_per_s", round4(samples_per_s)}, {"replica_max_diff", replica_diff}, {"machine", machine_description()}};
+    fmt::print("{}\n", j.dump());
+    return;
+  }
+  fmt::print("bench_ddp: {}, {} rank(s) x {} thread(s), batch {} per rank, {} steps after {} warm-up; {}\n", c.model,
+             world, num_threads(), c.batch, c.steps, c.warmup, machine_description());
+  fmt::print("{:<34}{:>11}{:>9}{:>9}\n", "case", "median ms", "min ms", "max ms");
+  const char* labels[] = {"all-reduce overlapped (default)", "no communication", "all-reduce after backward"};
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Stats s = stats(cases[i].seconds);
+    fmt::print("{:<34}{:>11.2f}{:>9.2f}{:>9.2f}\n", labels[i], s.median_ms, s.min_ms, s.max_ms);
+  }
+  fmt::print("efficiency {:.3f} (without overlap {:.3f}), {:.1f} samples/s (all ranks), replica max diff {:.3g}\n",
+             no_comm.median_ms / overlap.median_ms, no_comm.median_ms / no_overlap.median_ms, samples_per_s,
+             replica_diff);
+}
+
+int run(const Config& c, const dist::CommunicatorPtr& comm) {
+  if (c.threads > 0) set_num_threads(c.threads);
+  // In the order report() names them: overlap, no_comm, no_overlap.
+  std::array<Case, 3> cases{Case({.overlap = true}), Case({.communicate = false}), Case({.overlap = false})};
+  for (Case& k : cases) {
+    manual_seed(1);  // the same initial model in every case
+    auto model = make_model(c.model);
+    k.ddp = std::make_unique<dist::DataParallel>(model, comm, k.options);
+    k.optimizer = std::make_unique<optim::SGD>(model->parameters(), optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
+  }
+
+  // One fixed batch per rank, different on each rank.
+  Shape shape = sample_shape(c.model);
+  shape.insert(shape.begin(), c.batch);
+  Tensor x = Tensor::empty(shape);
+  Generator gen(100 + static_cast<std::uint64_t>(comm->rank()));
+  normal_(x, 0, 1, &gen);
+  std::mt19937_64 rng(100 + static_cast<std::uint64_t>(comm->rank()));
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(c.batch));
+  for (auto& l : labels) l = static_cast<std::int64_t>(rng() % 10);
+  const Tensor y = Tensor::from_vector(labels, {c.batch});
+  const Variable input(x);
+
+  for (int i = 0; i < c.warmup; ++i) {
+    for (Case& k : cases) timed_step(k, input, y);
+  }
+  for (int i = 0; i < c.steps; ++i) {
+    for (Case& k : cases) k.seconds.push_back(timed_step(k, input, y));
+  }
+  slowest_rank(cases, *comm);
+  const double replica_diff = std::max(cases[0].ddp->check_replicas(), cases[2].ddp->check_replicas());
+  if (comm->rank() == 0) report(c, comm->size(), cases, replica_diff);
+  DTRAIN_CHECK(replica_diff <= kReplicaTolerance,
+               "bench_ddp: replicas differ by {:g} across ranks after synchronized steps (tolerance {:g}): the "
+               "gradients were not averaged",
+               replica_diff, kReplicaTolerance);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Data-parallel step time with and without gradient all-reduce, on synthetic data", "bench_ddp"};
+  Config config;
+  app.add_option("--model", config.model, "mlp, cnn or resnet18_cifar")
+      ->check(CLI::IsMember({"mlp", "cnn", "resnet18_cifar"}))->capture_default_str();
+  app.add_option("--batch", config.batch, "samples per rank per step")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  app.add_option("--steps", config.steps, "measured steps of each case")->check(CLI::Range(1, 100000))->capture_default_str();
+  app.add_option("--warmup", config.warmup, "unmeasured steps of each case first")->check(CLI::Range(0, 100000))->capture_default_str();
+  app.add_option("--threads", config.threads, "intra-op threads per rank (default: cores / local ranks)")->check(CLI::Range(1, 1024));
+  app.add_flag("--json", config.json, "print one JSON object instead of a table");
+  CLI11_PARSE(app, argc, argv);
+  dist::CommunicatorPtr comm;
+  std::string error;
+  try {
+    comm = dist::world();
+    return run(config, comm);
+  } catch (const dtrain::Error& e) {
+    error = e.message();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  // A rank that fails alone must not leave the others waiting in a collective.
+  if (comm && comm->size() > 1) dist::abort_job("bench_ddp: error: " + error);
+  fmt::print(stderr, "bench_ddp: error: {}\n", error);
+  return 1;
+}

@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""PyTorch DDP (gloo) peer of bench_ddp: data-parallel step time with and without all-reduce.
+
+Same models, synthetic data, optimizer and measurement as dtrain's bench_ddp, so that the
+two print comparable numbers:
+  - models: mlp (784-512-512-10), cnn (the LeNet-style CNN), resnet18_cifar (ResNet-18 with
+    a 3x3 stride-1 stem and no max-pool, 32x32x3 input); 10 classes;
+  - one fixed random batch per rank (normal inputs, uniform labels), cross-entropy loss,
+    SGD lr 0.01 momentum 0.9;
+  - a step is zero_grad + forward + loss + backward (+ all-reduce) + optimizer step. Synced
+    steps and steps under ddp.no_sync() (all-reduce skipped) alternate after the warm-up,
+    so that both see the same machine load; each step's time is the slowest rank's.
+  - efficiency = median no-sync step time / median synced step time.
+
+Spawns its ranks itself on localhost:
+  python pytorch_ddp.py --model cnn --ranks 2 --batch 64 --threads 1
+or runs under torch.distributed.run (ranks then come from its environment):
+  python -m torch.distributed.run --nproc_per_node 2 pytorch_ddp.py --model cnn
+Prints a table, or with --json one line in the bench output contract's style.
+"""
+
+import argparse
+import inspect
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", choices=["mlp", "cnn", "resnet18_cifar"], default="cnn")
+    p.add_argument("--ranks", type=int, default=2, help="processes to spawn (ignored under torch.distributed.run)")
+    p.add_argument("--batch", type=int, default=64, help="samples per rank per step")
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
+    p.add_argument("--steps", type=int, default=20, help="measured steps of each kind (synced, no-sync)")
+    p.add_argument("--warmup", type=int, default=3, help="unmeasured steps of each kind first")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    args = p.parse_args()
+    for name in ("ranks", "batch", "threads", "steps"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.warmup < 0:
+        p.error(f"--warmup must be at least 0, got {args.warmup}")
+    return args
+
+
+def set_thread_environment(threads):
+    # Before torch is imported: OpenMP reads these once. PASSIVE makes idle OpenMP threads
+    # sleep instead of spinning, which on a shared 2-vCPU machine is worth up to 10x.
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+
+
+def build_model(name):
+    from torch import nn
+
+    if name == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                             nn.Linear(512, 10)), (1, 28, 28)
+    if name == "cnn":
+        return nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                             nn.Linear(3136, 1024), nn.ReLU(), nn.Linear(1024, 10)), (1, 28, 28)
+    return resnet18_cifar(), (3, 32, 32)
+
+
+def resnet18_cifar():
+    """torchvision's resnet18 layout (basic blocks 2-2-2-2) with the CIFAR stem, written out
+    so that the benchmark needs no torchvision."""
+    from torch import nn
+
+    class BasicBlock(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(cout)
+            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(cout)
+            self.relu = nn.ReLU(inplace=True)
+            self.downsample = None
+            if stride != 1 or cin != cout:
+                self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            identity = x if self.downsample is None else self.downsample(x)
+            out = self.relu(self.bn1(self.conv1(x)))
+            return self.relu(self.bn2(self.conv2(out)) + identity)
+
+    layers = [nn.Conv2d(3, 64, 3, 1, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True)]
+    cin = 64
+    for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        layers += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
+        cin = cout
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 10)]
+    return nn.Sequential(*layers)
+
+
+def worker(rank, world, args):
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(1)
+    model, sample_shape = build_model(args.model)
+    # Buffers (batch-norm statistics) synced once, at wrap time, as dtrain does: a broadcast
+    # at each forward would put a collective (and a wait for the slower rank) into the
+    # no_sync steps too. The flag was renamed in torch 2.x; Debian's 1.13 knows the old one.
+    params = inspect.signature(DistributedDataParallel).parameters
+    no_forward_sync = {"forward_sync_buffers": False} if "forward_sync_buffers" in params else {"broadcast_buffers": False}
+    ddp = DistributedDataParallel(model, **no_forward_sync)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    gen = torch.Generator().manual_seed(100 + rank)
+    x = torch.randn((args.batch, *sample_shape), generator=gen)
+    y = torch.randint(0, 10, (args.batch,), generator=gen)
+
+    def step(sync):
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        if sync:
+            loss_fn(ddp(x), y).backward()
+        else:
+            with ddp.no_sync():
+                loss_fn(ddp(x), y).backward()
+        optimizer.step()
+        return time.perf_counter() - start
+
+    for _ in range(args.warmup):
+        step(True)
+        step(False)
+    times = torch.zeros(2, args.steps, dtype=torch.float64)
+    for i in range(args.steps):
+        times[0, i] = step(True)
+        times[1, i] = step(False)
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)  # a step lasts as long as its slowest rank
+    if rank == 0:
+        report(args, world, torch.__version__, times[0].tolist(), times[1].tolist())
+    dist.destroy_process_group()
+
+
+def report(args, world, version, synced, unsynced):
+    ms = lambda v: 1000 * v  # noqa: E731
+    t_with, t_without = statistics.median(synced), statistics.median(unsynced)
+    result = {
+        "bench": "ddp", "framework": "pytorch", "framework_version": version, "model": args.model,
+        "ranks": world, "batch_per_rank": args.batch, "threads": args.threads, "steps": args.steps,
+        "step_ms_median": round(ms(t_with), 3), "step_ms_min": round(ms(min(synced)), 3),
+        "step_ms_max": round(ms(max(synced)), 3),
+        "step_ms_no_comm_median": round(ms(t_without), 3), "step_ms_no_comm_min": round(ms(min(unsynced)), 3),
+        "step_ms_no_comm_max": round(ms(max(unsynced)), 3),
+        "efficiency": round(t_without / t_with, 4),
+        "samples_per_s": round(world * args.batch / t_with, 2),
+    }
+    if args.json:
+        print(json.dumps(result), flush=True)
+        return
+    print(f"pytorch {version} DDP (gloo): {args.model}, {world} rank(s) x {args.threads} thread(s), "
+          f"batch {args.batch} per rank, {args.steps} steps after {args.warmup} warm-up")
+    print(f"{'case':<12}{'median ms':>12}{'min ms':>10}{'max ms':>10}")
+    print(f"{'all-reduce':<12}{result['step_ms_median']:>12.2f}{result['step_ms_min']:>10.2f}"
+          f"{result['step_ms_max']:>10.2f}")
+    print(f"{'no_sync':<12}{result['step_ms_no_comm_median']:>12.2f}{result['step_ms_no_comm_min']:>10.2f}"
+          f"{result['step_ms_no_comm_max']:>10.2f}")
+    print(f"efficiency {result['efficiency']:.3f}, {result['samples_per_s']:.1f} samples/s (all ranks)", flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    args = parse_args()
+    set_thread_environment(args.threads)
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # launched by torch.distributed.run
+        worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)
+        return 0
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(free_port())
+    import torch.multiprocessing as mp
+
+    mp.spawn(worker, args=(args.ranks, args), nprocs=args.ranks, join=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+// Backoff: how a communication thread waits for another process without burning a core.
+// Ranks share the cores with each other and with compute threads (2 vCPUs run 2-4 ranks
+// here), so a waiter must not spin for long: it polls for a short while (30 us: a peer
+// that is in step answers within that), yielding the core between polls, then sleeps in
+// growing steps from 20 to 200 us.
+// A waiter whose polls move the data (MPI progresses a large transfer only inside the
+// calls of both sides) polls for about as long as the transfer takes: spin_for(bytes).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <thread>
+
+namespace dtrain::dist {
+
+class Backoff {
+ public:
+  static constexpr std::chrono::microseconds kSpin{30};
+
+  explicit Backoff(std::chrono::microseconds spin = kSpin) : spin_(spin) {}
+
+  // Call after each poll that found nothing to do.
+  void pause() {
+    auto now = std::chrono::steady_clock::now();
+    if (polls_++ == 0) spin_until_ = now + spin_;
+    if (now < spin_until_) {
+      // The first polls only pause the pipeline; then each poll yields, so that a peer rank
+      // (or a compute thread) waiting for this core runs: with more ranks than cores, the
+      // peer this rank waits for may be exactly the one that needs the core.
+      if (polls_ < kPausePolls) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      } else {
+        std::this_thread::yield();
+      }
+      return;
+    }
+    std::this_thread::sleep_for(sleep_);
+    sleep_ = std::min(sleep_ * 2, kMaxSleep);
+  }
+
+ private:
+  static constexpr long kPausePolls = 50;
+  static constexpr std::chrono::microseconds kMaxSleep{200};
+  std::chrono::microseconds spin_;
+  std::chrono::steady_clock::time_point spin_until_;
+  std::chrono::microseconds sleep_{20};
+  long polls_ = 0;
+};
+
+// The polling time for a transfer of `bytes`: the default plus the time it takes at 4 GB/s,
+// a conservative rate for one host.
+inline std::chrono::microseconds spin_for(std::size_t bytes) {
+  return Backoff::kSpin + std::chrono::microseconds(bytes / 4096);
+}
+
+// Polls `done()` with a Backoff until it returns true.
+template <class Poll>
+void wait_with_backoff(Poll&& done, std::chrono::microseconds spin = Backoff::kSpin) {
+  Backoff backoff(spin);
+  while (!done()) backoff.pause();
+}
+
+}  // namespace dtrain::dist

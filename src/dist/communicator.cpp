@@ -1,0 +1,69 @@
+// The backend-independent parts of the communicator API: algorithm names, the choice
+// between MPI and the local group, and ending the job.
+#include "dtrain/dist/communicator.h"
+
+#include "dist/local_communicator.h"
+#include "dist/mpi_entry.h"
+#include "dtrain/core/environment.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace dtrain::dist {
+namespace {
+constexpr AllReduceAlgorithm kAlgorithms[] = {AllReduceAlgorithm::Auto, AllReduceAlgorithm::Mpi,
+                                              AllReduceAlgorithm::Ring, AllReduceAlgorithm::SharedMemory};
+
+// Variables that Open MPI's mpirun, MPICH/Hydra and Slurm (with PMI or PMIx) set in every
+// rank they start.
+bool launched_by_mpi_launcher() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK"}) {
+    if (env::get(name)) return true;
+  }
+  return false;
+}
+
+// DTRAIN_TIMEOUT (seconds) over the caller's timeout; capped so that deadlines stay
+// representable.
+CommunicatorOptions with_environment(CommunicatorOptions options) {
+  if (auto seconds = env::get_int("DTRAIN_TIMEOUT")) {
+    DTRAIN_CHECK(*seconds > 0 && *seconds <= 10'000'000, "DTRAIN_TIMEOUT={}: expected seconds in [1, 10000000]",
+                 *seconds);
+    options.timeout = std::chrono::seconds(*seconds);
+  }
+  return options;
+}
+}  // namespace
+
+const char* algorithm_name(AllReduceAlgorithm a) {
+  switch (a) {
+    case AllReduceAlgorithm::Auto: return "auto";
+    case AllReduceAlgorithm::Mpi: return "mpi";
+    case AllReduceAlgorithm::Ring: return "ring";
+    case AllReduceAlgorithm::SharedMemory: return "shm";
+  }
+  return "?";
+}
+
+AllReduceAlgorithm parse_algorithm(const std::string& name) {
+  for (AllReduceAlgorithm a : kAlgorithms) {
+    if (name == algorithm_name(a)) return a;
+  }
+  DTRAIN_FAIL("unknown all-reduce algorithm '{}' (expected auto, mpi, ring or shm)", name);
+}
+
+CommunicatorPtr world(const CommunicatorOptions& options) {
+  CommunicatorOptions resolved = with_environment(options);
+  if (launched_by_mpi_launcher() || detail::mpi_running()) return detail::mpi_world(resolved);
+  return std::make_shared<LocalCommunicator>();
+}
+
+void abort_job(const std::string& message) {
+  int rank = detail::mpi_world_rank();
+  std::fprintf(stderr, "dtrain: rank %d: %s\n", rank < 0 ? 0 : rank, message.c_str());
+  std::fflush(stderr);
+  detail::abort_mpi_job(1);
+  std::exit(1);
+}
+
+}  // namespace dtrain::dist

@@ -1,0 +1,26 @@
+// LocalCommunicator: the single-process group (no launcher, or a split that leaves one
+// rank alone). Every collective is the identity; there is no peer to send to. It never
+// moves data between processes, so it takes tensors on any device.
+#pragma once
+
+#include "dtrain/dist/communicator.h"
+
+namespace dtrain::dist {
+
+class LocalCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string backend() const override { return "local"; }
+
+  WorkPtr all_reduce_async(Tensor& t, ReduceOp op) override;
+  void broadcast(Tensor& t, int root) override;
+  void all_gather(const Tensor& in, Tensor& out) override;
+  void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override;
+  void send(const Tensor& t, int dst, int tag) override;
+  void recv(Tensor& t, int src, int tag) override;
+  void barrier() override {}
+  std::shared_ptr<Communicator> split(int color, int key) override;
+};
+
+}  // namespace dtrain::dist

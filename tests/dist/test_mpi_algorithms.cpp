@@ -1,0 +1,93 @@
+// The shared-memory and ring all-reduce on their own, with settings the communicator never
+// uses: 4 KB chunks (many generations through both buffers of every slot) and a fake host
+// layout that splits the ranks into two "hosts", to exercise the hierarchical scheme
+// (host reduce, ring among leaders, host broadcast) on one machine. Needs mpirun.
+#include "dist/mpi/ring_allreduce.h"
+#include "dist/mpi/shm_allreduce.h"
+#include "support/test_support.h"
+
+#include <mpi.h>
+
+#include <vector>
+
+using namespace dtrain;
+using Op = dist::ReduceOp;  // not dtrain::ReduceOp, the tensor reductions
+
+namespace {
+bool mpi_with_peers() {
+  int initialized = 0, size = 1;
+  MPI_Initialized(&initialized);
+  if (initialized) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size > 1;
+}
+
+double value(int rank, std::size_t i) {
+  return static_cast<double>((i * 5 + static_cast<std::size_t>(rank) * 3) % 11) - 5;
+}
+
+std::vector<double> input(int rank, std::size_t n) {
+  std::vector<double> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = value(rank, i);
+  return v;
+}
+
+std::vector<double> expected(int size, std::size_t n, Op op) {
+  std::vector<double> v = input(0, n);
+  for (int r = 1; r < size; ++r) {
+    for (std::size_t i = 0; i < n; ++i) v[i] = op == Op::Min ? std::min(v[i], value(r, i)) : v[i] + value(r, i);
+  }
+  return v;
+}
+}  // namespace
+
+TEST_CASE("shared-memory all-reduce with small chunks, on the real and on a fake two-host layout", "[cpu][dist][mpi]") {
+  if (!mpi_with_peers()) return;
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm real_host, fake_host;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &real_host);
+  MPI_Comm_split(MPI_COMM_WORLD, rank * 2 / size, rank, &fake_host);  // ranks [0, n/2) and [n/2, n)
+  std::vector<std::vector<double>> results;
+  for (MPI_Comm host : {real_host, fake_host}) {
+    dist::mpi::ShmAllReduce shm(MPI_COMM_WORLD, host, 4096);
+    for (std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{5003}}) {
+      for (Op op : {Op::Sum, Op::Min}) {
+        std::vector<double> v = input(rank, n);
+        shm.run(v.data(), n, DType::f64, op);
+        results.push_back(v);
+      }
+    }
+  }
+  MPI_Comm_free(&real_host);
+  MPI_Comm_free(&fake_host);
+
+  std::size_t k = 0;
+  for (const char* layout : {"real host", "two fake hosts"}) {
+    for (std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{5003}}) {
+      for (Op op : {Op::Sum, Op::Min}) {
+        INFO(layout << ", " << n << " elements, op " << static_cast<int>(op));
+        CHECK(results[k++] == expected(size, n, op));
+      }
+    }
+  }
+}
+
+TEST_CASE("ring all-reduce over a sub-communicator in reverse rank order", "[cpu][dist][mpi]") {
+  if (!mpi_with_peers()) return;
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm reversed;
+  MPI_Comm_split(MPI_COMM_WORLD, 0, size - rank, &reversed);
+  std::vector<std::int32_t> v(77'777);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<std::int32_t>(value(rank, i));
+  {
+    dist::mpi::RingAllReduce ring(reversed);
+    ring.run(v.data(), v.size(), DType::i32, Op::Sum);
+  }
+  MPI_Comm_free(&reversed);
+  std::vector<double> want = expected(size, v.size(), Op::Sum);
+  std::vector<double> got(v.begin(), v.end());
+  CHECK(got == want);
+}
