@@ -57,7 +57,7 @@ for c in "${cases[@]}"; do
   done
 done
 
-python3 - "$jsonl" "$machine" <<'PY' | tee "$table"
+python3 - "$jsonl" "$machine; at end $(cut -d' ' -f1-3 /proc/loadavg)" <<'PY' | tee "$table"
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 print(f"machine: {sys.argv[2]}")

@@ -46,7 +46,7 @@ echo "== tensorflow: tf_mwms_mnist.py --workers 2 --epochs $epochs --threads 1 $
   | tee "$logs/tf.txt"
 
 {
-  echo "machine: $machine"
+  echo "machine: $machine; at end $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "Fashion-MNIST, LeNet-style CNN, 2 processes x 1 thread, global batch 64, $epochs epochs;"
   echo "seconds per epoch cover training only (evaluation excluded on both sides)."
   echo

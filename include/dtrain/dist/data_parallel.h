@@ -9,6 +9,11 @@
 //   loss.backward();
 //   ddp.finish_gradient_sync();   // wait for the buckets; gradients are now averaged
 //   optimizer.step();
+//
+// After finish_gradient_sync() each gradient is a view into its bucket's memory, which the
+// next synced step overwrites. forward() is the module's own forward: a loop may call the
+// module directly (the hooks do the work). Convert BatchNorm layers to SyncBatchNorm
+// before constructing DataParallel and the optimizer, since conversion makes new parameters.
 #pragma once
 
 #include "dtrain/dist/communicator.h"
