@@ -113,8 +113,8 @@ def worker(rank, world, args):
     # at each forward would put a collective (and a wait for the slower rank) into the
     # no_sync steps too. Recent torch renamed the flag; Debian's 1.13 knows the old name.
     params = inspect.signature(DistributedDataParallel).parameters
-    no_forward_sync = {"forward_sync_buffers": False} if "forward_sync_buffers" in params else {"broadcast_buffers": False}
-    ddp = DistributedDataParallel(model, **no_forward_sync)
+    flag = "forward_sync_buffers" if "forward_sync_buffers" in params else "broadcast_buffers"
+    ddp = DistributedDataParallel(model, **{flag: False})
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
     gen = torch.Generator().manual_seed(100 + rank)

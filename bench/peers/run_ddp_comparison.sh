@@ -6,7 +6,8 @@
 # bench/results/ddp_np2.txt (and stdout).
 #   bench/peers/run_ddp_comparison.sh [--build DIR] [--quick]
 # --build: the CMake build directory holding bench/bench_ddp (default build/release).
-# --quick: a few steps per case, to check the script rather than to measure.
+# --quick: a few steps per case, to check the script rather than to measure (results go
+# to a temporary directory).
 # PYTHON selects the peer's interpreter (default .venv/bin/python, from setup-venv.sh);
 # for Debian's python3-torch use PYTHON=/usr/bin/python3 OPENBLAS_CORETYPE=SkylakeX.
 set -euo pipefail
@@ -27,6 +28,10 @@ bench_ddp=$build/bench/bench_ddp
 [ -x "$python" ] || { echo "run_ddp_comparison: $python not found (run bench/peers/setup-venv.sh)" >&2; exit 1; }
 
 results=$root/bench/results
+if [ "$quick" = 1 ]; then  # a check must not overwrite measured results
+  results=$(mktemp -d)
+  trap 'rm -rf "$results"' EXIT
+fi
 mkdir -p "$results"
 jsonl=$results/ddp_np2.jsonl
 table=$results/ddp_np2.txt
@@ -37,7 +42,7 @@ threads=1
 
 # model batch-per-rank steps warm-up. ResNet-18 at 32x32 runs about 13 samples/s per
 # core, hence few steps.
-cases=("mlp 256 30 5" "cnn 64 20 3" "resnet18_cifar 32 6 2")
+cases=("mlp 256 30 5" "cnn 64 20 3" "resnet18_cifar 32 10 2")
 [ "$quick" = 1 ] && cases=("mlp 64 2 1" "cnn 16 2 1" "resnet18_cifar 4 1 1")
 
 machine="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) hardware threads, \
@@ -59,7 +64,7 @@ done
 
 python3 - "$jsonl" "$machine; at end $(cut -d' ' -f1-3 /proc/loadavg)" <<'PY' | tee "$table"
 import json, sys
-rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+rows = [r for r in map(json.loads, filter(str.strip, open(sys.argv[1]))) if "framework" in r]  # not the machine
 print(f"machine: {sys.argv[2]}")
 print("Data-parallel step time (ms, median; slowest rank per step), 1 thread per rank. eff = step time without")
 print("communication / with it; comm = the difference (ms). dtrain overlaps all-reduce with backward (no-ovl:")
@@ -73,8 +78,9 @@ for d in (r for r in rows if r["framework"] == "dtrain"):
             f"{d['step_ms_no_comm_median']:>9.1f}{d['step_ms_no_overlap_median']:>8.1f}"
             f"{d['step_ms_median'] - d['step_ms_no_comm_median']:>7.1f}{d['efficiency']:>7.3f} |")
     if p:
+        ratio = d["samples_per_s"] / p["samples_per_s"]
         line += (f" {p['step_ms_median']:>8.1f}{p['step_ms_no_comm_median']:>9.1f}"
                  f"{p['step_ms_median'] - p['step_ms_no_comm_median']:>7.1f}{p['efficiency']:>7.3f} |"
-                 f" {d['samples_per_s']:>16.1f}{p['samples_per_s']:>9.1f}{d['samples_per_s'] / p['samples_per_s']:>7.2f}")
+                 f" {d['samples_per_s']:>16.1f}{p['samples_per_s']:>9.1f}{ratio:>7.2f}")
     print(line)
 PY

@@ -24,7 +24,7 @@ while [ $# -gt 0 ]; do
 done
 python=${PYTHON:-$root/.venv/bin/python}
 train_mnist=$build/examples/train_mnist
-[ -x "$train_mnist" ] || { echo "run_tf_comparison: $train_mnist not found (build the train_mnist target)" >&2; exit 1; }
+[ -x "$train_mnist" ] || { echo "run_tf_comparison: $train_mnist not found (build train_mnist)" >&2; exit 1; }
 [ -x "$python" ] || { echo "run_tf_comparison: $python not found (run bench/peers/setup-venv.sh)" >&2; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
@@ -48,7 +48,8 @@ echo "== tensorflow: tf_mwms_mnist.py --workers 2 --epochs $epochs --threads 1 $
 {
   echo "machine: $machine; at end $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "Fashion-MNIST, LeNet-style CNN, 2 processes x 1 thread, global batch 64, $epochs epochs;"
-  echo "seconds per epoch cover training only (evaluation excluded on both sides)."
+  echo "seconds per epoch cover training only (evaluation excluded on both sides); tensorflow's train"
+  echo "loss includes the L2 penalty, dtrain's (weight decay in the optimizer) does not."
   echo
   echo "--- dtrain: mpirun -np 2 train_mnist --model cnn --epochs $epochs --threads 1 ${limit[*]}"
   cat "$logs/dtrain.txt"

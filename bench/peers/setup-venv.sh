@@ -24,4 +24,5 @@ import torch, torch.distributed as dist
 assert dist.is_gloo_available(), "this torch build has no gloo backend"
 print(f"peers ready: torch {torch.__version__}", end="")
 PY
-"$venv/bin/python" -c 'import tensorflow as tf, tf_keras; print(f", tensorflow {tf.__version__}, tf_keras {tf_keras.__version__}")' 2>/dev/null
+"$venv/bin/python" -c 'import tensorflow as tf, tf_keras
+print(f", tensorflow {tf.__version__}, tf_keras {tf_keras.__version__}")' 2>/dev/null
