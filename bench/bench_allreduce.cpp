@@ -19,6 +19,8 @@
 #include "dtrain/core/environment.h"
 #include "dtrain/dist/communicator.h"
 
+#include "bench_machine.h"
+
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <mpi.h>
@@ -29,7 +31,6 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
-#include <fstream>
 #include <functional>
 #include <map>
 
@@ -83,14 +84,6 @@ class PlainRing {
   int rank_ = 0, size_ = 1;
   std::vector<float> scratch_;
 };
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) return line.substr(line.find(':') + 2);
-  }
-  return "unknown CPU";
-}
 
 int count_hosts() {
   MPI_Comm host;
@@ -198,7 +191,7 @@ int run(const Config& c) {
   std::string machine = fmt::format(
       "{} rank(s) on {} host(s); nproc {}; {}; memcpy {:.1f} GB/s per rank (64 MB, all ranks at once); {:%Y-%m-%d "
       "%H:%M}",
-      size, count_hosts(), env::hardware_threads(), cpu_model(), memcpy_gbps(), fmt::localtime(now));
+      size, count_hosts(), env::hardware_threads(), bench::cpu_model(), memcpy_gbps(), fmt::localtime(now));
   if (rank == 0) {
     if (c.json) {
       fmt::print("{}\n", nlohmann::ordered_json{{"bench", "allreduce"}, {"machine", machine}}.dump());

@@ -20,6 +20,8 @@
 #include "dtrain/layers/models.h"
 #include "dtrain/optim/sgd.h"
 
+#include "bench_machine.h"
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -28,7 +30,6 @@
 #include <array>
 #include <chrono>
 #include <cmath>
-#include <fstream>
 #include <random>
 
 namespace {
@@ -64,17 +65,9 @@ std::shared_ptr<nn::Module> make_model(const std::string& name) {
 
 Shape sample_shape(const std::string& model) { return model == "resnet18_cifar" ? Shape{3, 32, 32} : Shape{1, 28, 28}; }
 
-// "AMD EPYC, 2 hardware threads": the CPU model from /proc/cpuinfo when it is readable.
+// "AMD EPYC, 2 hardware threads".
 std::string machine_description() {
-  std::string cpu = "unknown CPU";
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
-      cpu = line.substr(line.find(':') + 2);
-      break;
-    }
-  }
-  return fmt::format("{}, {} hardware threads", cpu, env::hardware_threads());
+  return fmt::format("{}, {} hardware threads", bench::cpu_model(), env::hardware_threads());
 }
 
 struct Stats {

@@ -337,22 +337,24 @@ Tensor& Tensor::copy_(const Tensor& src) {
     detail::backend(device()).copy(s, *this);
     return *this;
   }
-  // Across devices: stage through a contiguous host tensor of the source dtype.
-  Tensor staged = s.device().is_cpu() ? s.contiguous() : Tensor();
-  if (!staged.defined()) {
+  // Across devices, through host memory: the source as a host tensor, then into this
+  // tensor (a CPU copy converts dtype and layout; a device upload needs a contiguous
+  // host buffer of this dtype and, for a strided destination, a contiguous staging copy).
+  Tensor host = s;
+  if (!s.device().is_cpu()) {
     Tensor dev = s.contiguous();
-    staged = empty(shape_, {s.dtype(), Device::cpu()});
-    detail::backend(s.device()).copy_to_host(dev.raw_data(), staged.raw_data(), dev.nbytes());
+    host = empty(shape_, {s.dtype(), Device::cpu()});
+    detail::backend(s.device()).copy_to_host(dev.raw_data(), host.raw_data(), dev.nbytes());
   }
+  detail::Backend& dst = detail::backend(device());
   if (device().is_cpu()) {
-    detail::backend(device()).copy(staged, *this);
+    dst.copy(host, *this);
     return *this;
   }
-  Tensor host = staged.to(dtype_);
-  Tensor& dst = *this;
-  Tensor target = is_contiguous() ? dst : empty(shape_, options());
-  detail::backend(device()).copy_from_host(host.raw_data(), target.raw_data(), host.nbytes());
-  if (!target.same_storage(dst)) detail::backend(device()).copy(target, dst);
+  Tensor upload = host.to(dtype_).contiguous();
+  Tensor target = is_contiguous() ? *this : empty(shape_, options());
+  dst.copy_from_host(upload.raw_data(), target.raw_data(), upload.nbytes());
+  if (!target.same_storage(*this)) dst.copy(target, *this);
   return *this;
 }
 
