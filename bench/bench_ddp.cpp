@@ -20,7 +20,7 @@
 #include "dtrain/layers/models.h"
 #include "dtrain/optim/sgd.h"
 
-#include "bench_machine.h"
+#include "bench_stats.h"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -35,6 +35,10 @@
 namespace {
 
 using namespace dtrain;
+using bench::machine_description;
+using bench::round4;
+using bench::stats;
+using bench::Stats;
 
 struct Config {
   std::string model = "cnn";
@@ -64,25 +68,6 @@ std::shared_ptr<nn::Module> make_model(const std::string& name) {
 }
 
 Shape sample_shape(const std::string& model) { return model == "resnet18_cifar" ? Shape{3, 32, 32} : Shape{1, 28, 28}; }
-
-// "AMD EPYC, 2 hardware threads".
-std::string machine_description() {
-  return fmt::format("{}, {} hardware threads", bench::cpu_model(), env::hardware_threads());
-}
-
-struct Stats {
-  double median_ms, min_ms, max_ms;
-};
-
-// JSON figures keep 4 decimals: more would be noise, the spread between steps is larger.
-double round4(double v) { return std::round(v * 1e4) / 1e4; }
-
-Stats stats(std::vector<double> seconds) {
-  std::sort(seconds.begin(), seconds.end());
-  const std::size_t n = seconds.size();
-  const double median = n % 2 ? seconds[n / 2] : (seconds[n / 2 - 1] + seconds[n / 2]) / 2;
-  return {round4(1e3 * median), round4(1e3 * seconds.front()), round4(1e3 * seconds.back())};
-}
 
 double timed_step(Case& c, const Variable& x, const Tensor& y) {
   const auto start = std::chrono::steady_clock::now();

@@ -7,7 +7,8 @@ set -euo pipefail
 
 packages=(
   cmake ninja-build g++ pkg-config ccache   # toolchain
-  libeigen3-dev                             # CPU GEMM kernels
+  libeigen3-dev                             # f64 GEMM, small dense math
+  libdnnl-dev ocl-icd-opencl-dev            # oneDNN: f32 conv and GEMM kernels (its CMake config wants OpenCL)
   libfmt-dev libspdlog-dev                  # formatting, logging
   nlohmann-json3-dev                        # metrics and bench JSON
   libcli11-dev                              # command-line flags

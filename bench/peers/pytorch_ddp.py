@@ -28,6 +28,8 @@ import statistics
 import sys
 import time
 
+import peer_models  # imports no torch: that waits for the thread settings
+
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -48,56 +50,8 @@ def parse_args():
 
 
 def set_thread_environment(threads):
-    # Before torch is imported: OpenMP reads these once. PASSIVE makes idle OpenMP threads
-    # sleep instead of spinning, which on a shared 2-vCPU machine is worth up to 10x.
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = str(threads)
-    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    peer_models.set_thread_environment(threads)  # before torch is imported
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-
-
-def build_model(name):
-    from torch import nn
-
-    if name == "mlp":
-        return nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
-                             nn.Linear(512, 10)), (1, 28, 28)
-    if name == "cnn":
-        return nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-                             nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                             nn.Linear(3136, 1024), nn.ReLU(), nn.Linear(1024, 10)), (1, 28, 28)
-    return resnet18_cifar(), (3, 32, 32)
-
-
-def resnet18_cifar():
-    """torchvision's resnet18 layout (basic blocks 2-2-2-2) with the CIFAR stem, written out
-    so that the benchmark needs no torchvision."""
-    from torch import nn
-
-    class BasicBlock(nn.Module):
-        def __init__(self, cin, cout, stride):
-            super().__init__()
-            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(cout)
-            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-            self.bn2 = nn.BatchNorm2d(cout)
-            self.relu = nn.ReLU(inplace=True)
-            self.downsample = None
-            if stride != 1 or cin != cout:
-                self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-        def forward(self, x):
-            identity = x if self.downsample is None else self.downsample(x)
-            out = self.relu(self.bn1(self.conv1(x)))
-            return self.relu(self.bn2(self.conv2(out)) + identity)
-
-    layers = [nn.Conv2d(3, 64, 3, 1, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True)]
-    cin = 64
-    for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
-        layers += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
-        cin = cout
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 10)]
-    return nn.Sequential(*layers)
 
 
 def worker(rank, world, args):
@@ -108,7 +62,7 @@ def worker(rank, world, args):
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(1)
-    model, sample_shape = build_model(args.model)
+    model, sample_shape, classes = peer_models.build_model(args.model)
     # Buffers (batch-norm statistics) synced once, at wrap time, as dtrain does: a broadcast
     # at each forward would put a collective (and a wait for the slower rank) into the
     # no_sync steps too. Recent torch renamed the flag; Debian's 1.13 knows the old name.
@@ -119,7 +73,7 @@ def worker(rank, world, args):
     loss_fn = torch.nn.CrossEntropyLoss()
     gen = torch.Generator().manual_seed(100 + rank)
     x = torch.randn((args.batch, *sample_shape), generator=gen)
-    y = torch.randint(0, 10, (args.batch,), generator=gen)
+    y = torch.randint(0, classes, (args.batch,), generator=gen)
 
     def step(sync):
         start = time.perf_counter()

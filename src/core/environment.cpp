@@ -2,9 +2,12 @@
 
 #include "dtrain/core/error.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <thread>
+
+#include <unistd.h>
 
 namespace dtrain::env {
 
@@ -47,6 +50,17 @@ int local_rank() {
 int hardware_threads() {
   unsigned n = std::thread::hardware_concurrency();
   return n > 0 ? static_cast<int>(n) : 1;
+}
+
+std::size_t cpu_cache_limit_bytes() {
+  if (auto mb = get_int("DTRAIN_CPU_CACHE_MB")) {
+    DTRAIN_CHECK(*mb >= 0, "environment variable DTRAIN_CPU_CACHE_MB={}: expected megabytes >= 0", *mb);
+    return static_cast<std::size_t>(*mb) << 20;
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  const std::size_t physical = pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page)
+                                                     : std::size_t{4} << 30;
+  return std::min(physical / 4 / static_cast<std::size_t>(local_world_size()), std::size_t{8} << 30);
 }
 
 }  // namespace dtrain::env

@@ -103,6 +103,18 @@ TEST_CASE("matmul broadcasts a 2-D right operand over the batch", "[cpu][tensor]
   test::require_close(matmul(a, strided), naive_bmm(a, strided.unsqueeze(0).expand({3, 6, 4})), 1e-5, 1e-5);
 }
 
+TEST_CASE("matmul reads stride-0 rows and single rows with any stride", "[cpu][tensor]") {
+  // BLAS wants a leading dimension >= the row length: a broadcast row (stride 0) must be
+  // copied, a single row's arbitrary stride must be ignored.
+  Tensor row = test::random_tensor({1, 6}, 22), b = test::random_tensor({6, 4}, 23);
+  Tensor rows = row.expand({5, 6});
+  test::require_close(matmul(rows, b), naive_mm(rows, b), 1e-5, 1e-5);
+  Tensor column = test::random_tensor({6, 1}, 24).expand({6, 3});  // stride 0 along the columns
+  test::require_close(matmul(rows, column), naive_mm(rows, column), 1e-5, 1e-5);
+  Tensor picked = test::random_tensor({4, 6}, 25).slice(0, 2, 3);  // one row, stride 6 to nowhere
+  test::require_close(matmul(picked, b), naive_mm(picked, b), 1e-5, 1e-5);
+}
+
 TEST_CASE("matmul in f64 is accurate to double precision", "[cpu][tensor]") {
   Tensor a = test::random_tensor({9, 13}, 20, DType::f64), b = test::random_tensor({13, 7}, 21, DType::f64);
   Tensor ab = matmul(a, b);

@@ -1,6 +1,7 @@
 // Every environment variable dtrain reads is read here, in one place.
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 
@@ -17,5 +18,9 @@ int local_world_size();
 int local_rank();
 // Hardware threads of this machine (at least 1).
 int hardware_threads();
+// Bytes of freed CPU tensor memory kept for reuse: DTRAIN_CPU_CACHE_MB if set (0 turns
+// the cache off), else a quarter of physical memory shared by the ranks of this host,
+// at most 8 GiB per rank.
+std::size_t cpu_cache_limit_bytes();
 
 }  // namespace dtrain::env

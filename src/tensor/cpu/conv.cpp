@@ -1,9 +1,11 @@
-// CPU 2-D convolution as im2col + GEMM. For one image and one group, the columns matrix
+// CPU 2-D convolution: f32 through oneDNN (onednn_conv.cpp); f64, which the gradient
+// checks use, as im2col + GEMM here. For one image and one group, the columns matrix
 // (Cg*KH*KW, OH*OW) holds every input patch as a column, so the convolution is the product
 // weight (Og, Cg*KH*KW) @ columns. Images are split across threads, each with one column
 // buffer for the whole call; 1x1 stride-1 unpadded kernels use the input as the columns.
 #include "dtrain/core/parallel.h"
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/onednn_conv.h"
 
 // Our pool owns the threads: keep Eigen sequential even if OpenMP is ever enabled.
 #define EIGEN_DONT_PARALLELIZE
@@ -200,6 +202,7 @@ void conv_backward_weight(const Tensor& go_t, const Tensor& x_t, const ConvGeome
 void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, Tensor& out) {
   const ConvGeometry g = geometry(x.shape(), w.shape(), out.shape(), p);
   Tensor xc = x.contiguous(), wc = w.contiguous(), bc = bias.defined() ? bias.contiguous() : Tensor();
+  if (x.dtype() == DType::f32) return onednn::conv2d_forward(xc, wc, bc, p, out);
   dispatch_floating(x.dtype(), "conv2d",
                     [&](auto tag) { conv_forward<typename decltype(tag)::type>(xc, wc, bc, g, out); });
 }
@@ -207,6 +210,7 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, co
 void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p, Tensor& grad_x) {
   const ConvGeometry g = geometry(grad_x.shape(), w.shape(), grad_out.shape(), p);
   Tensor goc = grad_out.contiguous(), wc = w.contiguous();
+  if (grad_out.dtype() == DType::f32) return onednn::conv2d_backward_data(goc, wc, p, grad_x);
   dispatch_floating(grad_out.dtype(), "conv2d_backward_input",
                     [&](auto tag) { conv_backward_input<typename decltype(tag)::type>(goc, wc, g, grad_x); });
 }
@@ -215,6 +219,7 @@ void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x,
                                         Tensor& grad_w) {
   const ConvGeometry g = geometry(x.shape(), grad_w.shape(), grad_out.shape(), p);
   Tensor goc = grad_out.contiguous(), xc = x.contiguous();
+  if (grad_out.dtype() == DType::f32) return onednn::conv2d_backward_weights(goc, xc, p, grad_w);
   dispatch_floating(grad_out.dtype(), "conv2d_backward_weight",
                     [&](auto tag) { conv_backward_weight<typename decltype(tag)::type>(goc, xc, g, grad_w); });
 }

@@ -1,15 +1,18 @@
-// CPU matmul through Eigen's GEMM. Each (m,k) / (k,n) slice is mapped in place when its
-// last two dims are row-major or column-major (a transposed view), with any outer stride,
-// so neither transposes nor broadcast batches cost a copy. Eigen stays single-threaded;
-// the threads of our pool split the batch, or the output rows of one large product.
+// CPU matmul: f32 through oneDNN's sgemm (AVX-512 kernels chosen at run time), f64
+// through Eigen's GEMM. Each (m,k) / (k,n) slice is read in place when its last two dims
+// are row-major or column-major (a transposed view), with any outer stride, so neither
+// transposes nor broadcast batches cost a copy. Each GEMM call is single-threaded; the
+// threads of our pool split the batch, or the output rows of one large product.
 #include "dtrain/core/parallel.h"
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/onednn.h"
 
 // Our pool owns the threads: keep Eigen sequential even if OpenMP is ever enabled.
 #define EIGEN_DONT_PARALLELIZE
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <type_traits>
 
 namespace dtrain::detail {
 namespace {
@@ -21,10 +24,17 @@ constexpr std::int64_t kMinChunkWork = 1 << 18;
 bool row_major(const Tensor& t) { return t.size(2) == 1 || t.stride(2) == 1; }
 bool col_major(const Tensor& t) { return t.size(1) == 1 || t.stride(1) == 1; }
 
-// t itself when Eigen can map its slices, else a contiguous copy (of one slice only when
-// the batch is a stride-0 broadcast).
+// A BLAS leading dimension must cover the stored row: a stride-0 broadcast of rows (or
+// columns) can be read in place only when there is one of them.
+bool leading_dim_ok(const Tensor& t) {
+  if (row_major(t)) return t.size(1) == 1 || t.stride(1) >= std::max<std::int64_t>(1, t.size(2));
+  return t.size(2) == 1 || t.stride(2) >= std::max<std::int64_t>(1, t.size(1));
+}
+
+// t itself when GEMM can read its slices in place, else a contiguous copy (of one slice
+// only when the batch is a stride-0 broadcast).
 Tensor gemm_operand(const Tensor& t) {
-  if (row_major(t) || col_major(t)) return t;
+  if ((row_major(t) || col_major(t)) && leading_dim_ok(t)) return t;
   if (t.size(0) > 1 && t.stride(0) == 0) return t.select(0, 0).contiguous().unsqueeze(0).expand(t.shape());
   return t.contiguous();
 }
@@ -39,7 +49,11 @@ struct Operand {
 
 template <class T>
 Operand<T> describe(const Tensor& t, bool as_row_major) {
-  return {t.data<T>(), t.stride(0), as_row_major ? t.stride(1) : t.stride(2)};
+  // With a single stored row the stride between rows is arbitrary; BLAS wants it >= the
+  // row's length.
+  const std::int64_t outer = as_row_major ? (t.size(1) == 1 ? t.size(2) : t.stride(1))
+                                          : (t.size(2) == 1 ? t.size(1) : t.stride(2));
+  return {t.data<T>(), t.stride(0), std::max<std::int64_t>(outer, 1)};
 }
 
 template <class T, int Order>
@@ -53,6 +67,13 @@ template <class T, int OrderA, int OrderB>
 void batched_gemm(const Operand<T>& a, const Operand<T>& b, T* out, std::int64_t batch, std::int64_t m, std::int64_t k,
                   std::int64_t n) {
   auto product = [&](std::int64_t i, std::int64_t r0, std::int64_t r1) {
+    if constexpr (std::is_same_v<T, float>) {
+      // Rows r0.. of op(A) start r0 rows into a row-major A, r0 columns into a stored A^T.
+      const float* a_rows = a.data + i * a.batch_stride + r0 * (OrderA == Eigen::RowMajor ? a.outer_stride : 1);
+      onednn::sgemm(OrderA != Eigen::RowMajor, OrderB != Eigen::RowMajor, r1 - r0, n, k, a_rows, a.outer_stride,
+                    b.data + i * b.batch_stride, b.outer_stride, out + i * m * n + r0 * n, n);
+      return;
+    }
     ConstMap<T, OrderA> A(a.data + i * a.batch_stride, m, k, Eigen::OuterStride<>(a.outer_stride));
     ConstMap<T, OrderB> B(b.data + i * b.batch_stride, k, n, Eigen::OuterStride<>(b.outer_stride));
     OutMap<T> C(out + i * m * n, m, n);
@@ -76,6 +97,7 @@ void batched_gemm(const Operand<T>& a, const Operand<T>& b, T* out, std::int64_t
 void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out) {
   const std::int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a_in.size(2);
   if (out.numel() == 0) return;
+  if (k == 0) return fill(out, 0);  // an empty sum; BLAS may leave out untouched
   Tensor a = gemm_operand(a_in), b = gemm_operand(b_in);
   const bool a_rows = row_major(a), b_rows = row_major(b);
   dispatch_floating(out.dtype(), "matmul", [&](auto tag) {

@@ -1,0 +1,148 @@
+// bench_train: single-process training throughput, the figure bench/peers/pytorch_train.py
+// reports for PyTorch on the same cases. A step is zero_grad + forward + cross-entropy +
+// backward + SGD step (lr 0.01, momentum 0.9) on one fixed synthetic batch (normal
+// inputs, uniform labels), the model in training mode. After the warm-up steps, each
+// measured step is timed on its own; samples/s is the batch over the median step time.
+//
+//   bench_train --model cnn --batch 64,256 --threads 1,2 --steps 20 [--json]
+//
+// Every (batch, threads) pair is one case, with a freshly initialized model.
+#include "dtrain/core/parallel.h"
+#include "dtrain/layers/models.h"
+#include "dtrain/optim/sgd.h"
+
+#include "bench_stats.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <random>
+
+namespace {
+
+using namespace dtrain;
+
+struct Config {
+  std::string model = "cnn";
+  std::vector<std::int64_t> batches{64};
+  std::vector<int> threads{1};
+  int steps = 20;
+  int warmup = 3;
+  bool json = false;
+};
+
+struct ModelCase {
+  std::shared_ptr<nn::Module> model;
+  Shape sample;
+  std::int64_t classes;
+};
+
+ModelCase make_model(const std::string& name) {
+  if (name == "mlp") return {nn::mlp(28 * 28, {512, 512}, 10), {1, 28, 28}, 10};
+  if (name == "cnn") return {nn::lenet_cnn(1, 10), {1, 28, 28}, 10};
+  if (name == "resnet18_cifar") return {nn::resnet(18, 10, nn::ResNetStem::Cifar), {3, 32, 32}, 10};
+  return {nn::resnet(18, 1000, nn::ResNetStem::ImageNet), {3, 224, 224}, 1000};
+}
+
+double timed_step(nn::Module& model, optim::SGD& optimizer, const Variable& x, const Tensor& y) {
+  const auto start = std::chrono::steady_clock::now();
+  optimizer.zero_grad();
+  Variable loss = cross_entropy(model.forward(x), y);
+  loss.backward();
+  optimizer.step();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Step times of one (batch, threads) case.
+std::vector<double> run_case(const Config& c, std::int64_t batch, int threads) {
+  set_num_threads(threads);
+  manual_seed(1);
+  ModelCase m = make_model(c.model);
+  m.model->train();
+  optim::SGD optimizer(m.model->parameters(), optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
+  Shape shape = m.sample;
+  shape.insert(shape.begin(), batch);
+  Tensor x = Tensor::empty(shape);
+  Generator gen(100);
+  normal_(x, 0, 1, &gen);
+  std::mt19937_64 rng(100);
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(batch));
+  for (auto& l : labels) l = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(m.classes));
+  const Tensor y = Tensor::from_vector(labels, {batch});
+  const Variable input(x);
+  for (int i = 0; i < c.warmup; ++i) timed_step(*m.model, optimizer, input, y);
+  std::vector<double> seconds;
+  for (int i = 0; i < c.steps; ++i) seconds.push_back(timed_step(*m.model, optimizer, input, y));
+  return seconds;
+}
+
+void report(const Config& c, std::int64_t batch, int threads, const std::vector<double>& seconds) {
+  const bench::Stats s = bench::stats(seconds);
+  const auto rate = [batch](double ms) { return bench::round4(static_cast<double>(batch) / (ms / 1e3)); };
+  if (c.json) {
+    nlohmann::ordered_json j = {{"bench", "train"},
+                                {"framework", "dtrain"},
+                                {"model", c.model},
+                                {"batch", batch},
+                                {"threads", threads},
+                                {"steps", c.steps},
+                                {"samples_per_s", rate(s.median_ms)},
+                                {"samples_per_s_min", rate(s.max_ms)},
+                                {"samples_per_s_max", rate(s.min_ms)},
+                                {"step_ms_median", s.median_ms},
+                                {"step_ms_min", s.min_ms},
+                                {"step_ms_max", s.max_ms}};
+    fmt::print("{}\n", j.dump());
+  } else {
+    fmt::print("{:<16}{:>7}{:>9}{:>14.1f}{:>12.2f}{:>9.2f}{:>9.2f}\n", c.model, batch, threads, rate(s.median_ms),
+               s.median_ms, s.min_ms, s.max_ms);
+  }
+  std::fflush(stdout);
+}
+
+int run(const Config& c) {
+  if (c.json) {
+    fmt::print("{}\n", nlohmann::ordered_json{{"bench", "train"}, {"machine", bench::machine_description()}}.dump());
+  } else {
+    fmt::print("bench_train: {} steps after {} warm-up, SGD momentum 0.9, synthetic data; {}\n", c.steps, c.warmup,
+               bench::machine_description());
+    fmt::print("{:<16}{:>7}{:>9}{:>14}{:>12}{:>9}{:>9}\n", "model", "batch", "threads", "samples/s", "median ms",
+               "min ms", "max ms");
+  }
+  for (int threads : c.threads) {
+    for (std::int64_t batch : c.batches) report(c, batch, threads, run_case(c, batch, threads));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Training-step throughput of one process on synthetic data", "bench_train"};
+  Config config;
+  app.add_option("--model", config.model, "mlp (784-512-512-10), cnn (LeNet-style), resnet18_cifar or resnet18_224")
+      ->check(CLI::IsMember({"mlp", "cnn", "resnet18_cifar", "resnet18_224"}))
+      ->capture_default_str();
+  app.add_option("--batch", config.batches, "samples per step; a comma-separated list runs each")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  app.add_option("--threads", config.threads, "intra-op threads; a comma-separated list runs each")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app.add_option("--steps", config.steps, "measured steps per case")->check(CLI::Range(1, 100000))->capture_default_str();
+  app.add_option("--warmup", config.warmup, "unmeasured steps per case first")
+      ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
+  app.add_flag("--json", config.json, "print JSON lines (the machine, then one per case) instead of a table");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(config);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_train: error: {}\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,145 @@
+// bench_ops convolution group: f32 conv2d forward, backward-input and backward-weight
+// (NCHW, square kernels, groups 1) on the benchmark models' layer shapes.
+#pragma once
+
+#include "ops/common.h"
+#include "ops/timing.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace dtrain::bench {
+
+struct ConvCase {
+  std::string name;
+  std::int64_t n, c, hw, o, k, stride, pad;  // input (n, c, hw, hw), weight (o, c, k, k)
+  std::int64_t out() const { return (hw + 2 * pad - k) / stride + 1; }
+  Conv2dParams params() const { return {.stride_h = stride, .stride_w = stride, .pad_h = pad, .pad_w = pad}; }
+};
+
+namespace conv_detail {
+
+inline std::vector<ConvCase> cases(bool quick) {
+  if (quick) {
+    return {{"lenet_b64_conv1", 64, 1, 28, 32, 5, 1, 2},
+            {"lenet_b64_conv2", 64, 32, 14, 64, 5, 1, 2},
+            {"resnet18_b16_l3_3x3", 16, 256, 14, 256, 3, 1, 1}};
+  }
+  return {
+      {"lenet_b64_conv1", 64, 1, 28, 32, 5, 1, 2},
+      {"lenet_b64_conv2", 64, 32, 14, 64, 5, 1, 2},
+      {"resnet18_b16_stem_7x7s2", 16, 3, 224, 64, 7, 2, 3},
+      {"resnet18_b16_l1_3x3", 16, 64, 56, 64, 3, 1, 1},
+      {"resnet18_b16_l2_3x3", 16, 128, 28, 128, 3, 1, 1},
+      {"resnet18_b16_l3_3x3", 16, 256, 14, 256, 3, 1, 1},
+      {"resnet18_b16_l4_3x3", 16, 512, 7, 512, 3, 1, 1},
+      {"resnet18_b16_l2_down_3x3s2", 16, 64, 56, 128, 3, 2, 1},
+      {"resnet18_b16_l2_proj_1x1s2", 16, 64, 56, 128, 1, 2, 0},
+      {"cifar_resnet_b128_3x3", 128, 64, 32, 64, 3, 1, 1},
+  };
+}
+
+// The three directions of a direct convolution in double, in one loop nest: y = conv(x, w),
+// dx = conv_backward_input(g, w), dw = conv_backward_weight(g, x).
+struct Reference {
+  std::vector<double> y, dx, dw;
+};
+
+inline Reference reference(const ConvCase& c, std::int64_t n, const std::vector<double>& x,
+                           const std::vector<double>& w, const std::vector<double>& g) {
+  const std::int64_t H = c.hw, OH = c.out(), K = c.k;
+  Reference r{std::vector<double>(static_cast<std::size_t>(n * c.o * OH * OH)), std::vector<double>(x.size()),
+              std::vector<double>(w.size())};
+  for (std::int64_t b = 0; b < n; ++b)
+    for (std::int64_t o = 0; o < c.o; ++o)
+      for (std::int64_t ci = 0; ci < c.c; ++ci)
+        for (std::int64_t kh = 0; kh < K; ++kh)
+          for (std::int64_t kw = 0; kw < K; ++kw) {
+            const std::int64_t wi = ((o * c.c + ci) * K + kh) * K + kw;
+            double dw = 0;
+            for (std::int64_t oh = 0; oh < OH; ++oh) {
+              const std::int64_t ih = oh * c.stride - c.pad + kh;
+              if (ih < 0 || ih >= H) continue;
+              for (std::int64_t ow = 0; ow < OH; ++ow) {
+                const std::int64_t iw = ow * c.stride - c.pad + kw;
+                if (iw < 0 || iw >= H) continue;
+                const std::int64_t xi = ((b * c.c + ci) * H + ih) * H + iw, yi = ((b * c.o + o) * OH + oh) * OH + ow;
+                r.y[yi] += x[xi] * w[wi];
+                r.dx[xi] += g[yi] * w[wi];
+                dw += g[yi] * x[xi];
+              }
+            }
+            r.dw[wi] += dw;
+          }
+  return r;
+}
+
+// Batch of the validation run: the case's channels and image size, 2 samples (enough for
+// the batch loop, cheap enough for the reference).
+constexpr std::int64_t kCheckBatch = 2;
+
+inline void validate(const ConvCase& c) {
+  const Tensor x = random_tensor({kCheckBatch, c.c, c.hw, c.hw}, 3);
+  const Tensor w = random_tensor({c.o, c.c, c.k, c.k}, 4);
+  const Tensor g = random_tensor({kCheckBatch, c.o, c.out(), c.out()}, 5);
+  const Reference r = reference(c, kCheckBatch, to_double(x), to_double(w), to_double(g));
+  const Conv2dParams p = c.params();
+  check_close(fmt::format("conv2d {} (batch {})", c.name, kCheckBatch), to_double(conv2d(x, w, Tensor(), p)), r.y,
+              kSumTolerance);
+  check_close(fmt::format("conv2d_backward_input {} (batch {})", c.name, kCheckBatch),
+              to_double(conv2d_backward_input(g, w, x.shape(), p)), r.dx, kSumTolerance);
+  check_close(fmt::format("conv2d_backward_weight {} (batch {})", c.name, kCheckBatch),
+              to_double(conv2d_backward_weight(g, x, w.shape(), p)), r.dw, kSumTolerance);
+}
+
+}  // namespace conv_detail
+
+inline void run_conv(const OpsContext& ctx) {
+  using namespace conv_detail;
+  bool header = false;
+  for (const ConvCase& c : cases(ctx.options.quick)) {
+    if (!selected(ctx, "conv", c.name)) continue;
+    validate(c);
+    const Tensor x = random_tensor({c.n, c.c, c.hw, c.hw}, 3);
+    const Tensor w = random_tensor({c.o, c.c, c.k, c.k}, 4);
+    const Tensor g = random_tensor({c.n, c.o, c.out(), c.out()}, 5);
+    const Conv2dParams p = c.params();
+    const char* ops[] = {"conv2d", "conv2d_backward_input", "conv2d_backward_weight"};
+    const std::vector<Timing> t = time_in_turn({[&] { (void)conv2d(x, w, Tensor(), p); },
+                                                [&] { (void)conv2d_backward_input(g, w, x.shape(), p); },
+                                                [&] { (void)conv2d_backward_weight(g, x, w.shape(), p); }},
+                                               ctx.min_seconds);
+    // The same multiply-adds in every direction.
+    const double flops = 2.0 * static_cast<double>(c.n * c.o * c.out() * c.out() * c.c * c.k * c.k);
+    const std::string shape = fmt::format("{}x{}x{}x{}", c.n, c.c, c.hw, c.hw);
+    const std::string kernel = fmt::format("{}->{} {}x{}/{} p{}", c.c, c.o, c.k, c.k, c.stride, c.pad);
+    if (!ctx.options.json && !header) {
+      fmt::print("\nconv2d f32 NCHW; GFLOP/s = 2 N O OH OW C KH KW / time, medians\n");
+      fmt::print("{:<28}{:>14}{:>19}  {:<24}{:>9}{:>17}{:>8}{:>10}\n", "case", "input", "C->O KxK/s pad", "op",
+                 "GFLOP/s", "[min, max]", "%peak", "ms");
+      header = true;
+    }
+    for (std::size_t i = 0; i < 3; ++i) {
+      const double gf = flops / t[i].median / 1e9;
+      if (ctx.options.json) {
+        nlohmann::ordered_json j = {
+            {"bench", "ops"}, {"group", "conv"}, {"op", ops[i]}, {"case", c.name}, {"shape", shape},
+            {"out_channels", c.o}, {"kernel", c.k}, {"stride", c.stride}, {"pad", c.pad},
+            {"threads", ctx.options.threads}, {"reps", t[i].reps}, {"gflops", round4(gf)},
+            {"gflops_min", round4(flops / t[i].max / 1e9)}, {"gflops_max", round4(flops / t[i].min / 1e9)},
+            {"peak_fraction", round4(gf / ctx.peak_gflops)}, {"time_ms_median", round4(1e3 * t[i].median)}};
+        fmt::print("{}\n", j.dump());
+        continue;
+      }
+      fmt::print("{:<28}{:>14}{:>19}  {:<24}{:>9.1f}  [{:>6.1f},{:>6.1f}]{:>7.1f}%{:>10.2f}\n", i == 0 ? c.name : "",
+                 i == 0 ? shape : "", i == 0 ? kernel : "", ops[i], gf, flops / t[i].max / 1e9,
+                 flops / t[i].min / 1e9, 100 * gf / ctx.peak_gflops, 1e3 * t[i].median);
+    }
+  }
+}
+
+}  // namespace dtrain::bench

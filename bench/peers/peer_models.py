@@ -1,0 +1,74 @@
+"""What the PyTorch peers share: the thread environment and the models dtrain benchmarks.
+
+Nothing here imports torch at module level, so that a script can import this module, call
+set_thread_environment() and only then import torch (OpenMP reads its settings once, at
+load). Works with torch 1.13 (Debian's python3-torch) as well as current releases.
+"""
+
+import os
+
+MODELS = ("mlp", "cnn", "resnet18_cifar", "resnet18_224")
+
+
+def set_thread_environment(threads):
+    """Must run before torch is imported. PASSIVE makes idle OpenMP threads sleep instead
+    of spinning, which on a shared 2-vCPU machine is worth up to 10x."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+
+
+def build_model(name):
+    """(module, shape of one input sample, number of classes) of the named model, with
+    PyTorch's default initialization (draws from torch's global generator)."""
+    from torch import nn
+
+    if name == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                             nn.Linear(512, 10)), (1, 28, 28), 10
+    if name == "cnn":  # dtrain's nn::lenet_cnn without dropout
+        return nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                             nn.Linear(3136, 1024), nn.ReLU(), nn.Linear(1024, 10)), (1, 28, 28), 10
+    if name == "resnet18_cifar":
+        return resnet18(imagenet_stem=False, classes=10), (3, 32, 32), 10
+    if name == "resnet18_224":
+        return resnet18(imagenet_stem=True, classes=1000), (3, 224, 224), 1000
+    raise ValueError(f"unknown model '{name}' (expected one of {', '.join(MODELS)})")
+
+
+def resnet18(imagenet_stem, classes):
+    """torchvision's resnet18 layout (basic blocks 2-2-2-2), written out so that the
+    benchmarks need no torchvision. The ImageNet stem is a 7x7 stride-2 conv and a 3x3
+    stride-2 max-pool (224x224 input); the CIFAR stem a 3x3 stride-1 conv without pooling
+    (32x32 input)."""
+    from torch import nn
+
+    class BasicBlock(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(cout)
+            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(cout)
+            self.relu = nn.ReLU(inplace=True)
+            self.downsample = None
+            if stride != 1 or cin != cout:
+                self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            identity = x if self.downsample is None else self.downsample(x)
+            out = self.relu(self.bn1(self.conv1(x)))
+            return self.relu(self.bn2(self.conv2(out)) + identity)
+
+    if imagenet_stem:
+        layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
+                  nn.MaxPool2d(3, 2, 1)]
+    else:
+        layers = [nn.Conv2d(3, 64, 3, 1, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True)]
+    cin = 64
+    for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        layers += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
+        cin = cout
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, classes)]
+    return nn.Sequential(*layers)

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""PyTorch peer of dtrain's bench_train: one process's training-step throughput.
+
+Same models, synthetic data, optimizer and measurement as bench_train, so that the two
+print comparable numbers:
+  - models (peer_models.py): mlp (784-512-512-10) and the LeNet-style CNN on 1x28x28,
+    resnet18_cifar (CIFAR stem, 3x32x32, 10 classes), resnet18_224 (ImageNet stem,
+    3x224x224, 1000 classes);
+  - per case one fixed random batch (normal inputs, uniform labels, seeded), the model in
+    train mode, cross-entropy loss, SGD lr 0.01 momentum 0.9;
+  - a step is zero_grad (gradients set to None) + forward + loss + backward + optimizer
+    step; each step after the warm-up is timed; reported are the median and the spread.
+
+  python pytorch_train.py --model cnn --batch 64,256 --threads 1,2 --steps 20 --json
+
+Each thread count runs in a fresh child process: OpenMP sizes its thread pool once per
+process, so lowering torch.set_num_threads() in a process that already ran wider would
+not measure what a process started with that count does. Several batch sizes at one
+thread count share a process, as in bench_train.
+Prints a table, or with --json one line per (batch, threads) case in the bench output
+contract's style (the keys bench_train prints, with "framework":"pytorch").
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import peer_models  # imports no torch: that waits for the thread settings
+
+
+def positive_list(text):
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got '{text}'")
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected integers >= 1, got '{text}'")
+    return values
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", choices=peer_models.MODELS, default="cnn")
+    p.add_argument("--batch", type=positive_list, default=[64], help="samples per step, e.g. 64 or 64,256")
+    p.add_argument("--threads", type=positive_list, default=[1], help="intra-op threads, e.g. 1 or 1,2")
+    p.add_argument("--steps", type=int, default=20, help="measured steps per case")
+    p.add_argument("--warmup", type=int, default=3, help="unmeasured steps per case first")
+    p.add_argument("--json", action="store_true", help="print one JSON object per case instead of a table")
+    args = p.parse_args()
+    if args.steps < 1:
+        p.error(f"--steps must be at least 1, got {args.steps}")
+    if args.warmup < 0:
+        p.error(f"--warmup must be at least 0, got {args.warmup}")
+    return args
+
+
+def measure(args, threads):
+    """Runs every batch size at `threads` in this process; torch is imported here."""
+    peer_models.set_thread_environment(threads)
+    import torch
+
+    torch.set_num_threads(threads)
+    results = []
+    for batch in args.batch:
+        torch.manual_seed(1)
+        model, sample_shape, classes = peer_models.build_model(args.model)
+        model.train()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        loss_fn = torch.nn.CrossEntropyLoss()
+        gen = torch.Generator().manual_seed(100)
+        x = torch.randn((batch, *sample_shape), generator=gen)
+        y = torch.randint(0, classes, (batch,), generator=gen)
+
+        def step():
+            start = time.perf_counter()
+            optimizer.zero_grad(set_to_none=True)  # explicit: torch 1.13's default is False
+            loss_fn(model(x), y).backward()
+            optimizer.step()
+            return time.perf_counter() - start
+
+        for _ in range(args.warmup):
+            step()
+        times = [step() for _ in range(args.steps)]
+        results.append(summarize(args, torch.__version__, batch, threads, times))
+    return results
+
+
+def summarize(args, version, batch, threads, times):
+    def r4(v):  # 4 decimals, as bench_train: the spread between steps is larger
+        return round(v, 4)
+
+    median, fastest, slowest = statistics.median(times), min(times), max(times)
+    return {
+        "bench": "train", "framework": "pytorch", "torch": version, "model": args.model, "batch": batch,
+        "threads": threads, "steps": args.steps,
+        "samples_per_s": r4(batch / median), "samples_per_s_min": r4(batch / slowest),
+        "samples_per_s_max": r4(batch / fastest),
+        "step_ms_median": r4(1e3 * median), "step_ms_min": r4(1e3 * fastest), "step_ms_max": r4(1e3 * slowest),
+    }
+
+
+def measure_in_children(args):
+    """One child process per thread count (see the module docstring); their JSON lines."""
+    results = []
+    for threads in args.threads:
+        command = [sys.executable, os.path.abspath(__file__), "--model", args.model,
+                   "--batch", ",".join(map(str, args.batch)), "--threads", str(threads),
+                   "--steps", str(args.steps), "--warmup", str(args.warmup), "--json"]
+        out = subprocess.run(command, stdout=subprocess.PIPE, check=True, text=True).stdout
+        results += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return results
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and ":" in line:
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def print_table(args, results):
+    print(f"pytorch {results[0]['torch']} training step: {args.model}, {args.steps} steps after {args.warmup} "
+          f"warm-up; {cpu_model()}, {os.cpu_count()} hardware threads")
+    print(f"{'batch':>6}{'threads':>8} | {'samples/s':>10}{'min':>9}{'max':>9} | {'step ms':>9}{'min':>9}{'max':>9}")
+    for r in results:
+        print(f"{r['batch']:>6}{r['threads']:>8} | {r['samples_per_s']:>10.1f}{r['samples_per_s_min']:>9.1f}"
+              f"{r['samples_per_s_max']:>9.1f} | {r['step_ms_median']:>9.2f}{r['step_ms_min']:>9.2f}"
+              f"{r['step_ms_max']:>9.2f}")
+
+
+def main():
+    args = parse_args()
+    results = measure(args, args.threads[0]) if len(args.threads) == 1 else measure_in_children(args)
+    if args.json:
+        for r in results:
+            print(json.dumps(r), flush=True)
+    else:
+        print_table(args, results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+// f32 2-D convolution through oneDNN: forward, backward-data and backward-weights
+// primitives in the layouts oneDNN prefers for this machine (blocked channels on
+// AVX-512), with dtrain's NCHW tensors reordered in and out around each call. The batch is
+// split across dtrain's pool; each thread runs primitives made for its slice. Primitive
+// descriptors and primitives are cached per shape: creating them costs more than running
+// a small convolution.
+#include "tensor/cpu/onednn_conv.h"
+
+#include "dtrain/core/parallel.h"
+#include "tensor/cpu/onednn.h"
+
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+namespace dtrain::detail::onednn {
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+constexpr auto kF32 = memory::data_type::f32;
+
+// One convolution problem: the geometry of a batch slice of `n` images.
+struct ConvKey {
+  std::int64_t n, c, h, w, o, kh, kw, oh, ow;
+  Conv2dParams p;
+  bool bias;
+  auto tie() const {
+    return std::tie(n, c, h, w, o, kh, kw, oh, ow, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h,
+                    p.dilation_w, p.groups, bias);
+  }
+  bool operator<(const ConvKey& k) const { return tie() < k.tie(); }
+};
+
+struct ConvDescs {
+  memory::desc src, weights, bias, dst;  // the user's plain layouts
+  memory::dims strides, dilates, pad_l, pad_r;
+};
+
+ConvDescs describe(const ConvKey& k) {
+  ConvDescs d;
+  const std::int64_t g = k.p.groups;
+  d.src = memory::desc({k.n, k.c, k.h, k.w}, kF32, Tag::nchw);
+  d.dst = memory::desc({k.n, k.o, k.oh, k.ow}, kF32, Tag::nchw);
+  d.weights = g == 1 ? memory::desc({k.o, k.c, k.kh, k.kw}, kF32, Tag::oihw)
+                     : memory::desc({g, k.o / g, k.c / g, k.kh, k.kw}, kF32, Tag::goihw);
+  if (k.bias) d.bias = memory::desc({k.o}, kF32, Tag::x);
+  d.strides = {k.p.stride_h, k.p.stride_w};
+  d.dilates = {k.p.dilation_h - 1, k.p.dilation_w - 1};  // oneDNN counts dilation from 0
+  d.pad_l = {k.p.pad_h, k.p.pad_w};
+  // The right/bottom padding that yields exactly (oh, ow); may differ from the left.
+  d.pad_r = {(k.oh - 1) * k.p.stride_h + (k.kh - 1) * k.p.dilation_h + 1 - k.h - k.p.pad_h,
+             (k.ow - 1) * k.p.stride_w + (k.kw - 1) * k.p.dilation_w + 1 - k.w - k.p.pad_w};
+  return d;
+}
+
+memory::desc any(const memory::desc& d) { return memory::desc(d.dims(), kF32, Tag::any); }
+
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+dnnl::convolution_forward::primitive_desc forward_pd(const ConvKey& k, const ConvDescs& d) {
+  const memory::desc bias = k.bias ? any(d.bias) : memory::desc();
+  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                       any(d.src), any(d.weights), bias, any(d.dst), d.strides, d.dilates, d.pad_l,
+                                       d.pad_r);
+  return {desc, user_scratchpad(), engine()};
+}
+
+// The three primitives of one problem, made on first use.
+struct ConvPrimitives {
+  ConvDescs descs;
+  dnnl::convolution_forward::primitive_desc fwd_pd;
+  dnnl::convolution_forward fwd;
+  dnnl::convolution_backward_data::primitive_desc bwd_data_pd;
+  dnnl::convolution_backward_data bwd_data;
+  dnnl::convolution_backward_weights::primitive_desc bwd_weights_pd;
+  dnnl::convolution_backward_weights bwd_weights;
+};
+
+ConvPrimitives make_primitives(const ConvKey& k) {
+  ConvPrimitives c;
+  const ConvDescs& d = c.descs = describe(k);
+  c.fwd_pd = forward_pd(k, d);
+  c.fwd = dnnl::convolution_forward(c.fwd_pd);
+  dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, any(d.src), any(d.weights),
+                                           any(d.dst), d.strides, d.dilates, d.pad_l, d.pad_r);
+  c.bwd_data_pd = {bd, user_scratchpad(), engine(), c.fwd_pd};
+  c.bwd_data = dnnl::convolution_backward_data(c.bwd_data_pd);
+  dnnl::convolution_backward_weights::desc bw(dnnl::algorithm::convolution_direct, any(d.src), any(d.weights),
+                                              any(d.dst), d.strides, d.dilates, d.pad_l, d.pad_r);
+  c.bwd_weights_pd = {bw, user_scratchpad(), engine(), c.fwd_pd};
+  c.bwd_weights = dnnl::convolution_backward_weights(c.bwd_weights_pd);
+  return c;
+}
+
+const ConvPrimitives& primitives(const ConvKey& k) {
+  static std::mutex mutex;
+  static std::map<ConvKey, ConvPrimitives> cache;
+  std::lock_guard lock(mutex);
+  auto it = cache.find(k);
+  if (it == cache.end()) it = cache.emplace(k, make_primitives(k)).first;
+  return it->second;  // std::map never moves its elements
+}
+
+ConvKey key_for(const Shape& x, const Shape& w, const Shape& out, const Conv2dParams& p, bool bias) {
+  return {x[0], x[1], x[2], x[3], w[0], w[2], w[3], out[2], out[3], p, bias};
+}
+
+memory user_memory(const memory::desc& d, const float* data) {
+  return memory(d, engine(), const_cast<float*>(data));
+}
+
+// Calls f(first image, images) for slices of the batch, one per thread of dtrain's pool.
+template <class F>
+void for_batch_slices(std::int64_t n, F f) {
+  parallel_for(0, n, std::max<std::int64_t>(1, n / num_threads()), [&](std::int64_t n0, std::int64_t n1) { f(n0, n1 - n0); });
+}
+
+}  // namespace
+
+void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, Tensor& out) {
+  const std::int64_t image_in = x.size(1) * x.size(2) * x.size(3), image_out = out.size(1) * out.size(2) * out.size(3);
+  for_batch_slices(x.size(0), [&](std::int64_t n0, std::int64_t n) {
+    Shape xs = x.shape(), os = out.shape();
+    xs[0] = os[0] = n;
+    const ConvPrimitives& c = primitives(key_for(xs, w.shape(), os, p, bias.defined()));
+    std::unique_ptr<Buffer> src_buf, w_buf, dst_buf;
+    memory src = as_layout(user_memory(c.descs.src, x.data<float>() + n0 * image_in), c.fwd_pd.src_desc(), src_buf);
+    memory weights = as_layout(user_memory(c.descs.weights, w.data<float>()), c.fwd_pd.weights_desc(), w_buf);
+    memory user_dst = user_memory(c.descs.dst, out.data<float>() + n0 * image_out);
+    memory dst = output_layout(user_dst, c.fwd_pd.dst_desc(), dst_buf);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
+    if (bias.defined()) args.emplace(DNNL_ARG_BIAS, user_memory(c.descs.bias, bias.data<float>()));
+    execute(c.fwd, std::move(args), c.fwd_pd.scratchpad_desc());
+    copy_back(dst, user_dst);
+  });
+}
+
+void conv2d_backward_data(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p, Tensor& grad_x) {
+  const std::int64_t image_in = grad_x.size(1) * grad_x.size(2) * grad_x.size(3),
+                     image_out = grad_out.size(1) * grad_out.size(2) * grad_out.size(3);
+  for_batch_slices(grad_x.size(0), [&](std::int64_t n0, std::int64_t n) {
+    Shape xs = grad_x.shape(), os = grad_out.shape();
+    xs[0] = os[0] = n;
+    const ConvPrimitives& c = primitives(key_for(xs, w.shape(), os, p, false));
+    const auto& pd = c.bwd_data_pd;
+    std::unique_ptr<Buffer> dy_buf, w_buf, dx_buf;
+    memory dy = as_layout(user_memory(c.descs.dst, grad_out.data<float>() + n0 * image_out), pd.diff_dst_desc(), dy_buf);
+    memory weights = as_layout(user_memory(c.descs.weights, w.data<float>()), pd.weights_desc(), w_buf);
+    memory user_dx = user_memory(c.descs.src, grad_x.data<float>() + n0 * image_in);
+    memory dx = output_layout(user_dx, pd.diff_src_desc(), dx_buf);
+    execute(c.bwd_data, {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DIFF_SRC, dx}},
+            pd.scratchpad_desc());
+    copy_back(dx, user_dx);
+  });
+}
+
+// Each batch slice computes its own weight gradient (the first straight into grad_w); the
+// partials are added in slice order, so for a given thread count the result is
+// deterministic.
+void conv2d_backward_weights(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p, Tensor& grad_w) {
+  const std::int64_t image_in = x.size(1) * x.size(2) * x.size(3),
+                     image_out = grad_out.size(1) * grad_out.size(2) * grad_out.size(3);
+  const std::int64_t batch = x.size(0), parts = std::max<std::int64_t>(1, std::min<std::int64_t>(batch, num_threads()));
+  const std::int64_t wsize = grad_w.numel();
+  std::vector<std::vector<float>> partials(static_cast<std::size_t>(parts - 1),
+                                           std::vector<float>(static_cast<std::size_t>(wsize)));
+  parallel_for(0, parts, 1, [&](std::int64_t p0, std::int64_t p1) {
+    for (std::int64_t part = p0; part < p1; ++part) {
+      const std::int64_t n0 = batch * part / parts, n = batch * (part + 1) / parts - n0;
+      Shape xs = x.shape(), os = grad_out.shape();
+      xs[0] = os[0] = n;
+      const ConvPrimitives& c = primitives(key_for(xs, grad_w.shape(), os, p, false));
+      const auto& pd = c.bwd_weights_pd;
+      std::unique_ptr<Buffer> src_buf, dy_buf, dw_buf;
+      memory src = as_layout(user_memory(c.descs.src, x.data<float>() + n0 * image_in), pd.src_desc(), src_buf);
+      memory dy = as_layout(user_memory(c.descs.dst, grad_out.data<float>() + n0 * image_out), pd.diff_dst_desc(), dy_buf);
+      float* target = part == 0 ? grad_w.data<float>() : partials[static_cast<std::size_t>(part - 1)].data();
+      memory user_dw = user_memory(c.descs.weights, target);
+      memory dw = output_layout(user_dw, pd.diff_weights_desc(), dw_buf);
+      execute(c.bwd_weights, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_DIFF_WEIGHTS, dw}},
+              pd.scratchpad_desc());
+      copy_back(dw, user_dw);
+    }
+  });
+  float* total = grad_w.data<float>();
+  for (const auto& partial : partials) {
+    for (std::int64_t i = 0; i < wsize; ++i) total[i] += partial[static_cast<std::size_t>(i)];
+  }
+}
+
+}  // namespace dtrain::detail::onednn
