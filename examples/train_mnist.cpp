@@ -23,6 +23,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <chrono>
 #include <filesystem>
 
 namespace {
@@ -50,6 +51,7 @@ struct Config {
   std::int64_t limit_test = 0;
   bool check_replicas = false;
   double timeout_s = 300;
+  double target_accuracy = 0;  // 0: train every epoch; else stop once test accuracy reaches it
 };
 
 void add_flags(CLI::App& app, Config& c) {
@@ -74,6 +76,9 @@ void add_flags(CLI::App& app, Config& c) {
   app.add_option("--metrics", c.metrics, "write metrics as JSON lines to this file");
   app.add_option("--limit-train", c.limit_train, "train on the first N examples only")->check(CLI::PositiveNumber);
   app.add_option("--limit-test", c.limit_test, "evaluate on the first N test examples only")->check(CLI::PositiveNumber);
+  app.add_option("--target-accuracy", c.target_accuracy,
+                 "stop after the first epoch whose test accuracy (a fraction) reaches this; prints the time taken")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_flag("--check-replicas", c.check_replicas, "after each epoch, report the largest parameter difference across ranks");
   app.add_option("--timeout", c.timeout_s, "seconds a collective may wait for the other ranks before the job is aborted")
       ->check(CLI::PositiveNumber)->capture_default_str();
@@ -145,6 +150,10 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
                c.batch_size, c.optimizer, c.lr);
   }
   double accuracy = 0;
+  // Time to accuracy runs from the first step to the end of the evaluation that reached
+  // the target: evaluation is part of knowing that it was reached.
+  const auto start = std::chrono::steady_clock::now();
+  int epochs_run = 0;
   for (int epoch = 0; epoch < c.epochs; ++epoch) {
     train_loader.set_epoch(epoch);
     train::Progress progress(fmt::format("epoch {}/{}", epoch + 1, c.epochs), train_loader.num_batches(), lead);
@@ -155,19 +164,35 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
     train::EpochStats s = train::train_epoch(*model, train_loader, *optimizer, opts, &progress);
     train::EvalStats e = all_ranks(train::evaluate(*model, test_loader), *comm);
     accuracy = e.accuracy();
+    epochs_run = epoch + 1;
+    // Every rank has the same, all-reduced accuracy, so all of them stop together.
+    const bool reached_target = c.target_accuracy > 0 && accuracy >= c.target_accuracy;
     double rate = static_cast<double>(s.samples * world) / s.seconds;
     std::string replicas = c.check_replicas ? fmt::format(", replica max diff {:.3g}", ddp.check_replicas()) : "";
-    if (!lead) continue;
-    fmt::print("epoch {}/{}: train loss {:.4f}, train accuracy {:.2f}%, test loss {:.4f}, test accuracy {:.2f}%, "
-               "{:.0f} samples/s, {:.1f} s{}\n",
-               epoch + 1, c.epochs, s.mean_loss, 100 * s.accuracy, e.loss(), 100 * accuracy, rate, s.seconds,
-               replicas);
-    std::fflush(stdout);
-    metrics.write("epoch", {{"epoch", epoch + 1}, {"train_loss", s.mean_loss}, {"train_accuracy", s.accuracy},
-                            {"test_loss", e.loss()}, {"test_accuracy", accuracy}, {"samples_per_s", rate},
-                            {"seconds", s.seconds}});
+    if (lead) {
+      fmt::print("epoch {}/{}: train loss {:.4f}, train accuracy {:.2f}%, test loss {:.4f}, test accuracy {:.2f}%, "
+                 "{:.0f} samples/s, {:.1f} s{}\n",
+                 epoch + 1, c.epochs, s.mean_loss, 100 * s.accuracy, e.loss(), 100 * accuracy, rate, s.seconds,
+                 replicas);
+      std::fflush(stdout);
+      metrics.write("epoch", {{"epoch", epoch + 1}, {"train_loss", s.mean_loss}, {"train_accuracy", s.accuracy},
+                              {"test_loss", e.loss()}, {"test_accuracy", accuracy}, {"samples_per_s", rate},
+                              {"seconds", s.seconds}});
+    }
+    if (reached_target) break;
   }
-  if (lead) fmt::print("final test accuracy: {:.2f}%\n", 100 * accuracy);
+  if (!lead) return 0;
+  fmt::print("final test accuracy: {:.2f}%\n", 100 * accuracy);
+  if (c.target_accuracy > 0) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (accuracy >= c.target_accuracy) {
+      fmt::print("reached {:.2f}% test accuracy after {} epoch(s) in {:.1f} s\n", 100 * c.target_accuracy,
+                 epochs_run, seconds);
+    } else {
+      fmt::print("did not reach {:.2f}% test accuracy in {} epoch(s), {:.1f} s\n", 100 * c.target_accuracy,
+                 epochs_run, seconds);
+    }
+  }
   return 0;
 }
 

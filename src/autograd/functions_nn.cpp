@@ -121,12 +121,6 @@ Variable affine(const Variable& xhat, const Variable& gamma, const Variable& bet
   return y;
 }
 
-std::vector<std::int64_t> all_but_channel(std::int64_t ndim) {
-  std::vector<std::int64_t> dims{0};
-  for (std::int64_t d = 2; d < ndim; ++d) dims.push_back(d);
-  return dims;
-}
-
 void check_batch_norm_input(const Variable& x, const Variable& gamma, const char* op) {
   DTRAIN_CHECK(x.dim() >= 2, "{}: expected input (N, C, ...), got {}", op, shape_str(x.shape()));
   DTRAIN_CHECK(!gamma.defined() || gamma.shape() == Shape{x.size(1)},
@@ -135,15 +129,27 @@ void check_batch_norm_input(const Variable& x, const Variable& gamma, const char
 }
 }  // namespace
 
+// One fused kernel each way (batch_norm_forward / batch_norm_backward), not the composed
+// normalize + affine of layer_norm: batch norm runs on every activation of a CNN.
 Variable batch_norm_train(const Variable& x, const Variable& gamma, const Variable& beta, double eps,
                           Tensor* batch_mean, Tensor* batch_var) {
   check_batch_norm_input(x, gamma, "batch_norm");
-  DTRAIN_CHECK(x.numel() / x.size(1) > 1, "batch_norm: training needs more than one value per channel, input {}",
-               shape_str(x.shape()));
-  Normalized n = normalize(x, all_but_channel(x.dim()), eps);
-  if (batch_mean) *batch_mean = n.mean.reshape({x.size(1)});
-  if (batch_var) *batch_var = n.var.reshape({x.size(1)});
-  return affine(n.xhat, gamma, beta, channel_shape(x));
+  BatchNormResult r = batch_norm_forward(x.data(), gamma.defined() ? gamma.data() : Tensor(),
+                                         beta.defined() ? beta.data() : Tensor(), eps);
+  if (batch_mean) *batch_mean = r.mean;
+  if (batch_var) *batch_var = r.var;
+  std::vector<Variable> inputs{x};
+  if (gamma.defined()) inputs.push_back(gamma);
+  if (beta.defined()) inputs.push_back(beta);
+  const int gamma_at = gamma.defined() ? 1 : 0, beta_at = beta.defined() ? gamma_at + 1 : 0;  // 0: absent
+  return Variable(r.y, inputs,
+                  [mean = r.mean, var = r.var, eps, gamma_at, beta_at](std::vector<Variable>& in, const Tensor& g) {
+                    const Tensor gamma_t = gamma_at ? in[gamma_at].data() : Tensor();
+                    BatchNormGrads d = batch_norm_backward(g, in[0].data(), mean, var, gamma_t, eps);
+                    if (in[0].requires_grad()) in[0].add_grad(d.x);
+                    if (gamma_at && in[gamma_at].requires_grad()) in[gamma_at].add_grad(d.gamma);
+                    if (beta_at && in[beta_at].requires_grad()) in[beta_at].add_grad(d.beta);
+                  });
 }
 
 Variable batch_norm_eval(const Variable& x, const Variable& gamma, const Variable& beta, const Tensor& mean,

@@ -69,6 +69,13 @@ class Backend {
   virtual void adaptive_avg_pool2d(const Tensor& x, Tensor& out) = 0;
   virtual void adaptive_avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_x) = 0;
 
+  // ---- batch normalization (contiguous x viewed as (N, C, S); gamma/beta may be undefined)
+  virtual void batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& y,
+                          Tensor& mean, Tensor& var) = 0;
+  virtual void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& var,
+                                   const Tensor& gamma, double eps, Tensor& grad_x, Tensor& grad_gamma,
+                                   Tensor& grad_beta) = 0;
+
   // ---- softmax family ------------------------------------------------------------------
   virtual void softmax(const Tensor& x, std::int64_t dim, bool log, Tensor& out) = 0;
   virtual void softmax_backward(const Tensor& grad_out, const Tensor& y, std::int64_t dim, bool log,

@@ -141,6 +141,21 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::int64_t out_h, std::int64_t out
 Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape);
 
 // ============================================================================
+// Batch normalization, training mode: statistics over every dim of x (N, C, ...) but 1
+// ============================================================================
+// One fused pass for the statistics and one for y = (x - mean) / sqrt(var + eps) * gamma
+// + beta; gamma and beta may be undefined (1 and 0). var is the biased batch variance.
+struct BatchNormResult {
+  Tensor y, mean, var;  // mean and var: (C)
+};
+BatchNormResult batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps);
+struct BatchNormGrads {
+  Tensor x, gamma, beta;  // gamma, beta: (C), whether or not the forward had them
+};
+BatchNormGrads batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& var,
+                                   const Tensor& gamma, double eps);
+
+// ============================================================================
 // Softmax family (along `dim`)
 // ============================================================================
 Tensor softmax(const Tensor& x, std::int64_t dim);

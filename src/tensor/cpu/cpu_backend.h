@@ -1,6 +1,6 @@
 // The CPU backend. Its methods are defined across src/tensor/cpu/*.cpp, one file per
 // kind of primitive (memory.cpp, elementwise.cpp, reduce.cpp, matmul.cpp, conv.cpp,
-// pool.cpp, softmax.cpp, index.cpp, random.cpp).
+// pool.cpp, batch_norm.cpp, softmax.cpp, index.cpp, random.cpp).
 #pragma once
 
 #include "tensor/backend.h"
@@ -38,6 +38,12 @@ class CpuBackend final : public Backend {
   void avg_pool2d_backward(const Tensor& grad_out, const Pool2dParams& p, Tensor& grad_x) override;
   void adaptive_avg_pool2d(const Tensor& x, Tensor& out) override;
   void adaptive_avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_x) override;
+
+  void batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& y, Tensor& mean,
+                  Tensor& var) override;
+  void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& var,
+                           const Tensor& gamma, double eps, Tensor& grad_x, Tensor& grad_gamma,
+                           Tensor& grad_beta) override;
 
   void softmax(const Tensor& x, std::int64_t dim, bool log, Tensor& out) override;
   void softmax_backward(const Tensor& grad_out, const Tensor& y, std::int64_t dim, bool log,
