@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -24,8 +25,29 @@ int default_threads() {
   return std::max(1, env::hardware_threads() / env::local_world_size());
 }
 
-// A pool of blocking workers. One job at a time: the job is split into `parts` ranges,
-// worker i runs part i+1 and the caller runs part 0.
+// Waits up to kSpin for `ready`, polling: a training step runs its parallel ops back to
+// back, microseconds apart, and a worker that went to sleep on a condition variable takes
+// tens of microseconds to wake (more than a small GEMM takes). Past kSpin the waiter
+// blocks, so an idle pool costs nothing; on shared vCPUs a pool that kept spinning would
+// steal the core its peers need (DESIGN.md).
+constexpr auto kSpin = std::chrono::microseconds(50);
+
+template <class Ready>
+bool spin_until(Ready ready) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return ready();
+  }
+}
+
+// A pool of workers that spin briefly, then block. One job at a time: the job is split
+// into `parts` ranges, worker i runs part i+1 and the caller runs part 0.
 class Pool {
  public:
   ~Pool() { resize(0); }
@@ -40,7 +62,7 @@ class Pool {
     threads_.clear();
     stop_ = false;
     // New workers must wait for the next job, not re-run the last one.
-    const std::uint64_t current = generation_;
+    const std::uint64_t current = generation_.load();
     for (int i = 0; i < workers; ++i) threads_.emplace_back([this, i, current] { worker(i + 1, current); });
   }
 
@@ -55,14 +77,17 @@ class Pool {
       parts_ = parts;
       fn_ = fn;
       ctx_ = ctx;
-      pending_ = parts - 1;
+      pending_.store(parts - 1, std::memory_order_relaxed);
       error_ = nullptr;
-      ++generation_;
+      generation_.fetch_add(1, std::memory_order_release);  // publishes the fields above to spinners
     }
     cv_start_.notify_all();
     run_part(0);
-    std::unique_lock lock(mu_);
-    cv_done_.wait(lock, [this] { return pending_ == 0; });
+    if (!spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; })) {
+      std::unique_lock lock(mu_);
+      cv_done_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+    }
+    std::lock_guard lock(mu_);
     if (error_) std::rethrow_exception(error_);
   }
 
@@ -84,16 +109,27 @@ class Pool {
 
   void worker(int index, std::uint64_t seen) {
     for (;;) {
-      {
+      auto started = [&] { return stop_.load() || generation_.load(std::memory_order_acquire) != seen; };
+      if (!spin_until(started)) {
         std::unique_lock lock(mu_);
-        cv_start_.wait(lock, [&] { return stop_ || generation_ != seen; });
-        if (stop_) return;
-        seen = generation_;
-        if (index >= parts_) continue;
+        cv_start_.wait(lock, started);
       }
+      int parts = 0;
+      {
+        // A worker left out of the last job may lag behind the caller, who may be writing
+        // the next job's fields right now: read the job under the lock.
+        std::lock_guard lock(mu_);
+        if (stop_) return;
+        seen = generation_.load(std::memory_order_relaxed);
+        parts = parts_;
+      }
+      // The job cannot finish, nor its fields change, until this worker has run its part.
+      if (index >= parts) continue;
       run_part(index);
-      std::lock_guard lock(mu_);
-      if (--pending_ == 0) cv_done_.notify_one();
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard lock(mu_);  // the caller checks pending_ under mu_ before it sleeps
+        cv_done_.notify_one();
+      }
     }
   }
 
@@ -101,11 +137,11 @@ class Pool {
   std::mutex mu_;
   std::condition_variable cv_start_, cv_done_;
   std::vector<std::thread> threads_;
-  bool stop_ = false;
-  std::uint64_t generation_ = 0;
+  std::atomic<bool> stop_ = false;
+  std::atomic<std::uint64_t> generation_ = 0;
   std::int64_t begin_ = 0, end_ = 0;
   int parts_ = 1;
-  int pending_ = 0;
+  std::atomic<int> pending_ = 0;
   detail::RangeFn fn_ = nullptr;
   void* ctx_ = nullptr;
   std::exception_ptr error_;
