@@ -46,10 +46,15 @@ bool spin_until(Ready ready) {
   }
 }
 
-// A pool of workers that spin briefly, then block. One job at a time: the job is split
-// into `parts` ranges, worker i runs part i+1 and the caller runs part 0.
+// A pool of workers that spin briefly, then block. One job at a time, split into `parts`
+// fixed ranges that the caller and the workers claim one by one until none is left: when
+// a worker is slow to start (its vCPU is busy elsewhere), the caller runs its part too
+// instead of waiting for it. Which thread runs a part never changes the result.
 class Pool {
  public:
+  // Parts of one job: they are counted in 16 bits of the claim word.
+  static constexpr int kMaxParts = 0xffff;
+
   ~Pool() { resize(0); }
 
   void resize(int workers) {
@@ -62,14 +67,15 @@ class Pool {
     threads_.clear();
     stop_ = false;
     // New workers must wait for the next job, not re-run the last one.
-    const std::uint64_t current = generation_.load();
-    for (int i = 0; i < workers; ++i) threads_.emplace_back([this, i, current] { worker(i + 1, current); });
+    const std::uint32_t current = generation_.load();
+    for (int i = 0; i < workers; ++i) threads_.emplace_back([this, current] { worker(current); });
   }
 
   std::mutex& job_mutex() { return job_mu_; }
 
-  // Caller holds job_mutex().
+  // Caller holds job_mutex(); 2 <= parts <= kMaxParts.
   void run(std::int64_t begin, std::int64_t end, int parts, detail::RangeFn fn, void* ctx) {
+    std::uint32_t gen = 0;
     {
       std::lock_guard lock(mu_);
       begin_ = begin;
@@ -77,21 +83,55 @@ class Pool {
       parts_ = parts;
       fn_ = fn;
       ctx_ = ctx;
-      pending_.store(parts - 1, std::memory_order_relaxed);
       error_ = nullptr;
-      generation_.fetch_add(1, std::memory_order_release);  // publishes the fields above to spinners
+      done_.store(0, std::memory_order_relaxed);
+      gen = generation_.load(std::memory_order_relaxed) + 1;
+      // The release stores publish the fields above to whoever claims a part of this job.
+      claim_.store(pack(gen, static_cast<std::uint32_t>(parts), 0), std::memory_order_release);
+      generation_.store(gen, std::memory_order_release);
     }
     cv_start_.notify_all();
-    run_part(0);
-    if (!spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; })) {
+    work(gen);
+    auto finished = [this, parts] { return done_.load(std::memory_order_acquire) == parts; };
+    if (!spin_until(finished)) {
       std::unique_lock lock(mu_);
-      cv_done_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+      cv_done_.wait(lock, finished);
     }
     std::lock_guard lock(mu_);
     if (error_) std::rethrow_exception(error_);
   }
 
  private:
+  // The claim word: the job's generation, its part count and the next unclaimed part.
+  static std::uint64_t pack(std::uint32_t gen, std::uint32_t parts, std::uint32_t next) {
+    return (std::uint64_t{gen} << 32) | (std::uint64_t{parts} << 16) | next;
+  }
+
+  // Takes the next part of job `gen`; false when none is left or a newer job started.
+  // Once a part is claimed the job cannot finish, so its fields stay put until it is done.
+  bool claim(std::uint32_t gen, int& part) {
+    std::uint64_t word = claim_.load(std::memory_order_acquire);
+    for (;;) {
+      const auto parts = static_cast<std::uint32_t>((word >> 16) & 0xffff), next = static_cast<std::uint32_t>(word & 0xffff);
+      if (static_cast<std::uint32_t>(word >> 32) != gen || next >= parts) return false;
+      if (claim_.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+        part = static_cast<int>(next);
+        return true;
+      }
+    }
+  }
+
+  void work(std::uint32_t gen) {
+    int part = 0;
+    while (claim(gen, part)) {
+      run_part(part);
+      if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == parts_) {
+        std::lock_guard lock(mu_);  // the caller checks done_ under mu_ before it sleeps
+        cv_done_.notify_one();
+      }
+    }
+  }
+
   void run_part(int part) {
     std::int64_t n = end_ - begin_;
     std::int64_t b = begin_ + n * part / parts_;
@@ -107,29 +147,16 @@ class Pool {
     t_in_parallel = false;
   }
 
-  void worker(int index, std::uint64_t seen) {
+  void worker(std::uint32_t seen) {
     for (;;) {
       auto started = [&] { return stop_.load() || generation_.load(std::memory_order_acquire) != seen; };
       if (!spin_until(started)) {
         std::unique_lock lock(mu_);
         cv_start_.wait(lock, started);
       }
-      int parts = 0;
-      {
-        // A worker left out of the last job may lag behind the caller, who may be writing
-        // the next job's fields right now: read the job under the lock.
-        std::lock_guard lock(mu_);
-        if (stop_) return;
-        seen = generation_.load(std::memory_order_relaxed);
-        parts = parts_;
-      }
-      // The job cannot finish, nor its fields change, until this worker has run its part.
-      if (index >= parts) continue;
-      run_part(index);
-      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        std::lock_guard lock(mu_);  // the caller checks pending_ under mu_ before it sleeps
-        cv_done_.notify_one();
-      }
+      if (stop_.load()) return;
+      seen = generation_.load(std::memory_order_acquire);
+      work(seen);  // claims nothing if the caller (or another worker) already took every part
     }
   }
 
@@ -138,10 +165,11 @@ class Pool {
   std::condition_variable cv_start_, cv_done_;
   std::vector<std::thread> threads_;
   std::atomic<bool> stop_ = false;
-  std::atomic<std::uint64_t> generation_ = 0;
+  std::atomic<std::uint32_t> generation_ = 0;
+  std::atomic<std::uint64_t> claim_ = 0;
+  std::atomic<int> done_ = 0;
   std::int64_t begin_ = 0, end_ = 0;
   int parts_ = 1;
-  std::atomic<int> pending_ = 0;
   detail::RangeFn fn_ = nullptr;
   void* ctx_ = nullptr;
   std::exception_ptr error_;
@@ -181,7 +209,7 @@ void parallel_run(std::int64_t begin, std::int64_t end, std::int64_t grain, Rang
   std::unique_lock lock(pool().job_mutex(), std::try_to_lock);
   int threads = threads_now();
   std::int64_t max_parts = std::max<std::int64_t>(1, (end - begin) / grain);  // each part >= grain
-  int parts = static_cast<int>(std::min<std::int64_t>(threads, max_parts));
+  int parts = static_cast<int>(std::min<std::int64_t>({threads, max_parts, Pool::kMaxParts}));
   if (!lock.owns_lock() || parts <= 1) {  // pool busy with another thread's job: run inline
     fn(ctx, begin, end);
     return;

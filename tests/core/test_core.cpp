@@ -48,6 +48,26 @@ TEST_CASE("parallel_for covers the range exactly once at any thread count", "[co
   set_num_threads(2);
 }
 
+TEST_CASE("parallel_for runs back-to-back jobs exactly once each, whoever claims the parts", "[core][cpu]") {
+  // Thousands of tiny jobs in a row: workers that are still spinning on the last job, or
+  // late to wake, must neither run a part twice nor miss a part of the next one. With
+  // more threads than cores some workers are always late, and the caller takes their
+  // parts.
+  for (int threads : {2, 5}) {
+    set_num_threads(threads);
+    std::vector<std::atomic<int>> hits(64);
+    for (int job = 1; job <= 3000; ++job) {
+      parallel_for(0, 64, 1, [&](std::int64_t b, std::int64_t e) {
+        for (auto i = b; i < e; ++i) hits[i]++;
+      });
+      if (job % 500 == 0) {
+        for (auto& h : hits) REQUIRE(h == job);
+      }
+    }
+  }
+  set_num_threads(2);
+}
+
 TEST_CASE("parallel_for respects the grain and runs nested calls inline", "[core][cpu]") {
   set_num_threads(4);
   std::mutex mu;
