@@ -99,5 +99,9 @@ class Backend {
 Backend& backend(Device device);
 // Called by each backend's translation unit; the CPU backend is always present.
 Backend& cpu_backend();
+// The backend of CUDA device `index` (src/tensor/cuda/), created on first use; throws
+// dtrain::Error naming the device and the reason when there is none: no CUDA in this
+// build (src/tensor/nocuda/), no driver or device, or an index past the device count.
+Backend& cuda_backend(int index);
 
 }  // namespace dtrain::detail

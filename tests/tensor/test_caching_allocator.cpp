@@ -1,6 +1,6 @@
 // The CPU block cache: freed blocks come back for the same rounded size, the limit holds,
 // and release() returns everything to the system.
-#include "tensor/cpu/caching_allocator.h"
+#include "tensor/caching_allocator.h"
 
 #include <catch2/catch.hpp>
 

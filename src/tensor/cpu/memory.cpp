@@ -3,7 +3,7 @@
 // Under AddressSanitizer every block goes straight back to the system, so that a use
 // after free is still caught.
 #include "dtrain/core/environment.h"
-#include "tensor/cpu/caching_allocator.h"
+#include "tensor/caching_allocator.h"
 #include "tensor/cpu/cpu_backend.h"
 
 #include <cstdlib>

@@ -1,4 +1,4 @@
-#include "tensor/cpu/caching_allocator.h"
+#include "tensor/caching_allocator.h"
 
 namespace dtrain::detail {
 

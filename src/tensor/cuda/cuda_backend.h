@@ -1,0 +1,85 @@
+// The CUDA backend of one device. Its methods are defined across src/tensor/cuda/:
+// memory.cpp (allocation and host transfers), elementwise.cu (copy, fill and the
+// element-wise primitives) and not_implemented.cpp (everything else, which throws);
+// registry.cpp creates one per device.
+//
+// One stream per device: every kernel and copy of this backend is queued on its stream, in
+// the order the host issued it. That is what makes the caching allocator safe without
+// events: a block freed on the host while kernels that use it are still queued can go to
+// the next allocation at once, because any use of it by the new owner is queued behind
+// those kernels on the same stream. A second stream (data loading, NCCL) must record an
+// event for the blocks it uses before they are freed.
+#pragma once
+
+#include "tensor/backend.h"
+#include "tensor/caching_allocator.h"
+
+#include <cuda_runtime_api.h>
+
+namespace dtrain::detail {
+
+class CudaBackend final : public Backend {
+ public:
+  // Creates the device's stream (and so its context). Never destroyed: see cuda_backend().
+  explicit CudaBackend(int device);
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  void* allocate(std::size_t nbytes) override;
+  void deallocate(void* ptr, std::size_t nbytes) override;
+  void copy(const Tensor& src, Tensor& dst) override;
+  void copy_to_host(const void* device_src, void* host_dst, std::size_t nbytes) override;
+  void copy_from_host(const void* host_src, void* device_dst, std::size_t nbytes) override;
+  void fill(Tensor& dst, double value) override;
+
+  void unary(UnaryOp op, const Tensor& x, Tensor& out) override;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override;
+  void compare(CompareOp op, const Tensor& a, const Tensor& b, Tensor& out) override;
+  void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) override;
+  void update(UpdateOp op, Tensor& self, const Tensor& a, const Tensor& b, double value) override;
+
+  // ---- not on CUDA yet: each throws dtrain::Error naming the op --------------------
+  void reduce(ReduceOp op, const Tensor& x, const std::vector<std::int64_t>& dims, Tensor& out) override;
+  void argmax(const Tensor& x, std::int64_t dim, Tensor& out) override;
+
+  void matmul(const Tensor& a, const Tensor& b, Tensor& out) override;
+
+  void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, Tensor& out) override;
+  void conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p,
+                             Tensor& grad_x) override;
+  void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p,
+                              Tensor& grad_w) override;
+  void max_pool2d(const Tensor& x, const Pool2dParams& p, Tensor& out, Tensor& indices) override;
+  void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_x) override;
+  void avg_pool2d(const Tensor& x, const Pool2dParams& p, Tensor& out) override;
+  void avg_pool2d_backward(const Tensor& grad_out, const Pool2dParams& p, Tensor& grad_x) override;
+  void adaptive_avg_pool2d(const Tensor& x, Tensor& out) override;
+  void adaptive_avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_x) override;
+
+  void batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& y, Tensor& mean,
+                  Tensor& var) override;
+  void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& var,
+                           const Tensor& gamma, double eps, Tensor& grad_x, Tensor& grad_gamma,
+                           Tensor& grad_beta) override;
+
+  void softmax(const Tensor& x, std::int64_t dim, bool log, Tensor& out) override;
+  void softmax_backward(const Tensor& grad_out, const Tensor& y, std::int64_t dim, bool log,
+                        Tensor& grad_x) override;
+
+  void index_select(const Tensor& x, std::int64_t dim, const Tensor& index, Tensor& out) override;
+  void index_add(std::int64_t dim, const Tensor& index, const Tensor& src, Tensor& out) override;
+  void gather(const Tensor& x, std::int64_t dim, const Tensor& index, Tensor& out) override;
+  void scatter_add(std::int64_t dim, const Tensor& index, const Tensor& src, Tensor& out) override;
+  void cat(const std::vector<Tensor>& inputs, std::int64_t dim, Tensor& out) override;
+
+  void uniform(Tensor& dst, double low, double high, std::uint64_t seed, std::uint64_t offset) override;
+  void normal(Tensor& dst, double mean, double stddev, std::uint64_t seed, std::uint64_t offset) override;
+  void bernoulli(Tensor& dst, double p, std::uint64_t seed, std::uint64_t offset) override;
+
+ private:
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  CachingAllocator cache_;
+};
+
+}  // namespace dtrain::detail

@@ -1,0 +1,79 @@
+// CUDA memory: device blocks through the shared block cache, and host transfers queued on
+// the backend's stream. Transfers wait for the stream before returning, since the host
+// buffers are ordinary pageable memory the caller may reuse at once; pinned staging buffers
+// (asynchronous uploads from the data loader) are a later step.
+#include "core/cuda/check.h"
+#include "core/cuda/device_guard.h"
+#include "tensor/cuda/cuda_backend.h"
+
+#include <spdlog/spdlog.h>
+
+#include <limits>
+
+namespace dtrain::detail {
+namespace {
+
+// On the current device (CudaBackend makes its device current around every call).
+// nullptr when the device is out of memory, so that the cache can release and retry; any
+// other failure (a broken context, say) throws with its own message.
+void* device_block(std::size_t bytes) {
+  void* ptr = nullptr;
+  const cudaError_t status = cudaMalloc(&ptr, bytes);
+  if (status == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // not sticky: clear it
+    return nullptr;
+  }
+  if (status != cudaSuccess) cuda::throw_error(status, "cudaMalloc");
+  return ptr;
+}
+
+// Only reached when the cache releases blocks (out of memory). Blocks in the cache may
+// still be read by queued kernels, so the device finishes its work first; cudaFree would
+// synchronise anyway, this makes the ordering explicit. A free must not throw (the cache
+// may free from deallocate, which tensor destructors call), so a failure is logged.
+void free_device_block(void* ptr) {
+  cudaError_t status = cudaDeviceSynchronize();
+  if (status == cudaSuccess) status = cudaFree(ptr);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    spdlog::warn("cuda: freeing a cached device block failed: {}", cudaGetErrorString(status));
+  }
+}
+
+}  // namespace
+
+// The cache has no limit: device memory is ours alone, and the cache gives every block
+// back and retries when an allocation fails.
+CudaBackend::CudaBackend(int device)
+    : device_(device), cache_(std::numeric_limits<std::size_t>::max(), device_block, free_device_block) {
+  cuda::DeviceGuard guard(device_);
+  // Non-blocking: the legacy default stream, which other libraries may use, does not
+  // serialise with ours.
+  DTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+}
+
+void* CudaBackend::allocate(std::size_t nbytes) {
+  cuda::DeviceGuard guard(device_);
+  void* ptr = cache_.allocate(nbytes);
+  DTRAIN_CHECK(ptr != nullptr, "cuda:{}: out of device memory allocating {} bytes", device_, nbytes);
+  return ptr;
+}
+
+// Returns the block to the cache without waiting for the stream: see cuda_backend.h.
+void CudaBackend::deallocate(void* ptr, std::size_t nbytes) { cache_.deallocate(ptr, nbytes); }
+
+void CudaBackend::copy_to_host(const void* device_src, void* host_dst, std::size_t nbytes) {
+  if (nbytes == 0) return;
+  cuda::DeviceGuard guard(device_);
+  DTRAIN_CUDA_CHECK(cudaMemcpyAsync(host_dst, device_src, nbytes, cudaMemcpyDeviceToHost, stream_));
+  DTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::copy_from_host(const void* host_src, void* device_dst, std::size_t nbytes) {
+  if (nbytes == 0) return;
+  cuda::DeviceGuard guard(device_);
+  DTRAIN_CUDA_CHECK(cudaMemcpyAsync(device_dst, host_src, nbytes, cudaMemcpyHostToDevice, stream_));
+  DTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+}  // namespace dtrain::detail
