@@ -133,7 +133,8 @@ void MpiCommunicator::all_reduce_now(const Tensor& t, ReduceOp op, AllReduceAlgo
     ring_->run(data, count, t.dtype(), op);
   } else if (algorithm == AllReduceAlgorithm::SharedMemory) {
     if (!shm_) shm_ = std::make_unique<ShmAllReduce>(comm_, host_, kShmChunkBytes);
-    shm_->run(data, count, t.dtype(), op);
+    shm_->run(data, count, t.dtype(), op);  // averages by itself
+    return;
   } else {
     check(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), datatype(t.dtype()), reduce_op(op), comm_),
           "MPI_Allreduce");

@@ -41,6 +41,7 @@ ShmAllReduce::ShmAllReduce(MPI_Comm comm, MPI_Comm host, std::size_t chunk_bytes
   MPI_Comm_size(comm, &size);
   // Host groups partition comm, so either every group is all of comm or none is.
   multi_host_ = host_size_ < size;
+  world_size_ = size;
   if (multi_host_) {
     check(MPI_Comm_split(comm, host_rank_ == 0 ? 0 : MPI_UNDEFINED, 0, &leaders_), "MPI_Comm_split");
     if (leaders_ != MPI_COMM_NULL) hosts_ = std::make_unique<RingAllReduce>(leaders_);
@@ -103,9 +104,10 @@ void ShmAllReduce::publish(Counter c, std::uint64_t generation) const {
 void ShmAllReduce::run(void* data, std::size_t count, DType dtype, ReduceOp op) {
   auto* bytes = static_cast<std::byte*>(data);
   if (host_size_ > 1) host_all_reduce(bytes, count, dtype, op);
-  if (!multi_host_) return;
+  if (!multi_host_) return;  // an average was divided in reduce_slice
   if (hosts_) hosts_->run(data, count, dtype, op);
   if (host_size_ > 1) host_broadcast(bytes, count * dtype_size(dtype));
+  if (op == ReduceOp::Avg) divide(data, count, dtype, world_size_);
 }
 
 void ShmAllReduce::host_all_reduce(std::byte* data, std::size_t count, DType dtype, ReduceOp op) {
@@ -152,6 +154,9 @@ void ShmAllReduce::reduce_slice(std::byte* chunk, std::size_t chunk_count, std::
     for (int q = 0; q < host_size_; ++q) {
       if (q != host_rank_) combine(acc, acc, buffer(q, generation) + b * esize, len, dtype, op);
     }
+    // One host: this sum is final, so average it here, in cache. Across hosts the host
+    // leaders still have to add the other hosts' sums: run() divides at the end.
+    if (op == ReduceOp::Avg && !multi_host_) divide(acc, len, dtype, host_size_);
     std::memcpy(mine + b * esize, acc, len * esize);
   }
 }

@@ -35,7 +35,9 @@ class ShmAllReduce {
   ShmAllReduce(const ShmAllReduce&) = delete;
   ShmAllReduce& operator=(const ShmAllReduce&) = delete;
 
-  // In place over `count` elements; op is Sum, Max or Min (Avg is the caller's division).
+  // In place over `count` elements; op is Sum, Avg, Max or Min. On one host each rank
+  // divides its own reduced slice while it is still in cache, so an average costs no
+  // extra pass over the data.
   void run(void* data, std::size_t count, DType dtype, ReduceOp op);
 
  private:
@@ -56,6 +58,7 @@ class ShmAllReduce {
   MPI_Comm host_ = MPI_COMM_NULL;
   int host_rank_ = 0;
   int host_size_ = 1;
+  int world_size_ = 1;  // ranks of comm, on every host
   MPI_Win window_ = MPI_WIN_NULL;
   std::vector<std::byte*> slots_;         // each host rank's slot in this process's address space
   std::uint64_t generation_ = 0;          // chunks processed; the same on every rank of the host
