@@ -17,9 +17,9 @@
 #include "dtrain/core/environment.h"
 #include "dtrain/core/parallel.h"
 #include "dtrain/dist/data_parallel.h"
-#include "dtrain/layers/models.h"
 #include "dtrain/optim/sgd.h"
 
+#include "bench_models.h"
 #include "bench_stats.h"
 
 #include <CLI/CLI.hpp>
@@ -30,7 +30,6 @@
 #include <array>
 #include <chrono>
 #include <cmath>
-#include <random>
 
 namespace {
 
@@ -60,14 +59,6 @@ struct Case {
   std::unique_ptr<optim::SGD> optimizer;
   std::vector<double> seconds;
 };
-
-std::shared_ptr<nn::Module> make_model(const std::string& name) {
-  if (name == "mlp") return nn::mlp(28 * 28, {512, 512}, 10);
-  if (name == "cnn") return nn::lenet_cnn(1, 10);
-  return nn::resnet(18, 10, nn::ResNetStem::Cifar);
-}
-
-Shape sample_shape(const std::string& model) { return model == "resnet18_cifar" ? Shape{3, 32, 32} : Shape{1, 28, 28}; }
 
 double timed_step(Case& c, const Variable& x, const Tensor& y) {
   const auto start = std::chrono::steady_clock::now();
@@ -131,23 +122,16 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
   if (c.threads > 0) set_num_threads(c.threads);
   // In the order report() names them: overlap, no_comm, no_overlap.
   std::array<Case, 3> cases{Case({.overlap = true}), Case({.communicate = false}), Case({.overlap = false})};
+  bench::BenchModel m;
   for (Case& k : cases) {
     manual_seed(1);  // the same initial model in every case
-    auto model = make_model(c.model);
-    k.ddp = std::make_unique<dist::DataParallel>(model, comm, k.options);
-    k.optimizer = std::make_unique<optim::SGD>(model->parameters(), optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
+    m = bench::bench_model(c.model);
+    k.ddp = std::make_unique<dist::DataParallel>(m.model, comm, k.options);
+    k.optimizer = std::make_unique<optim::SGD>(m.model->parameters(), optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
   }
 
   // One fixed batch per rank, different on each rank.
-  Shape shape = sample_shape(c.model);
-  shape.insert(shape.begin(), c.batch);
-  Tensor x = Tensor::empty(shape);
-  Generator gen(100 + static_cast<std::uint64_t>(comm->rank()));
-  normal_(x, 0, 1, &gen);
-  std::mt19937_64 rng(100 + static_cast<std::uint64_t>(comm->rank()));
-  std::vector<std::int64_t> labels(static_cast<std::size_t>(c.batch));
-  for (auto& l : labels) l = static_cast<std::int64_t>(rng() % 10);
-  const Tensor y = Tensor::from_vector(labels, {c.batch});
+  const auto [x, y] = bench::synthetic_batch(m, c.batch, 100 + static_cast<std::uint64_t>(comm->rank()));
   const Variable input(x);
 
   for (int i = 0; i < c.warmup; ++i) {

@@ -8,9 +8,9 @@
 //
 // Every (batch, threads) pair is one case, with a freshly initialized model.
 #include "dtrain/core/parallel.h"
-#include "dtrain/layers/models.h"
 #include "dtrain/optim/sgd.h"
 
+#include "bench_models.h"
 #include "bench_stats.h"
 
 #include <CLI/CLI.hpp>
@@ -18,7 +18,6 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
-#include <random>
 
 namespace {
 
@@ -33,19 +32,6 @@ struct Config {
   bool json = false;
 };
 
-struct ModelCase {
-  std::shared_ptr<nn::Module> model;
-  Shape sample;
-  std::int64_t classes;
-};
-
-ModelCase make_model(const std::string& name) {
-  if (name == "mlp") return {nn::mlp(28 * 28, {512, 512}, 10), {1, 28, 28}, 10};
-  if (name == "cnn") return {nn::lenet_cnn(1, 10), {1, 28, 28}, 10};
-  if (name == "resnet18_cifar") return {nn::resnet(18, 10, nn::ResNetStem::Cifar), {3, 32, 32}, 10};
-  return {nn::resnet(18, 1000, nn::ResNetStem::ImageNet), {3, 224, 224}, 1000};
-}
-
 double timed_step(nn::Module& model, optim::SGD& optimizer, const Variable& x, const Tensor& y) {
   const auto start = std::chrono::steady_clock::now();
   optimizer.zero_grad();
@@ -59,18 +45,10 @@ double timed_step(nn::Module& model, optim::SGD& optimizer, const Variable& x, c
 std::vector<double> run_case(const Config& c, std::int64_t batch, int threads) {
   set_num_threads(threads);
   manual_seed(1);
-  ModelCase m = make_model(c.model);
+  bench::BenchModel m = bench::bench_model(c.model);
   m.model->train();
   optim::SGD optimizer(m.model->parameters(), optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
-  Shape shape = m.sample;
-  shape.insert(shape.begin(), batch);
-  Tensor x = Tensor::empty(shape);
-  Generator gen(100);
-  normal_(x, 0, 1, &gen);
-  std::mt19937_64 rng(100);
-  std::vector<std::int64_t> labels(static_cast<std::size_t>(batch));
-  for (auto& l : labels) l = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(m.classes));
-  const Tensor y = Tensor::from_vector(labels, {batch});
+  const auto [x, y] = bench::synthetic_batch(m, batch, 100);
   const Variable input(x);
   for (int i = 0; i < c.warmup; ++i) timed_step(*m.model, optimizer, input, y);
   std::vector<double> seconds;

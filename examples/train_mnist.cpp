@@ -154,6 +154,7 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
   // the target: evaluation is part of knowing that it was reached.
   const auto start = std::chrono::steady_clock::now();
   int epochs_run = 0;
+  bool reached_target = false;
   for (int epoch = 0; epoch < c.epochs; ++epoch) {
     train_loader.set_epoch(epoch);
     train::Progress progress(fmt::format("epoch {}/{}", epoch + 1, c.epochs), train_loader.num_batches(), lead);
@@ -166,7 +167,7 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
     accuracy = e.accuracy();
     epochs_run = epoch + 1;
     // Every rank has the same, all-reduced accuracy, so all of them stop together.
-    const bool reached_target = c.target_accuracy > 0 && accuracy >= c.target_accuracy;
+    reached_target = c.target_accuracy > 0 && accuracy >= c.target_accuracy;
     double rate = static_cast<double>(s.samples * world) / s.seconds;
     std::string replicas = c.check_replicas ? fmt::format(", replica max diff {:.3g}", ddp.check_replicas()) : "";
     if (lead) {
@@ -185,7 +186,7 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
   fmt::print("final test accuracy: {:.2f}%\n", 100 * accuracy);
   if (c.target_accuracy > 0) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (accuracy >= c.target_accuracy) {
+    if (reached_target) {
       fmt::print("reached {:.2f}% test accuracy after {} epoch(s) in {:.1f} s\n", 100 * c.target_accuracy,
                  epochs_run, seconds);
     } else {

@@ -10,6 +10,15 @@ import os
 MODELS = ("mlp", "cnn", "resnet18_cifar", "resnet18_224")
 
 
+def require_at_least(parser, args, **minimums):
+    """Ends with argparse's usage error unless every named option is at least its minimum,
+    e.g. require_at_least(p, args, steps=1, warmup=0)."""
+    for name, minimum in minimums.items():
+        value = getattr(args, name)
+        if value < minimum:
+            parser.error(f"--{name.replace('_', '-')} must be at least {minimum}, got {value}")
+
+
 def set_thread_environment(threads):
     """Must run before torch is imported. PASSIVE makes idle OpenMP threads sleep instead
     of spinning, which on a shared 2-vCPU machine is worth up to 10x."""

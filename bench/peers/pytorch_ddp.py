@@ -41,11 +41,7 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=3, help="unmeasured steps of each kind first")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = p.parse_args()
-    for name in ("ranks", "batch", "threads", "steps"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
-    if args.warmup < 0:
-        p.error(f"--warmup must be at least 0, got {args.warmup}")
+    peer_models.require_at_least(p, args, ranks=1, batch=1, threads=1, steps=1, warmup=0)
     return args
 
 

@@ -49,9 +49,7 @@ def parse_args():
     p.add_argument("--limit-test", type=int, default=0, help="evaluate on the first N examples only (0: all)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     args = p.parse_args()
-    for name in ("threads", "epochs"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    peer_models.require_at_least(p, args, threads=1, epochs=1)
     if not 0 < args.target_accuracy <= 1:
         p.error(f"--target-accuracy must be in (0, 1], got {args.target_accuracy}")
     return args

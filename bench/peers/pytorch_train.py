@@ -51,10 +51,7 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=3, help="unmeasured steps per case first")
     p.add_argument("--json", action="store_true", help="print one JSON object per case instead of a table")
     args = p.parse_args()
-    if args.steps < 1:
-        p.error(f"--steps must be at least 1, got {args.steps}")
-    if args.warmup < 0:
-        p.error(f"--warmup must be at least 0, got {args.warmup}")
+    peer_models.require_at_least(p, args, steps=1, warmup=0)
     return args
 
 

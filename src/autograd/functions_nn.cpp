@@ -133,7 +133,7 @@ void check_batch_norm_input(const Variable& x, const Variable& gamma, const char
 // normalize + affine of layer_norm: batch norm runs on every activation of a CNN.
 Variable batch_norm_train(const Variable& x, const Variable& gamma, const Variable& beta, double eps,
                           Tensor* batch_mean, Tensor* batch_var) {
-  check_batch_norm_input(x, gamma, "batch_norm");
+  // batch_norm_forward checks the input, weight and bias.
   BatchNormResult r = batch_norm_forward(x.data(), gamma.defined() ? gamma.data() : Tensor(),
                                          beta.defined() ? beta.data() : Tensor(), eps);
   if (batch_mean) *batch_mean = r.mean;

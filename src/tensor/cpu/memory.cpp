@@ -14,9 +14,9 @@ namespace dtrain::detail {
 namespace {
 constexpr std::size_t kAlignment = 64;
 
-void* aligned_block(std::size_t bytes) {
-  return std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
-}
+// bytes is a CachingAllocator::rounded() size, a multiple of the alignment as
+// aligned_alloc requires.
+void* aligned_block(std::size_t bytes) { return std::aligned_alloc(kAlignment, bytes); }
 
 CachingAllocator& block_cache() {
 #if defined(__SANITIZE_ADDRESS__)

@@ -19,6 +19,8 @@ void use_one_openmp_thread() {
   (void)once;
 }
 
+// Every primitive and reorder runs on this. A thread's first use creates it through
+// engine(), which pins the thread; the pin lasts for the thread's life.
 dnnl::stream& stream() {
   thread_local dnnl::stream s(engine());
   return s;
@@ -38,7 +40,6 @@ Buffer::Buffer(std::size_t nbytes) : data_(cpu_backend().allocate(nbytes)), nbyt
 Buffer::~Buffer() { cpu_backend().deallocate(data_, nbytes_); }
 
 void execute(const dnnl::primitive& p, std::unordered_map<int, dnnl::memory> args, const dnnl::memory::desc& scratchpad) {
-  use_one_openmp_thread();
   std::unique_ptr<Buffer> pad;
   if (scratchpad.get_size() > 0) {
     pad = std::make_unique<Buffer>(scratchpad.get_size());
@@ -52,7 +53,6 @@ dnnl::memory as_layout(const dnnl::memory& user, const dnnl::memory::desc& wante
   if (user.get_desc() == wanted) return user;
   storage = std::make_unique<Buffer>(wanted.get_size());
   dnnl::memory converted(wanted, engine(), storage->data());
-  use_one_openmp_thread();
   dnnl::reorder(user, converted).execute(stream(), const_cast<dnnl::memory&>(user), converted);
   stream().wait();
   return converted;
@@ -67,7 +67,6 @@ dnnl::memory output_layout(const dnnl::memory& user, const dnnl::memory::desc& w
 
 void copy_back(const dnnl::memory& from, const dnnl::memory& user) {
   if (from.get_desc() == user.get_desc()) return;
-  use_one_openmp_thread();
   dnnl::reorder(from, user).execute(stream(), const_cast<dnnl::memory&>(from), const_cast<dnnl::memory&>(user));
   stream().wait();
 }

@@ -107,9 +107,14 @@ const ConvPrimitives& primitives(const ConvKey& k) {
   return it->second;  // std::map never moves its elements
 }
 
-ConvKey key_for(const Shape& x, const Shape& w, const Shape& out, const Conv2dParams& p, bool bias) {
-  return {x[0], x[1], x[2], x[3], w[0], w[2], w[3], out[2], out[3], p, bias};
+// The primitives for a slice of n images of the problem x (N,C,H,W) * w -> out.
+const ConvPrimitives& slice_primitives(std::int64_t n, const Tensor& x, const Shape& w, const Tensor& out,
+                                       const Conv2dParams& p, bool bias) {
+  return primitives({n, x.size(1), x.size(2), x.size(3), w[0], w[2], w[3], out.size(2), out.size(3), p, bias});
 }
+
+// Elements per image of an NCHW tensor: the offset from one image of a slice to the next.
+std::int64_t image_size(const Tensor& t) { return t.size(1) * t.size(2) * t.size(3); }
 
 memory user_memory(const memory::desc& d, const float* data) {
   return memory(d, engine(), const_cast<float*>(data));
@@ -124,15 +129,12 @@ void for_batch_slices(std::int64_t n, F f) {
 }  // namespace
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, Tensor& out) {
-  const std::int64_t image_in = x.size(1) * x.size(2) * x.size(3), image_out = out.size(1) * out.size(2) * out.size(3);
   for_batch_slices(x.size(0), [&](std::int64_t n0, std::int64_t n) {
-    Shape xs = x.shape(), os = out.shape();
-    xs[0] = os[0] = n;
-    const ConvPrimitives& c = primitives(key_for(xs, w.shape(), os, p, bias.defined()));
+    const ConvPrimitives& c = slice_primitives(n, x, w.shape(), out, p, bias.defined());
     std::unique_ptr<Buffer> src_buf, w_buf, dst_buf;
-    memory src = as_layout(user_memory(c.descs.src, x.data<float>() + n0 * image_in), c.fwd_pd.src_desc(), src_buf);
+    memory src = as_layout(user_memory(c.descs.src, x.data<float>() + n0 * image_size(x)), c.fwd_pd.src_desc(), src_buf);
     memory weights = as_layout(user_memory(c.descs.weights, w.data<float>()), c.fwd_pd.weights_desc(), w_buf);
-    memory user_dst = user_memory(c.descs.dst, out.data<float>() + n0 * image_out);
+    memory user_dst = user_memory(c.descs.dst, out.data<float>() + n0 * image_size(out));
     memory dst = output_layout(user_dst, c.fwd_pd.dst_desc(), dst_buf);
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
     if (bias.defined()) args.emplace(DNNL_ARG_BIAS, user_memory(c.descs.bias, bias.data<float>()));
@@ -142,17 +144,14 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
 }
 
 void conv2d_backward_data(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p, Tensor& grad_x) {
-  const std::int64_t image_in = grad_x.size(1) * grad_x.size(2) * grad_x.size(3),
-                     image_out = grad_out.size(1) * grad_out.size(2) * grad_out.size(3);
   for_batch_slices(grad_x.size(0), [&](std::int64_t n0, std::int64_t n) {
-    Shape xs = grad_x.shape(), os = grad_out.shape();
-    xs[0] = os[0] = n;
-    const ConvPrimitives& c = primitives(key_for(xs, w.shape(), os, p, false));
+    const ConvPrimitives& c = slice_primitives(n, grad_x, w.shape(), grad_out, p, false);
     const auto& pd = c.bwd_data_pd;
     std::unique_ptr<Buffer> dy_buf, w_buf, dx_buf;
-    memory dy = as_layout(user_memory(c.descs.dst, grad_out.data<float>() + n0 * image_out), pd.diff_dst_desc(), dy_buf);
+    memory dy =
+        as_layout(user_memory(c.descs.dst, grad_out.data<float>() + n0 * image_size(grad_out)), pd.diff_dst_desc(), dy_buf);
     memory weights = as_layout(user_memory(c.descs.weights, w.data<float>()), pd.weights_desc(), w_buf);
-    memory user_dx = user_memory(c.descs.src, grad_x.data<float>() + n0 * image_in);
+    memory user_dx = user_memory(c.descs.src, grad_x.data<float>() + n0 * image_size(grad_x));
     memory dx = output_layout(user_dx, pd.diff_src_desc(), dx_buf);
     execute(c.bwd_data, {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DIFF_SRC, dx}},
             pd.scratchpad_desc());
@@ -164,8 +163,6 @@ void conv2d_backward_data(const Tensor& grad_out, const Tensor& w, const Conv2dP
 // partials are added in slice order, so for a given thread count the result is
 // deterministic.
 void conv2d_backward_weights(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p, Tensor& grad_w) {
-  const std::int64_t image_in = x.size(1) * x.size(2) * x.size(3),
-                     image_out = grad_out.size(1) * grad_out.size(2) * grad_out.size(3);
   const std::int64_t batch = x.size(0), parts = std::max<std::int64_t>(1, std::min<std::int64_t>(batch, num_threads()));
   const std::int64_t wsize = grad_w.numel();
   std::vector<std::vector<float>> partials(static_cast<std::size_t>(parts - 1),
@@ -173,13 +170,12 @@ void conv2d_backward_weights(const Tensor& grad_out, const Tensor& x, const Conv
   parallel_for(0, parts, 1, [&](std::int64_t p0, std::int64_t p1) {
     for (std::int64_t part = p0; part < p1; ++part) {
       const std::int64_t n0 = batch * part / parts, n = batch * (part + 1) / parts - n0;
-      Shape xs = x.shape(), os = grad_out.shape();
-      xs[0] = os[0] = n;
-      const ConvPrimitives& c = primitives(key_for(xs, grad_w.shape(), os, p, false));
+      const ConvPrimitives& c = slice_primitives(n, x, grad_w.shape(), grad_out, p, false);
       const auto& pd = c.bwd_weights_pd;
       std::unique_ptr<Buffer> src_buf, dy_buf, dw_buf;
-      memory src = as_layout(user_memory(c.descs.src, x.data<float>() + n0 * image_in), pd.src_desc(), src_buf);
-      memory dy = as_layout(user_memory(c.descs.dst, grad_out.data<float>() + n0 * image_out), pd.diff_dst_desc(), dy_buf);
+      memory src = as_layout(user_memory(c.descs.src, x.data<float>() + n0 * image_size(x)), pd.src_desc(), src_buf);
+      memory dy =
+          as_layout(user_memory(c.descs.dst, grad_out.data<float>() + n0 * image_size(grad_out)), pd.diff_dst_desc(), dy_buf);
       float* target = part == 0 ? grad_w.data<float>() : partials[static_cast<std::size_t>(part - 1)].data();
       memory user_dw = user_memory(c.descs.weights, target);
       memory dw = output_layout(user_dw, pd.diff_weights_desc(), dw_buf);
