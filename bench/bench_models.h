@@ -19,12 +19,19 @@ struct BenchModel {
   std::int64_t classes;
 };
 
-// mlp (784-512-512-10), cnn (LeNet-style), resnet18_cifar (32x32x3, 10 classes) or
-// resnet18_224 (224x224x3, 1000 classes).
+// The names bench_model takes.
+inline const std::vector<std::string>& bench_model_names() {
+  static const std::vector<std::string> names{"mlp", "cnn", "resnet18_cifar", "resnet18_224", "resnet50_224"};
+  return names;
+}
+
+// mlp (784-512-512-10), cnn (LeNet-style), resnet18_cifar (32x32x3, 10 classes),
+// resnet18_224 or resnet50_224 (224x224x3, 1000 classes).
 inline BenchModel bench_model(const std::string& name) {
   if (name == "mlp") return {nn::mlp(28 * 28, {512, 512}, 10), {1, 28, 28}, 10};
   if (name == "cnn") return {nn::lenet_cnn(1, 10), {1, 28, 28}, 10};
   if (name == "resnet18_cifar") return {nn::resnet(18, 10, nn::ResNetStem::Cifar), {3, 32, 32}, 10};
+  if (name == "resnet50_224") return {nn::resnet(50, 1000, nn::ResNetStem::ImageNet), {3, 224, 224}, 1000};
   return {nn::resnet(18, 1000, nn::ResNetStem::ImageNet), {3, 224, 224}, 1000};
 }
 

@@ -6,9 +6,13 @@
 //
 //   bench_train --model cnn --batch 64,256 --threads 1,2 --steps 20 [--json]
 //
-// Every (batch, threads) pair is one case, with a freshly initialized model.
+// Every (batch, threads) pair is one case, with a freshly initialized model. With
+// --device cuda[:N] the model and batch live on that GPU (--threads then only sets the
+// host's threads) and each step ends by waiting for the device, so that a step's time is
+// the GPU's work and not just the time to queue it.
 #include "dtrain/core/parallel.h"
 #include "dtrain/optim/sgd.h"
+#include "dtrain/tensor/stream.h"
 
 #include "bench_models.h"
 #include "bench_stats.h"
@@ -25,6 +29,8 @@ using namespace dtrain;
 
 struct Config {
   std::string model = "cnn";
+  std::string device_name = "cpu";
+  Device device = Device::cpu();
   std::vector<std::int64_t> batches{64};
   std::vector<int> threads{1};
   int steps = 20;
@@ -32,12 +38,13 @@ struct Config {
   bool json = false;
 };
 
-double timed_step(nn::Module& model, optim::SGD& optimizer, const Variable& x, const Tensor& y) {
+double timed_step(nn::Module& model, optim::SGD& optimizer, const Variable& x, const Tensor& y, Device device) {
   const auto start = std::chrono::steady_clock::now();
   optimizer.zero_grad();
   Variable loss = cross_entropy(model.forward(x), y);
   loss.backward();
   optimizer.step();
+  synchronize(device);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -46,13 +53,15 @@ std::vector<double> run_case(const Config& c, std::int64_t batch, int threads) {
   set_num_threads(threads);
   manual_seed(1);
   bench::BenchModel m = bench::bench_model(c.model);
+  m.model->to(c.device);
   m.model->train();
   optim::SGD optimizer(m.model->parameters(), optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
   const auto [x, y] = bench::synthetic_batch(m, batch, 100);
-  const Variable input(x);
-  for (int i = 0; i < c.warmup; ++i) timed_step(*m.model, optimizer, input, y);
+  const Variable input(x.to(c.device));
+  const Tensor labels = y.to(c.device);
+  for (int i = 0; i < c.warmup; ++i) timed_step(*m.model, optimizer, input, labels, c.device);
   std::vector<double> seconds;
-  for (int i = 0; i < c.steps; ++i) seconds.push_back(timed_step(*m.model, optimizer, input, y));
+  for (int i = 0; i < c.steps; ++i) seconds.push_back(timed_step(*m.model, optimizer, input, labels, c.device));
   return seconds;
 }
 
@@ -63,6 +72,7 @@ void report(const Config& c, std::int64_t batch, int threads, const std::vector<
     nlohmann::ordered_json j = {{"bench", "train"},
                                 {"framework", "dtrain"},
                                 {"model", c.model},
+                                {"device", c.device.str()},
                                 {"batch", batch},
                                 {"threads", threads},
                                 {"steps", c.steps},
@@ -84,8 +94,8 @@ int run(const Config& c) {
   if (c.json) {
     fmt::print("{}\n", nlohmann::ordered_json{{"bench", "train"}, {"machine", bench::machine_description()}}.dump());
   } else {
-    fmt::print("bench_train: {} steps after {} warm-up, SGD momentum 0.9, synthetic data; {}\n", c.steps, c.warmup,
-               bench::machine_description());
+    fmt::print("bench_train: {} steps after {} warm-up, SGD momentum 0.9, synthetic data, on {}; {}\n", c.steps,
+               c.warmup, c.device.str(), bench::machine_description());
     fmt::print("{:<16}{:>7}{:>9}{:>14}{:>12}{:>9}{:>9}\n", "model", "batch", "threads", "samples/s", "median ms",
                "min ms", "max ms");
   }
@@ -100,9 +110,11 @@ int run(const Config& c) {
 int main(int argc, char** argv) {
   CLI::App app{"Training-step throughput of one process on synthetic data", "bench_train"};
   Config config;
-  app.add_option("--model", config.model, "mlp (784-512-512-10), cnn (LeNet-style), resnet18_cifar or resnet18_224")
-      ->check(CLI::IsMember({"mlp", "cnn", "resnet18_cifar", "resnet18_224"}))
+  app.add_option("--model", config.model,
+                 "mlp (784-512-512-10), cnn (LeNet-style), resnet18_cifar, resnet18_224 or resnet50_224")
+      ->check(CLI::IsMember(bench::bench_model_names()))
       ->capture_default_str();
+  app.add_option("--device", config.device_name, "cpu, cuda or cuda:N")->capture_default_str();
   app.add_option("--batch", config.batches, "samples per step; a comma-separated list runs each")
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 16))
@@ -118,6 +130,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", config.json, "print JSON lines (the machine, then one per case) instead of a table");
   CLI11_PARSE(app, argc, argv);
   try {
+    config.device = Device::parse(config.device_name);
     return run(config);
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_train: error: {}\n", e.what());

@@ -15,4 +15,5 @@ configure_package_config_file(cmake/dtrainConfig.cmake.in
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/dtrainConfigVersion.cmake
   COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/dtrainConfig.cmake ${PROJECT_BINARY_DIR}/dtrainConfigVersion.cmake
+  ${PROJECT_SOURCE_DIR}/cmake/FindNCCL.cmake ${PROJECT_SOURCE_DIR}/cmake/FindCUDNN.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/dtrain)

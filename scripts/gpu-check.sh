@@ -8,13 +8,15 @@
 #                                  .gpu-deps/ (git-ignored, about 55 MB)
 #   scripts/gpu-check.sh run       on the GPU machine: builds against .gpu-deps with CUDA
 #                                  (sm_90) and without MPI, runs the tests (the CUDA ones no
-#                                  longer skip) and prints a summary table last
+#                                  longer skip), the GPU benches beside their PyTorch peers
+#                                  (the image's python3 has torch), and prints a summary last
 #
 # Through the device tool, one call: run(command="scripts/gpu-check.sh run",
 # carry=[".gpu-deps"], timeout_s=480). The run writes its logs to $OUT when that is set.
 # The image has nvcc, CMake, ninja and g++, but no Debian development packages; the
 # carried libraries are Debian 12's, so the first line of the run prints what would explain
-# a loader error (glibc and compiler versions).
+# a loader error (glibc and compiler versions). cuDNN and NCCL come from the toolkit when it
+# has them, else from the image's Python packages (nvidia/cudnn, nvidia/nccl).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -64,6 +66,22 @@ prepare() {
        "carry .gpu-deps with: scripts/gpu-check.sh run"
 }
 
+# When the CUDA toolkit lacks <name>.h: the prefix (include/, lib/) that holds it among the
+# image's Python packages of NVIDIA's libraries (nvidia/cudnn, nvidia/nccl or similar).
+python_package_dir() {
+  [ -e "/usr/local/cuda/include/$1.h" ] && return 1
+  python3 - "$1" 2> /dev/null << 'PY'
+import os, sys
+import nvidia
+for base in nvidia.__path__:
+    for root, _, files in os.walk(base):
+        if os.path.basename(root) == "include" and sys.argv[1] + ".h" in files:
+            print(os.path.dirname(root))
+            sys.exit(0)
+sys.exit(1)
+PY
+}
+
 run() {
   [ -d "$deps/usr" ] || die "no .gpu-deps: run 'scripts/gpu-check.sh prepare' on the development machine and carry .gpu-deps"
   command -v nvcc > /dev/null || die "nvcc is not on PATH"
@@ -74,10 +92,15 @@ run() {
   echo "gpu-check: GPU ${gpu:-none found}; $(nvcc --version | tail -1); $(g++ --version | head -1);" \
        "$(ldd --version | head -1); $(cmake --version | head -1)"
   export LD_LIBRARY_PATH=$deps/$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  local roots=() lib
+  lib=$(python_package_dir cudnn) && roots+=("-DCUDNN_ROOT=$lib") && LD_LIBRARY_PATH=$lib/lib:$LD_LIBRARY_PATH
+  lib=$(python_package_dir nccl) && roots+=("-DNCCL_ROOT=$lib") && LD_LIBRARY_PATH=$lib/lib:$LD_LIBRARY_PATH
+  echo "gpu-check: cuDNN and NCCL: ${roots[*]:-from the CUDA toolkit}"
 
   local start=$SECONDS status=ok
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps/usr" \
-    -DDTRAIN_USE_CUDA=ON -DDTRAIN_USE_MPI=OFF -DCMAKE_CUDA_ARCHITECTURES=90 > "$logs/configure.log" 2>&1 \
+    -DDTRAIN_USE_CUDA=ON -DDTRAIN_USE_MPI=OFF -DDTRAIN_BUILD_EXAMPLES=OFF -DCMAKE_CUDA_ARCHITECTURES=90 \
+    "${roots[@]}" > "$logs/configure.log" 2>&1 \
     && cmake --build "$build" -j "$(nproc)" > "$logs/build.log" 2>&1 || status=failed
   local build_s=$((SECONDS - start))
   if [ "$status" != ok ]; then
@@ -86,9 +109,9 @@ run() {
     exit 1
   fi
 
-  # The example trainer's end-to-end tests need Debian's Fashion-MNIST package: not there.
+  # The examples are not built: their end-to-end tests need Debian's Fashion-MNIST package.
   start=$SECONDS
-  ctest --test-dir "$build" -LE examples -j "$(nproc)" --output-on-failure > "$logs/ctest.log" 2>&1 || true
+  ctest --test-dir "$build" -j "$(nproc)" --output-on-failure > "$logs/ctest.log" 2>&1 || true
   local test_s=$((SECONDS - start))
   grep -E "Failed|\*\*\*" "$logs/ctest.log" | head -30 || true
   # The CUDA tests once more, directly: ctest hides the output of passing tests, and a
@@ -98,12 +121,30 @@ run() {
   cuda_result=$(grep -E "All tests passed|test cases?:|failed" "$logs/test_cuda.log" | tail -1)
   cuda_skipped=$(grep -c "skipped, no CUDA device" "$logs/test_cuda.log" || true)
 
+  # The benches, each beside its PyTorch peer, fp32 (bf16/f16 training is not built yet).
+  start=$SECONDS
+  local peers=$root/bench/peers
+  timeout 120 "$build/bench/bench_gpu_ops" --json > "$logs/gpu_ops.jsonl" 2> "$logs/gpu_ops.err" || true
+  timeout 120 python3 "$peers/pytorch_gpu_ops.py" --json > "$logs/torch_gpu_ops.jsonl" 2> "$logs/torch_gpu_ops.err" || true
+  : > "$logs/train.jsonl"
+  : > "$logs/torch_train.jsonl"
+  for model in resnet18_224 resnet50_224; do
+    timeout 90 "$build/bench/bench_train" --device cuda --model "$model" --batch 64 --steps 10 --json \
+      >> "$logs/train.jsonl" 2>> "$logs/train.err" || true
+    timeout 90 python3 "$peers/pytorch_train.py" --device cuda --model "$model" --batch 64 --steps 10 --json \
+      >> "$logs/torch_train.jsonl" 2>> "$logs/torch_train.err" || true
+  done
+  local bench_s=$((SECONDS - start))
+  tail -3 "$logs"/*.err 2> /dev/null || true
+
   printf '\n== dtrain GPU check ==\n'
   printf '%-10s %s\n' "GPU" "${gpu:-none found}"
   printf '%-10s %s\n' "build" "ok in ${build_s} s (sm_90, CUDA on, MPI off)"
   printf '%-10s %s\n' "tests" "$(grep -E 'tests passed' "$logs/ctest.log" || echo 'no summary (see ctest.log)') in ${test_s} s"
   printf '%-10s %s\n' "cuda" "test_cuda: ${cuda_result:-no summary (see test_cuda.log)}; ${cuda_skipped} test case(s) skipped for want of a device"
-  printf '%-10s %s\n' "benches" "none on CUDA yet (matmul and convolution on CUDA come next in issue 5)"
+  printf '%-10s %s\n' "benches" "in ${bench_s} s, fp32, TF32 ${DTRAIN_ALLOW_TF32:-0} (logs: gpu_ops, train)"
+  python3 "$peers/gpu_table.py" "$logs/gpu_ops.jsonl" "$logs/torch_gpu_ops.jsonl" "$logs/train.jsonl" \
+    "$logs/torch_train.jsonl" || true
 }
 
 case "${1:-}" in

@@ -7,7 +7,7 @@ load). Works with torch 1.13 (Debian's python3-torch) as well as current release
 
 import os
 
-MODELS = ("mlp", "cnn", "resnet18_cifar", "resnet18_224")
+MODELS = ("mlp", "cnn", "resnet18_cifar", "resnet18_224", "resnet50_224")
 
 
 def require_at_least(parser, args, **minimums):
@@ -43,6 +43,10 @@ def build_model(name):
         return resnet18(imagenet_stem=False, classes=10), (3, 32, 32), 10
     if name == "resnet18_224":
         return resnet18(imagenet_stem=True, classes=1000), (3, 224, 224), 1000
+    if name == "resnet50_224":  # the same layout as dtrain's nn::resnet(50); needs torchvision
+        import torchvision
+
+        return torchvision.models.resnet50(num_classes=1000), (3, 224, 224), 1000
     raise ValueError(f"unknown model '{name}' (expected one of {', '.join(MODELS)})")
 
 

@@ -12,6 +12,12 @@ print comparable numbers:
     step; each step after the warm-up is timed; reported are the median and the spread.
 
   python pytorch_train.py --model cnn --batch 64,256 --threads 1,2 --steps 20 --json
+  python pytorch_train.py --model resnet50_224 --batch 64 --device cuda --json
+
+On a GPU (--device cuda[:N]) each step ends with torch.cuda.synchronize(), as bench_train
+waits for its device; cuDNN autotuning is on (the peer's best), and TF32 is allowed in
+matmuls and convolutions exactly when DTRAIN_ALLOW_TF32=1, as for dtrain, so that both
+compute in the same precision.
 
 Each thread count runs in a fresh child process: OpenMP sizes its thread pool once per
 process, so lowering torch.set_num_threads() in a process that already ran wider would
@@ -49,6 +55,7 @@ def parse_args():
     p.add_argument("--threads", type=positive_list, default=[1], help="intra-op threads, e.g. 1 or 1,2")
     p.add_argument("--steps", type=int, default=20, help="measured steps per case")
     p.add_argument("--warmup", type=int, default=3, help="unmeasured steps per case first")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--json", action="store_true", help="print one JSON object per case instead of a table")
     args = p.parse_args()
     peer_models.require_at_least(p, args, steps=1, warmup=0)
@@ -61,28 +68,40 @@ def measure(args, threads):
     import torch
 
     torch.set_num_threads(threads)
+    device = torch.device(args.device)
+    on_gpu = device.type == "cuda"
+    if on_gpu:
+        tf32 = os.environ.get("DTRAIN_ALLOW_TF32") == "1"
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+        torch.backends.cudnn.benchmark = True
     results = []
     for batch in args.batch:
         torch.manual_seed(1)
         model, sample_shape, classes = peer_models.build_model(args.model)
+        model.to(device)
         model.train()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         loss_fn = torch.nn.CrossEntropyLoss()
         gen = torch.Generator().manual_seed(100)
         x = torch.randn((batch, *sample_shape), generator=gen)
         y = torch.randint(0, classes, (batch,), generator=gen)
+        x, y = x.to(device), y.to(device)
 
         def step():
             start = time.perf_counter()
             optimizer.zero_grad(set_to_none=True)  # explicit: torch 1.13's default is False
             loss_fn(model(x), y).backward()
             optimizer.step()
+            if on_gpu:
+                torch.cuda.synchronize(device)
             return time.perf_counter() - start
 
         for _ in range(args.warmup):
             step()
         times = [step() for _ in range(args.steps)]
         results.append(summarize(args, torch.__version__, batch, threads, times))
+        results[-1]["device"] = str(device)
     return results
 
 
@@ -106,7 +125,7 @@ def measure_in_children(args):
     for threads in args.threads:
         command = [sys.executable, os.path.abspath(__file__), "--model", args.model,
                    "--batch", ",".join(map(str, args.batch)), "--threads", str(threads),
-                   "--steps", str(args.steps), "--warmup", str(args.warmup), "--json"]
+                   "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", args.device, "--json"]
         out = subprocess.run(command, stdout=subprocess.PIPE, check=True, text=True).stdout
         results += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     return results
@@ -124,8 +143,8 @@ def cpu_model():
 
 
 def print_table(args, results):
-    print(f"pytorch {results[0]['torch']} training step: {args.model}, {args.steps} steps after {args.warmup} "
-          f"warm-up; {cpu_model()}, {os.cpu_count()} hardware threads")
+    print(f"pytorch {results[0]['torch']} training step: {args.model} on {args.device}, {args.steps} steps after "
+          f"{args.warmup} warm-up; {cpu_model()}, {os.cpu_count()} hardware threads")
     print(f"{'batch':>6}{'threads':>8} | {'samples/s':>10}{'min':>9}{'max':>9} | {'step ms':>9}{'min':>9}{'max':>9}")
     for r in results:
         print(f"{r['batch']:>6}{r['threads']:>8} | {r['samples_per_s']:>10.1f}{r['samples_per_s_min']:>9.1f}"

@@ -21,10 +21,11 @@ static_assert(std::input_iterator<DataLoader::Iterator>);
 class DataLoader::Pass {
  public:
   Pass(std::shared_ptr<const Dataset> dataset, std::vector<std::int64_t> indices, std::int64_t batch_size,
-       std::int64_t num_batches, int window, int workers)
+       std::int64_t num_batches, int window, int workers, bool pin_memory)
       : dataset_(std::move(dataset)),
         indices_(std::move(indices)),
         batch_size_(batch_size),
+        pin_memory_(pin_memory),
         num_batches_(num_batches),
         slots_(static_cast<std::size_t>(window)) {
     const auto threads = std::min<std::int64_t>(workers, num_batches_);
@@ -110,6 +111,10 @@ class DataLoader::Pass {
         const auto first = indices_.begin() + b * batch_size_;
         const auto last = indices_.begin() + std::min<std::int64_t>((b + 1) * batch_size_, std::ssize(indices_));
         result.batch = dataset_->get_batch(std::vector<std::int64_t>(first, last));
+        if (pin_memory_) {  // on this worker, so the consumer's upload can start at once
+          result.batch->inputs = result.batch->inputs.pin_memory();
+          result.batch->targets = result.batch->targets.pin_memory();
+        }
       } catch (...) {
         result.error = std::current_exception();
       }
@@ -140,6 +145,7 @@ class DataLoader::Pass {
   const std::shared_ptr<const Dataset> dataset_;
   const std::vector<std::int64_t> indices_;
   const std::int64_t batch_size_;
+  const bool pin_memory_;
   const std::int64_t num_batches_;
 
   std::mutex mu_;
@@ -167,6 +173,8 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   DTRAIN_CHECK(options_.prefetch_batches >= 1, "DataLoader: prefetch_batches must be >= 1, got {}",
                options_.prefetch_batches);
   DTRAIN_CHECK(options_.workers >= 1, "DataLoader: workers must be >= 1, got {}", options_.workers);
+  DTRAIN_CHECK(!options_.pin_memory || cuda::available(), "DataLoader: pin_memory needs a CUDA device: {}",
+               cuda::unavailable_reason());
   DTRAIN_CHECK(!(sampler_ && options_.shuffle),
                "DataLoader: shuffle=true together with an explicit sampler; the sampler decides the order, so pass "
                "one or the other");
@@ -195,7 +203,8 @@ DataLoader::Iterator DataLoader::begin() {
                "DataLoader: the sampler returned {} indices for epoch {} but its size() is {}", indices.size(), epoch_,
                sampler_->size());
   auto pass = std::make_shared<Pass>(dataset_, std::move(indices), options_.batch_size, num_batches(),
-                                     std::max(options_.prefetch_batches, options_.workers), options_.workers);
+                                     std::max(options_.prefetch_batches, options_.workers), options_.workers,
+                                     options_.pin_memory);
   active_ = pass;
   return Iterator(std::move(pass));
 }

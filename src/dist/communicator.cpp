@@ -2,6 +2,7 @@
 // between MPI and the local group, and ending the job.
 #include "dtrain/dist/communicator.h"
 
+#include "dist/communicator_options.h"
 #include "dist/local_communicator.h"
 #include "dist/mpi_entry.h"
 #include "dtrain/core/environment.h"
@@ -23,9 +24,9 @@ bool launched_by_mpi_launcher() {
   return false;
 }
 
-// DTRAIN_TIMEOUT (seconds) over the caller's timeout; capped so that deadlines stay
-// representable.
-CommunicatorOptions with_environment(CommunicatorOptions options) {
+}  // namespace
+
+CommunicatorOptions detail::with_environment(CommunicatorOptions options) {
   if (auto seconds = env::get_int("DTRAIN_TIMEOUT")) {
     DTRAIN_CHECK(*seconds > 0 && *seconds <= 10'000'000, "DTRAIN_TIMEOUT={}: expected seconds in [1, 10000000]",
                  *seconds);
@@ -33,7 +34,6 @@ CommunicatorOptions with_environment(CommunicatorOptions options) {
   }
   return options;
 }
-}  // namespace
 
 const char* algorithm_name(AllReduceAlgorithm a) {
   switch (a) {
@@ -53,7 +53,7 @@ AllReduceAlgorithm parse_algorithm(const std::string& name) {
 }
 
 CommunicatorPtr world(const CommunicatorOptions& options) {
-  CommunicatorOptions resolved = with_environment(options);
+  CommunicatorOptions resolved = detail::with_environment(options);
   if (launched_by_mpi_launcher() || detail::mpi_running()) return detail::mpi_world(resolved);
   return std::make_shared<LocalCommunicator>();
 }

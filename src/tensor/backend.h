@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace dtrain::detail {
@@ -36,7 +37,18 @@ class Backend {
   // Contiguous transfers between this device and host memory (nbytes each).
   virtual void copy_to_host(const void* device_src, void* host_dst, std::size_t nbytes) = 0;
   virtual void copy_from_host(const void* host_src, void* device_dst, std::size_t nbytes) = 0;
+  // From pinned host memory, without waiting: `keep_alive` owns host_src and is released
+  // once the copy is done. By default (the CPU) a plain copy.
+  virtual void copy_from_host_async(const void* host_src, void* device_dst, std::size_t nbytes,
+                                    std::shared_ptr<const void> keep_alive) {
+    copy_from_host(host_src, device_dst, nbytes);
+  }
   virtual void fill(Tensor& dst, double value) = 0;  // dst may be strided
+  // The queue this backend's work runs on (a cudaStream_t); nullptr when work is done on
+  // return, as on the CPU. See dtrain/tensor/stream.h.
+  virtual void* stream() { return nullptr; }
+  // Returns when the work queued so far is done.
+  virtual void synchronize() {}
 
   // ---- element-wise ------------------------------------------------------------
   virtual void unary(UnaryOp op, const Tensor& x, Tensor& out) = 0;
@@ -103,5 +115,10 @@ Backend& cpu_backend();
 // dtrain::Error naming the device and the reason when there is none: no CUDA in this
 // build (src/tensor/nocuda/), no driver or device, or an index past the device count.
 Backend& cuda_backend(int index);
+
+// Page-locked host memory (src/tensor/cuda/pinned_memory.cpp), cached like device memory;
+// allocating throws in a build or on a machine without CUDA.
+void* pinned_allocate(std::size_t nbytes);
+void pinned_deallocate(void* ptr, std::size_t nbytes);
 
 }  // namespace dtrain::detail

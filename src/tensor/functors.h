@@ -6,17 +6,12 @@
 // choose which element types to instantiate.
 #pragma once
 
+#include "dtrain/core/host_device.h"
 #include "dtrain/tensor/ops.h"
 
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
-
-#if defined(__CUDACC__)
-#define DTRAIN_HD __host__ __device__
-#else
-#define DTRAIN_HD
-#endif
 
 namespace dtrain::detail {
 

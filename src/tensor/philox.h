@@ -4,15 +4,9 @@
 // result never depends on how the work was split.
 #pragma once
 
-#include <cstdint>
+#include "dtrain/core/host_device.h"
 
-#ifndef DTRAIN_HD
-#if defined(__CUDACC__)
-#define DTRAIN_HD __host__ __device__
-#else
-#define DTRAIN_HD
-#endif
-#endif
+#include <cstdint>
 
 namespace dtrain::detail {
 

@@ -33,7 +33,7 @@ Tensor Tensor::as_view(Shape shape, Strides strides, std::int64_t offset) const 
 Tensor Tensor::empty(const Shape& shape, TensorOptions opts) {
   for (auto d : shape) DTRAIN_CHECK(d >= 0, "Tensor::empty: negative dimension in shape {}", shape_str(shape));
   std::size_t nbytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(opts.dtype);
-  auto storage = std::make_shared<Storage>(nbytes, opts.device);
+  auto storage = std::make_shared<Storage>(nbytes, opts.device, opts.pinned);
   return Tensor(std::move(storage), shape, contiguous_strides(shape), 0, opts.dtype);
 }
 
@@ -313,13 +313,29 @@ Tensor Tensor::clone() const {
   return out;
 }
 
-Tensor Tensor::to(Device device) const {
+Tensor Tensor::to(Device device, bool non_blocking) const {
   check_defined(*this, "to");
   if (device == this->device()) return *this;
   Tensor out = empty(shape_, {dtype_, device});
+  if (non_blocking && is_pinned() && device.is_cuda() && is_contiguous()) {
+    // The storage rides along with the copy, so that it is not reused before the copy is done.
+    detail::backend(device).copy_from_host_async(raw_data(), out.raw_data(), nbytes(), storage_);
+    return out;
+  }
   out.copy_(*this);
   return out;
 }
+
+Tensor Tensor::pin_memory() const {
+  check_defined(*this, "pin_memory");
+  if (is_pinned()) return *this;
+  DTRAIN_CHECK(device().is_cpu(), "pin_memory: expected a CPU tensor, got one on {}", device().str());
+  Tensor out = empty(shape_, {dtype_, Device::cpu(), /*pinned=*/true});
+  out.copy_(*this);
+  return out;
+}
+
+bool Tensor::is_pinned() const { return defined() && storage_->pinned(); }
 
 Tensor Tensor::to(DType dtype) const {
   check_defined(*this, "to");

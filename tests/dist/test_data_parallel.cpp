@@ -8,7 +8,9 @@
 // absolute; the only differences are the order of floating-point sums (the mean over
 // W slices, then over ranks, against one mean over the batch).
 #include "dist/reducer.h"
+#include "dtrain/core/environment.h"
 #include "dtrain/dist/data_parallel.h"
+#include "dtrain/dist/nccl.h"
 #include "dtrain/dist/sync_batch_norm.h"
 #include "dtrain/layers/layers.h"
 #include "dtrain/optim/sgd.h"
@@ -367,4 +369,42 @@ TEST_CASE("DataParallel broadcasts rank 0's state; check_replicas measures diver
   CHECK(bn.running_mean.to_vector<float>() == std::vector<float>(4, 1.0f));
   CHECK(initial == 0.0);
   CHECK(drifted == Approx(comm->size() > 1 ? 0.25 : 0.0).margin(1e-6));
+}
+
+// The same equivalence with the replicas on GPUs, one per rank, their gradients averaged
+// over NCCL (DataParallel builds the NCCL communicator over the MPI world by itself).
+// Needs a CUDA device per rank of the host; skips with the reason otherwise, so it runs
+// on multi-GPU machines only. The tolerance is looser than the CPU runs': cuBLAS sums in
+// another order than the CPU reference.
+TEST_CASE("DataParallel on CUDA over NCCL equals single-process CPU training", "[cuda][dist]") {
+  auto comm = dist::world();
+  const int world = comm->size();
+  if (cuda::device_count() < env::local_world_size()) {
+    WARN("skipped: " << env::local_world_size() << " rank(s) on this host need as many CUDA devices, found "
+                     << cuda::device_count() << (cuda::available() ? "" : " (" + cuda::unavailable_reason() + ")"));
+    return;
+  }
+  const Batch batch = make_batch({6}, kRowsPerRank * world, 11);
+  auto expected = train_reference(mlp_factory(5), batch);
+
+  const Device gpu = dist::rank_cuda_device();
+  auto model = mlp_factory(5 + static_cast<std::uint64_t>(comm->rank()) * 100)();
+  model->to(gpu);
+  // One rank: DataParallel would keep the local group; ask for NCCL so that it is used.
+  dist::DataParallel ddp(model, world == 1 ? dist::nccl_communicator(comm, gpu) : comm, {.bucket_bytes = 64});
+  auto sgd = make_sgd(*model);
+  const Batch mine = batch.rows(comm->rank() * kRowsPerRank, kRowsPerRank);
+  const Batch on_gpu{mine.x.to(gpu), mine.y.to(gpu)};
+  for (int step = 0; step < kSteps; ++step) {
+    sgd.zero_grad();
+    loss_through(ddp, on_gpu).backward();
+    ddp.finish_gradient_sync();
+    sgd.step();
+  }
+  const double replica_diff = ddp.check_replicas();
+  REQUIRE(ddp.tensor_communicator()->backend() == "nccl");
+  std::vector<Tensor> params;
+  for (const auto& p : model->parameters()) params.push_back(p.data().to(Device::cpu()));
+  CHECK(max_diff(params, expected) <= 1e-4);
+  CHECK(replica_diff == 0.0);
 }

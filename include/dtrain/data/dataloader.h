@@ -38,6 +38,10 @@ struct DataLoaderOptions {
   // work on, so the effective bound is max(prefetch_batches, workers).
   int prefetch_batches = 2;
   int workers = 1;
+  // Workers copy each batch into pinned host memory (needs a CUDA device), so that
+  // batch.inputs.to(gpu, /*non_blocking=*/true) queues the upload and returns, and the
+  // upload overlaps the GPU's work; the batch's memory stays allocated until it is done.
+  bool pin_memory = false;
 };
 
 class DataLoader {

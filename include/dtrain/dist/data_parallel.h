@@ -14,6 +14,11 @@
 // next synced step overwrites. forward() is the module's own forward: a loop may call the
 // module directly (the hooks do the work). Convert BatchNorm layers to SyncBatchNorm
 // before constructing DataParallel and the optimizer, since conversion makes new parameters.
+//
+// A model on a GPU (all its parameters and buffers on one CUDA device, one device per rank:
+// dist::rank_cuda_device()) has its tensors communicated over NCCL: given dist::world(),
+// DataParallel builds an NCCL communicator over it (dtrain/dist/nccl.h), with the same
+// buckets and overlap; gradients never leave the GPU.
 #pragma once
 
 #include "dtrain/dist/communicator.h"
@@ -68,12 +73,15 @@ class DataParallel {
   nn::Module& module() { return *module_; }
   const std::shared_ptr<nn::Module>& module_ptr() const { return module_; }
   const CommunicatorPtr& communicator() const { return comm_; }
+  // The one the model's tensors travel through: NCCL for a model on CUDA, else communicator().
+  const CommunicatorPtr& tensor_communicator() const { return tensor_comm_; }
   const DataParallelOptions& options() const { return options_; }
 
  private:
   class Reducer;
   std::shared_ptr<nn::Module> module_;
   CommunicatorPtr comm_;
+  CommunicatorPtr tensor_comm_;
   DataParallelOptions options_;
   std::unique_ptr<Reducer> reducer_;
   bool sync_ = true;

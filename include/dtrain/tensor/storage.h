@@ -10,8 +10,9 @@ namespace dtrain {
 
 class Storage {
  public:
-  // Allocates nbytes on `device` through that device's backend allocator.
-  Storage(std::size_t nbytes, Device device);
+  // Allocates nbytes on `device` through that device's backend allocator, or page-locked
+  // host memory when `pinned` (device must be the CPU).
+  Storage(std::size_t nbytes, Device device, bool pinned = false);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -19,11 +20,13 @@ class Storage {
   void* data() const { return data_; }
   std::size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  bool pinned() const { return pinned_; }
 
  private:
   void* data_ = nullptr;
   std::size_t nbytes_ = 0;
   Device device_;
+  bool pinned_ = false;
 };
 
 }  // namespace dtrain

@@ -18,6 +18,9 @@ namespace dtrain {
 struct TensorOptions {
   DType dtype = DType::f32;
   Device device = Device::cpu();
+  // CPU only, CUDA builds only: page-locked host memory, from which to(cuda, true) uploads
+  // without waiting (see pin_memory()).
+  bool pinned = false;
 };
 
 class Tensor {
@@ -76,8 +79,16 @@ class Tensor {
   // ---- copies ----------------------------------------------------------------
   Tensor contiguous() const;  // this tensor itself when already contiguous
   Tensor clone() const;       // always a new contiguous copy
-  Tensor to(Device device) const;
+  // non_blocking: from pinned host memory (pin_memory()) to a GPU, the upload is queued on
+  // the device's stream and to() returns at once; the source's memory stays allocated until
+  // the copy is done, but the caller must not write to it before then. Otherwise (and by
+  // default) to() returns when the data has arrived.
+  Tensor to(Device device, bool non_blocking = false) const;
   Tensor to(DType dtype) const;
+  // A contiguous copy in page-locked host memory (itself when already pinned). CPU tensors
+  // only; throws in a build or on a machine without CUDA.
+  Tensor pin_memory() const;
+  bool is_pinned() const;
   // Copies src into this tensor (broadcasting src, converting dtype, across devices).
   Tensor& copy_(const Tensor& src);
   Tensor& fill_(double value);

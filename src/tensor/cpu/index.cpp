@@ -3,6 +3,7 @@
 // as a unit. Index values are range-checked before any element is written.
 #include "dtrain/core/parallel.h"
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/kernel_layout.h"
 
 #include <algorithm>
 #include <cstring>
@@ -13,28 +14,8 @@ namespace {
 // Elements per parallel chunk for copies and adds: ~32K amortizes a pool wake-up.
 constexpr std::int64_t kChunkElems = 1 << 15;
 
-struct Split {
-  std::int64_t outer, size, inner;
-};
-
-Split split_at(const Shape& shape, std::int64_t dim) {
-  Split s{1, shape[dim], 1};
-  for (std::int64_t k = 0; k < dim; ++k) s.outer *= shape[k];
-  for (std::size_t k = dim + 1; k < shape.size(); ++k) s.inner *= shape[k];
-  return s;
-}
-
 std::int64_t grain_for(std::int64_t work_per_item) {
   return std::max<std::int64_t>(1, kChunkElems / std::max<std::int64_t>(work_per_item, 1));
-}
-
-// Calls f(type_tag<I>) with I the index element type (i64 or i32, checked by the op).
-template <class F>
-void dispatch_index(const Tensor& index, F&& f) {
-  if (index.dtype() == DType::i64)
-    f(type_tag<std::int64_t>{});
-  else
-    f(type_tag<std::int32_t>{});
 }
 
 // Throws naming `op` on the first index outside [0, size).

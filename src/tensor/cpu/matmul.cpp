@@ -6,6 +6,7 @@
 #include "dtrain/core/parallel.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/onednn.h"
+#include "tensor/kernel_layout.h"
 
 // Our pool owns the threads: keep Eigen sequential even if OpenMP is ever enabled.
 #define EIGEN_DONT_PARALLELIZE
@@ -19,25 +20,6 @@ namespace {
 
 // Multiply-adds per parallel chunk: ~10-20 us of GEMM, well above a pool wake-up.
 constexpr std::int64_t kMinChunkWork = 1 << 18;
-
-// Eigen reads a slice in place when one of its two dims is unit-stride.
-bool row_major(const Tensor& t) { return t.size(2) == 1 || t.stride(2) == 1; }
-bool col_major(const Tensor& t) { return t.size(1) == 1 || t.stride(1) == 1; }
-
-// A BLAS leading dimension must cover the stored row: a stride-0 broadcast of rows (or
-// columns) can be read in place only when there is one of them.
-bool leading_dim_ok(const Tensor& t) {
-  if (row_major(t)) return t.size(1) == 1 || t.stride(1) >= std::max<std::int64_t>(1, t.size(2));
-  return t.size(2) == 1 || t.stride(2) >= std::max<std::int64_t>(1, t.size(1));
-}
-
-// t itself when GEMM can read its slices in place, else a contiguous copy (of one slice
-// only when the batch is a stride-0 broadcast).
-Tensor gemm_operand(const Tensor& t) {
-  if ((row_major(t) || col_major(t)) && leading_dim_ok(t)) return t;
-  if (t.size(0) > 1 && t.stride(0) == 0) return t.select(0, 0).contiguous().unsqueeze(0).expand(t.shape());
-  return t.contiguous();
-}
 
 // One operand as Eigen sees it: slice b starts at data + b * batch_stride.
 template <class T>

@@ -3,6 +3,7 @@
 // plane of the zero-filled grad_x, which makes it race-free without atomics.
 #include "dtrain/core/parallel.h"
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/kernel_layout.h"
 
 #include <algorithm>
 #include <limits>
@@ -14,16 +15,6 @@ namespace {
 
 // Window reads per parallel chunk: ~32K, enough to amortize a pool wake-up.
 constexpr std::int64_t kChunkWork = 1 << 15;
-
-struct Planes {
-  std::int64_t count;   // n * c
-  std::int64_t h, w;    // input plane
-  std::int64_t oh, ow;  // output plane
-};
-
-Planes planes_of(const Tensor& in, const Tensor& out) {
-  return {in.size(0) * in.size(1), in.size(2), in.size(3), out.size(2), out.size(3)};
-}
 
 // f(plane) for every plane, split across threads; work = element reads per plane.
 template <class F>

@@ -13,6 +13,7 @@
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/strided_loop.h"
 #include "tensor/functors.h"
+#include "tensor/kernel_layout.h"
 
 #include <Eigen/Core>
 
@@ -141,40 +142,6 @@ void fold_columns(const typename R::In* p, const Nest& red, std::size_t d, std::
 }
 
 // ---- schedules ----------------------------------------------------------------------------
-
-struct ReduceNests {
-  Nest kept;  // x's strides over the kept dims, in output order
-  Nest red;   // x's strides over the reduced dims, largest stride outermost
-  std::int64_t outputs = 1;
-  std::int64_t count = 1;  // elements per output
-};
-
-ReduceNests split_dims(const Tensor& x, const std::vector<std::int64_t>& dims) {
-  Shape kept_sizes, red_sizes;
-  Strides kept_strides, red_strides;
-  std::vector<std::size_t> red_order;
-  ReduceNests r;
-  for (std::size_t d = 0; d < x.shape().size(); ++d) {
-    if (std::binary_search(dims.begin(), dims.end(), static_cast<std::int64_t>(d))) {
-      red_order.push_back(d);
-      r.count *= x.shape()[d];
-    } else {
-      kept_sizes.push_back(x.shape()[d]);
-      kept_strides.push_back(x.strides()[d]);
-      r.outputs *= x.shape()[d];
-    }
-  }
-  // The order of reduced dims is free: put the smallest stride innermost (permuted input).
-  std::stable_sort(red_order.begin(), red_order.end(),
-                   [&](std::size_t a, std::size_t b) { return x.strides()[a] > x.strides()[b]; });
-  for (std::size_t d : red_order) {
-    red_sizes.push_back(x.shape()[d]);
-    red_strides.push_back(x.strides()[d]);
-  }
-  r.kept = cpu::coalesce<1>(kept_sizes, {&kept_strides});
-  r.red = cpu::coalesce<1>(red_sizes, {&red_strides});
-  return r;
-}
 
 // The full reduction of one contiguous run, in fixed-size chunks merged in order.
 template <class R>

@@ -1,14 +1,17 @@
 // The CUDA backend of one device. Its methods are defined across src/tensor/cuda/:
-// memory.cpp (allocation and host transfers), elementwise.cu (copy, fill and the
-// element-wise primitives) and not_implemented.cpp (everything else, which throws);
-// registry.cpp creates one per device.
+// memory.cpp (allocation, host transfers, asynchronous uploads from pinned memory),
+// elementwise.cu (copy, fill and the element-wise primitives), reduce.cu, matmul.cpp
+// (cuBLAS), cudnn_conv.cpp (cuDNN convolutions), pool.cu, batch_norm.cu, softmax.cu,
+// index.cu and random.cu; registry.cpp creates one per device, and pinned_memory.cpp
+// serves the page-locked host memory all devices share.
 //
 // One stream per device: every kernel and copy of this backend is queued on its stream, in
 // the order the host issued it. That is what makes the caching allocator safe without
 // events: a block freed on the host while kernels that use it are still queued can go to
 // the next allocation at once, because any use of it by the new owner is queued behind
-// those kernels on the same stream. A second stream (data loading, NCCL) must record an
-// event for the blocks it uses before they are freed.
+// those kernels on the same stream. Work on another stream must be ordered with this one
+// before its blocks can be freed: the NCCL communicator's Work::wait() makes this stream
+// wait for the collective's event (src/dist/cuda/).
 #pragma once
 
 #include "tensor/backend.h"
@@ -16,7 +19,18 @@
 
 #include <cuda_runtime_api.h>
 
+#include <deque>
+#include <memory>
+#include <mutex>
+
+// The libraries' opaque handle types (cublasHandle_t, cudnnHandle_t are pointers to
+// these), so that this header needs neither library's headers.
+struct cublasContext;
+struct cudnnContext;
+
 namespace dtrain::detail {
+
+struct ConvLibrary;  // cudnn_conv.cpp
 
 class CudaBackend final : public Backend {
  public:
@@ -30,7 +44,11 @@ class CudaBackend final : public Backend {
   void copy(const Tensor& src, Tensor& dst) override;
   void copy_to_host(const void* device_src, void* host_dst, std::size_t nbytes) override;
   void copy_from_host(const void* host_src, void* device_dst, std::size_t nbytes) override;
+  void copy_from_host_async(const void* host_src, void* device_dst, std::size_t nbytes,
+                            std::shared_ptr<const void> keep_alive) override;
   void fill(Tensor& dst, double value) override;
+  void* stream() override { return stream_; }
+  void synchronize() override;
 
   void unary(UnaryOp op, const Tensor& x, Tensor& out) override;
   void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) override;
@@ -38,7 +56,6 @@ class CudaBackend final : public Backend {
   void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) override;
   void update(UpdateOp op, Tensor& self, const Tensor& a, const Tensor& b, double value) override;
 
-  // ---- not on CUDA yet: each throws dtrain::Error naming the op --------------------
   void reduce(ReduceOp op, const Tensor& x, const std::vector<std::int64_t>& dims, Tensor& out) override;
   void argmax(const Tensor& x, std::int64_t dim, Tensor& out) override;
 
@@ -77,9 +94,27 @@ class CudaBackend final : public Backend {
   void bernoulli(Tensor& dst, double p, std::uint64_t seed, std::uint64_t offset) override;
 
  private:
+  // cuBLAS and cuDNN, each set up on first use (loading cuDNN costs seconds and memory
+  // that a program without convolutions should not pay), bound to stream_ and with
+  // workspace from cache_; never destroyed, like the backend. Callers hold a DeviceGuard.
+  cublasContext* blas();         // matmul.cpp
+  ConvLibrary& conv_library();   // cudnn_conv.cpp
+
   int device_;
   cudaStream_t stream_ = nullptr;
+  // Asynchronous uploads in flight: each source's owner, released once its event has
+  // completed (checked at the next upload and at synchronize()).
+  struct PendingUpload {
+    cudaEvent_t done;
+    std::shared_ptr<const void> source;
+  };
+  void release_finished_uploads(bool wait);
+  std::mutex uploads_mutex_;
+  std::deque<PendingUpload> uploads_;
   CachingAllocator cache_;
+  std::once_flag blas_once_, conv_once_;
+  cublasContext* blas_ = nullptr;
+  ConvLibrary* conv_ = nullptr;
 };
 
 }  // namespace dtrain::detail

@@ -76,4 +76,40 @@ void CudaBackend::copy_from_host(const void* host_src, void* device_dst, std::si
   DTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+void CudaBackend::copy_from_host_async(const void* host_src, void* device_dst, std::size_t nbytes,
+                                       std::shared_ptr<const void> keep_alive) {
+  if (nbytes == 0) return;
+  cuda::DeviceGuard guard(device_);
+  release_finished_uploads(false);
+  DTRAIN_CUDA_CHECK(cudaMemcpyAsync(device_dst, host_src, nbytes, cudaMemcpyHostToDevice, stream_));
+  cudaEvent_t done = nullptr;
+  DTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  if (const cudaError_t status = cudaEventRecord(done, stream_); status != cudaSuccess) {
+    cudaEventDestroy(done);
+    // The copy may still be queued: wait for it before the source can go.
+    cudaStreamSynchronize(stream_);
+    cuda::throw_error(status, "cudaEventRecord");
+  }
+  std::lock_guard lock(uploads_mutex_);
+  uploads_.push_back({done, std::move(keep_alive)});
+}
+
+// The uploads complete in order (one stream), so the scan stops at the first pending one.
+void CudaBackend::release_finished_uploads(bool wait) {
+  std::lock_guard lock(uploads_mutex_);
+  while (!uploads_.empty()) {
+    const cudaError_t status = wait ? cudaEventSynchronize(uploads_.front().done) : cudaEventQuery(uploads_.front().done);
+    if (status == cudaErrorNotReady) return;
+    if (status != cudaSuccess) cuda::throw_error(status, "cudaEventQuery (an asynchronous upload)");
+    cudaEventDestroy(uploads_.front().done);
+    uploads_.pop_front();
+  }
+}
+
+void CudaBackend::synchronize() {
+  cuda::DeviceGuard guard(device_);
+  DTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  release_finished_uploads(true);
+}
+
 }  // namespace dtrain::detail

@@ -7,9 +7,9 @@
 // linear index is divided down by each remaining dim, innermost first.
 #pragma once
 
+#include "dtrain/core/host_device.h"
 #include "dtrain/tensor/tensor.h"
 #include "tensor/cpu/strided_loop.h"
-#include "tensor/functors.h"  // DTRAIN_HD
 
 #include <array>
 #include <cstddef>

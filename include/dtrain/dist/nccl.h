@@ -1,0 +1,45 @@
+// NCCL: the communicator for CUDA tensors. It is built from any existing communicator
+// (normally dist::world(), over MPI), which carries NCCL's 128-byte unique id from rank 0
+// to the others; after that every collective runs over NCCL, on the GPUs.
+//
+//   auto world = dist::world();
+//   const Device gpu = dist::rank_cuda_device();      // one GPU per rank of this host
+//   auto nccl = dist::nccl_communicator(world, gpu);  // a collective: every rank calls it
+//   nccl->all_reduce(grad_on_gpu, dist::ReduceOp::Avg);
+//
+// DataParallel does this by itself when the model's parameters are on CUDA.
+//
+// Ordering, with no host synchronisation: each operation waits (on the GPU) for the work
+// already queued on the device's compute stream, runs on a communication stream of its
+// own, and Work::wait() makes the compute stream wait for it in turn. So a kernel queued
+// after wait() sees the result, and the host only blocks where it reads data back (or in
+// barrier()). Until wait(), the tensor must stay alive and untouched, as for every backend.
+//
+// send/recv: NCCL has no tags; messages between two ranks match in the order they are
+// sent. The tag argument is accepted (same signature as every backend) and not used.
+//
+// Failure: a watchdog thread polls the operations in flight; one that is not done within
+// the timeout, or an asynchronous NCCL error (a peer died), ends the job with a message
+// naming the operation, as the MPI backend does.
+#pragma once
+
+#include "dtrain/core/device.h"
+#include "dtrain/dist/communicator.h"
+
+namespace dtrain::dist {
+
+// Whether this build has NCCL (it comes with CUDA support).
+bool nccl_built();
+
+// The GPU for this process: cuda:(local rank mod the number of devices), the local rank
+// coming from the launcher (Open MPI, MPICH, Slurm). Throws when there is no CUDA device.
+Device rank_cuda_device();
+
+// A collective over `bootstrap`: every rank calls it, each with its own device (two ranks
+// of one host on the same GPU is an error NCCL reports). The result has bootstrap's ranks
+// and size. options.timeout (or DTRAIN_TIMEOUT) bounds every operation. Throws
+// dtrain::Error when this build has no NCCL or the device is not a CUDA device.
+CommunicatorPtr nccl_communicator(const CommunicatorPtr& bootstrap, Device device,
+                                  const CommunicatorOptions& options = {});
+
+}  // namespace dtrain::dist

@@ -1,0 +1,90 @@
+// What keeps an NCCL group from hanging silently: the owner of the ncclComm_t, a thread
+// that watches the operations in flight, and the status checks that turn NCCL's results
+// into dtrain::Error. Private to the NCCL backend (nccl_communicator.cpp).
+#pragma once
+
+#include "core/cuda/device_guard.h"
+#include "dtrain/core/error.h"
+
+#include <nccl.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <source_location>
+#include <string>
+#include <thread>
+
+namespace dtrain::dist::nccl {
+
+// Throws the dtrain::Error for a failed `call`: NCCL's name for the status and its last
+// detailed message.
+[[noreturn]] void throw_error(ncclResult_t status, const char* call, ncclComm_t comm,
+                              std::source_location where = std::source_location::current());
+
+// A CUDA event without timing (the cheap kind), destroyed with its last owner. Destroying
+// an event whose work is still queued is allowed: CUDA releases it when the work is done.
+class Event {
+ public:
+  Event();
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+class Watchdog {
+ public:
+  // Takes ownership of `comm` (destroyed with the watchdog) and starts the thread, which
+  // checks every 50 ms that the oldest operation in flight is younger than `timeout` and
+  // that NCCL reports no asynchronous error (a peer that died, a network failure). Either
+  // failure aborts NCCL and ends the job with a message naming the operation.
+  Watchdog(ncclComm_t comm, int device, std::chrono::milliseconds timeout);
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  ncclComm_t comm() const { return comm_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // One queued operation, in queue order; `done` is recorded after it on the stream.
+  void track(std::string what, std::shared_ptr<Event> done);
+  // Throws when NCCL has reported an asynchronous error for this communicator.
+  void rethrow_async_error() const;
+
+ private:
+  struct InFlight {
+    std::string what;
+    std::shared_ptr<Event> done;
+    std::chrono::steady_clock::time_point since;
+  };
+  void run();
+  [[noreturn]] void fail(const std::string& message);
+
+  ncclComm_t comm_;
+  int device_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::chrono::milliseconds timeout_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<InFlight> in_flight_;  // completes in order: one stream
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace dtrain::dist::nccl
+
+#define DTRAIN_NCCL_CHECK(call, comm)                                  \
+  do {                                                                 \
+    const ncclResult_t dtrain_nccl_status_ = (call);                   \
+    if (dtrain_nccl_status_ != ncclSuccess) [[unlikely]] {             \
+      ::dtrain::dist::nccl::throw_error(dtrain_nccl_status_, #call, (comm)); \
+    }                                                                  \
+  } while (0)
