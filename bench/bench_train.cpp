@@ -9,8 +9,11 @@
 // Every (batch, threads) pair is one case, with a freshly initialized model. With
 // --device cuda[:N] the model and batch live on that GPU (--threads then only sets the
 // host's threads) and each step ends by waiting for the device, so that a step's time is
-// the GPU's work and not just the time to queue it.
+// the GPU's work and not just the time to queue it. --precision bf16|f16 runs forward
+// under autocast (dtrain/autograd/autocast.h; f16 with dynamic loss scaling).
+#include "dtrain/autograd/autocast.h"
 #include "dtrain/core/parallel.h"
+#include "dtrain/optim/loss_scaler.h"
 #include "dtrain/optim/sgd.h"
 #include "dtrain/tensor/stream.h"
 
@@ -22,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <optional>
 
 namespace {
 
@@ -31,6 +35,7 @@ struct Config {
   std::string model = "cnn";
   std::string device_name = "cpu";
   Device device = Device::cpu();
+  std::string precision = "fp32";
   std::vector<std::int64_t> batches{64};
   std::vector<int> threads{1};
   int steps = 20;
@@ -38,13 +43,27 @@ struct Config {
   bool json = false;
 };
 
-double timed_step(nn::Module& model, optim::SGD& optimizer, const Variable& x, const Tensor& y, Device device) {
+// The 16-bit dtype of --precision, none for fp32.
+std::optional<DType> autocast_of(const std::string& precision) {
+  if (precision == "bf16") return DType::bf16;
+  if (precision == "f16") return DType::f16;
+  return std::nullopt;
+}
+
+double timed_step(const Config& c, nn::Module& model, optim::SGD& optimizer, optim::LossScaler& scaler,
+                  const Variable& x, const Tensor& y) {
   const auto start = std::chrono::steady_clock::now();
+  const std::optional<DType> low = autocast_of(c.precision);
   optimizer.zero_grad();
-  Variable loss = cross_entropy(model.forward(x), y);
-  loss.backward();
-  optimizer.step();
-  synchronize(device);
+  Variable loss;
+  {
+    AutocastGuard autocast(low.value_or(DType::bf16), low.has_value());
+    loss = cross_entropy(model.forward(x), y);
+  }
+  scaler.scale(loss).backward();
+  scaler.step(optimizer);
+  scaler.update();
+  synchronize(c.device);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -56,12 +75,13 @@ std::vector<double> run_case(const Config& c, std::int64_t batch, int threads) {
   m.model->to(c.device);
   m.model->train();
   optim::SGD optimizer(m.model->parameters(), optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
+  optim::LossScaler scaler({.enabled = c.precision == "f16"});  // bf16 keeps f32's range
   const auto [x, y] = bench::synthetic_batch(m, batch, 100);
   const Variable input(x.to(c.device));
   const Tensor labels = y.to(c.device);
-  for (int i = 0; i < c.warmup; ++i) timed_step(*m.model, optimizer, input, labels, c.device);
+  for (int i = 0; i < c.warmup; ++i) timed_step(c, *m.model, optimizer, scaler, input, labels);
   std::vector<double> seconds;
-  for (int i = 0; i < c.steps; ++i) seconds.push_back(timed_step(*m.model, optimizer, input, labels, c.device));
+  for (int i = 0; i < c.steps; ++i) seconds.push_back(timed_step(c, *m.model, optimizer, scaler, input, labels));
   return seconds;
 }
 
@@ -73,6 +93,7 @@ void report(const Config& c, std::int64_t batch, int threads, const std::vector<
                                 {"framework", "dtrain"},
                                 {"model", c.model},
                                 {"device", c.device.str()},
+                                {"precision", c.precision},
                                 {"batch", batch},
                                 {"threads", threads},
                                 {"steps", c.steps},
@@ -94,8 +115,8 @@ int run(const Config& c) {
   if (c.json) {
     fmt::print("{}\n", nlohmann::ordered_json{{"bench", "train"}, {"machine", bench::machine_description()}}.dump());
   } else {
-    fmt::print("bench_train: {} steps after {} warm-up, SGD momentum 0.9, synthetic data, on {}; {}\n", c.steps,
-               c.warmup, c.device.str(), bench::machine_description());
+    fmt::print("bench_train: {} steps after {} warm-up, SGD momentum 0.9, synthetic data, on {}, {}; {}\n", c.steps,
+               c.warmup, c.device.str(), c.precision, bench::machine_description());
     fmt::print("{:<16}{:>7}{:>9}{:>14}{:>12}{:>9}{:>9}\n", "model", "batch", "threads", "samples/s", "median ms",
                "min ms", "max ms");
   }
@@ -115,6 +136,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(bench::bench_model_names()))
       ->capture_default_str();
   app.add_option("--device", config.device_name, "cpu, cuda or cuda:N")->capture_default_str();
+  app.add_option("--precision", config.precision, "fp32, or bf16/f16 products under autocast (f16 with loss scaling)")
+      ->check(CLI::IsMember({"fp32", "bf16", "f16"}))
+      ->capture_default_str();
   app.add_option("--batch", config.batches, "samples per step; a comma-separated list runs each")
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 16))

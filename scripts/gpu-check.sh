@@ -121,18 +121,22 @@ run() {
   cuda_result=$(grep -E "All tests passed|test cases?:|failed" "$logs/test_cuda.log" | tail -1)
   cuda_skipped=$(grep -c "skipped, no CUDA device" "$logs/test_cuda.log" || true)
 
-  # The benches, each beside its PyTorch peer, fp32 (bf16/f16 training is not built yet).
+  # The benches, each beside its PyTorch peer: GEMM and convolution, then training steps in
+  # fp32 and bf16 (autocast).
   start=$SECONDS
   local peers=$root/bench/peers
   timeout 120 "$build/bench/bench_gpu_ops" --json > "$logs/gpu_ops.jsonl" 2> "$logs/gpu_ops.err" || true
   timeout 120 python3 "$peers/pytorch_gpu_ops.py" --json > "$logs/torch_gpu_ops.jsonl" 2> "$logs/torch_gpu_ops.err" || true
   : > "$logs/train.jsonl"
   : > "$logs/torch_train.jsonl"
+  local model precision
   for model in resnet18_224 resnet50_224; do
-    timeout 90 "$build/bench/bench_train" --device cuda --model "$model" --batch 64 --steps 10 --json \
-      >> "$logs/train.jsonl" 2>> "$logs/train.err" || true
-    timeout 90 python3 "$peers/pytorch_train.py" --device cuda --model "$model" --batch 64 --steps 10 --json \
-      >> "$logs/torch_train.jsonl" 2>> "$logs/torch_train.err" || true
+    for precision in fp32 bf16; do
+      timeout 60 "$build/bench/bench_train" --device cuda --model "$model" --batch 64 --steps 10 \
+        --precision "$precision" --json >> "$logs/train.jsonl" 2>> "$logs/train.err" || true
+      timeout 60 python3 "$peers/pytorch_train.py" --device cuda --model "$model" --batch 64 --steps 10 \
+        --precision "$precision" --json >> "$logs/torch_train.jsonl" 2>> "$logs/torch_train.err" || true
+    done
   done
   local bench_s=$((SECONDS - start))
   tail -3 "$logs"/*.err 2> /dev/null || true
@@ -142,7 +146,7 @@ run() {
   printf '%-10s %s\n' "build" "ok in ${build_s} s (sm_90, CUDA on, MPI off)"
   printf '%-10s %s\n' "tests" "$(grep -E 'tests passed' "$logs/ctest.log" || echo 'no summary (see ctest.log)') in ${test_s} s"
   printf '%-10s %s\n' "cuda" "test_cuda: ${cuda_result:-no summary (see test_cuda.log)}; ${cuda_skipped} test case(s) skipped for want of a device"
-  printf '%-10s %s\n' "benches" "in ${bench_s} s, fp32, TF32 ${DTRAIN_ALLOW_TF32:-0} (logs: gpu_ops, train)"
+  printf '%-10s %s\n' "benches" "in ${bench_s} s, TF32 ${DTRAIN_ALLOW_TF32:-0} (logs: gpu_ops, train)"
   python3 "$peers/gpu_table.py" "$logs/gpu_ops.jsonl" "$logs/torch_gpu_ops.jsonl" "$logs/train.jsonl" \
     "$logs/torch_train.jsonl" || true
 }

@@ -47,12 +47,15 @@ def main(ops, torch_ops, train, torch_train):
             peer = " / ".join(fmt(t.get(k)) for k in keys)
             ratios = " / ".join(ratio(r[k], t.get(k)) for k in keys)
             print(f"{case:<30}{mine:>24}{peer:>24}{ratios:>18}")
-    ours_t = {(r["model"], r["batch"]): r for r in load(train) if "model" in r}
-    theirs_t = {(r["model"], r["batch"]): r for r in load(torch_train) if "model" in r}
-    print(f"{'training step f32':<30}{'dtrain img/s':>14}{'PyTorch img/s':>15}{'dtrain/PyTorch':>16}")
-    for key, r in ours_t.items():
-        t = theirs_t.get(key, {}).get("samples_per_s")
-        print(f"{key[0] + ' b' + str(key[1]):<30}{fmt(r['samples_per_s']):>14}{fmt(t):>15}"
+    def key(r):
+        return r["model"], r["batch"], r.get("precision", "fp32")
+
+    ours_t = {key(r): r for r in load(train) if "model" in r}
+    theirs_t = {key(r): r for r in load(torch_train) if "model" in r}
+    print(f"{'training step':<30}{'dtrain img/s':>14}{'PyTorch img/s':>15}{'dtrain/PyTorch':>16}")
+    for k, r in ours_t.items():
+        t = theirs_t.get(k, {}).get("samples_per_s")
+        print(f"{k[0] + ' b' + str(k[1]) + ' ' + k[2]:<30}{fmt(r['samples_per_s']):>14}{fmt(t):>15}"
               f"{ratio(r['samples_per_s'], t):>16}")
     return 0
 

@@ -28,6 +28,7 @@ contract's style (the keys bench_train prints, with "framework":"pytorch").
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -56,6 +57,8 @@ def parse_args():
     p.add_argument("--steps", type=int, default=20, help="measured steps per case")
     p.add_argument("--warmup", type=int, default=3, help="unmeasured steps per case first")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--precision", choices=("fp32", "bf16", "f16"), default="fp32",
+                   help="bf16/f16: forward under torch.autocast (f16 with a GradScaler), as bench_train")
     p.add_argument("--json", action="store_true", help="print one JSON object per case instead of a table")
     args = p.parse_args()
     peer_models.require_at_least(p, args, steps=1, warmup=0)
@@ -83,6 +86,9 @@ def measure(args, threads):
         model.train()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         loss_fn = torch.nn.CrossEntropyLoss()
+        # fp32 touches no autocast API, so that Debian's torch 1.13 runs this too.
+        low = {"bf16": torch.bfloat16, "f16": torch.float16}.get(args.precision)
+        scaler = torch.amp.GradScaler(device.type) if args.precision == "f16" else None
         gen = torch.Generator().manual_seed(100)
         x = torch.randn((batch, *sample_shape), generator=gen)
         y = torch.randint(0, classes, (batch,), generator=gen)
@@ -91,8 +97,15 @@ def measure(args, threads):
         def step():
             start = time.perf_counter()
             optimizer.zero_grad(set_to_none=True)  # explicit: torch 1.13's default is False
-            loss_fn(model(x), y).backward()
-            optimizer.step()
+            with torch.autocast(device.type, dtype=low) if low else contextlib.nullcontext():
+                loss = loss_fn(model(x), y)
+            if scaler:
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                loss.backward()
+                optimizer.step()
             if on_gpu:
                 torch.cuda.synchronize(device)
             return time.perf_counter() - start
@@ -102,6 +115,7 @@ def measure(args, threads):
         times = [step() for _ in range(args.steps)]
         results.append(summarize(args, torch.__version__, batch, threads, times))
         results[-1]["device"] = str(device)
+        results[-1]["precision"] = args.precision
     return results
 
 
@@ -125,7 +139,8 @@ def measure_in_children(args):
     for threads in args.threads:
         command = [sys.executable, os.path.abspath(__file__), "--model", args.model,
                    "--batch", ",".join(map(str, args.batch)), "--threads", str(threads),
-                   "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", args.device, "--json"]
+                   "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", args.device,
+                   "--precision", args.precision, "--json"]
         out = subprocess.run(command, stdout=subprocess.PIPE, check=True, text=True).stdout
         results += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     return results

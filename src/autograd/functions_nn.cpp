@@ -1,15 +1,27 @@
 // Matrix products, convolution, pooling and normalization.
 #include "dtrain/autograd/functions.h"
 
+#include "dtrain/autograd/autocast.h"
+
 namespace dtrain {
+
+namespace {
+// An operand as a product takes it: an f32 tensor rounded to the autocast dtype while a
+// guard is live (autocast.h), anything else as it is. Backward keeps these operands, so
+// without autocast it holds no more than before (the same tensors).
+Tensor for_product(const Tensor& t, std::optional<DType> low) {
+  return low && t.dtype() == DType::f32 ? t.to(*low) : t;
+}
+}  // namespace
 
 Variable matmul(const Variable& a, const Variable& b) {
   DTRAIN_CHECK((a.dim() >= 2 && a.dim() <= 3 && b.dim() == 2) || (a.dim() == 3 && b.dim() == 3),
                "matmul: expected 2-D x 2-D, 3-D x 3-D or 3-D x 2-D, got {} x {}", shape_str(a.shape()),
                shape_str(b.shape()));
-  return Variable(matmul(a.data(), b.data()), {a, b}, [](std::vector<Variable>& in, const Tensor& g) {
-    const Tensor& A = in[0].data();
-    const Tensor& B = in[1].data();
+  const std::optional<DType> low = autocast_dtype();
+  Tensor A = for_product(a.data(), low), B = for_product(b.data(), low);
+  return Variable(matmul(A, B), {a, b}, [A, B, low](std::vector<Variable>& in, const Tensor& g_in) {
+    const Tensor g = for_product(g_in, low);
     if (in[0].requires_grad()) in[0].add_grad(matmul(g, B, false, true));  // dA = g B^T
     if (in[1].requires_grad()) {
       if (A.dim() == 3 && B.dim() == 2) {
@@ -33,30 +45,33 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias)
                shape_str(weight.shape()));
   Shape out_shape = x.shape();
   out_shape.back() = weight.size(0);
-  Tensor x2 = x.data().reshape({-1, x.size(-1)});
-  Tensor y = matmul(x2, weight.data(), false, true);
+  const std::optional<DType> low = autocast_dtype();
+  Tensor x2 = for_product(x.data().reshape({-1, x.size(-1)}), low);
+  Tensor w = for_product(weight.data(), low);
+  Tensor y = matmul(x2, w, false, true);
   if (bias.defined()) binary_out(BinaryOp::Add, y, bias.data(), y);
   y = y.reshape(out_shape);
   std::vector<Variable> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
-  return Variable(y, inputs, [](std::vector<Variable>& in, const Tensor& g) {
+  return Variable(y, inputs, [x2, w, low](std::vector<Variable>& in, const Tensor& g) {
     Tensor g2 = g.reshape({-1, g.size(-1)});
-    if (in[0].requires_grad()) in[0].add_grad(matmul(g2, in[1].data()).reshape(in[0].shape()));
-    if (in[1].requires_grad()) {
-      Tensor x2 = in[0].data().reshape({-1, in[0].size(-1)});
-      in[1].add_grad(matmul(g2, x2, true, false));
-    }
+    Tensor g2p = for_product(g2, low);
+    if (in[0].requires_grad()) in[0].add_grad(matmul(g2p, w).reshape(in[0].shape()));
+    if (in[1].requires_grad()) in[1].add_grad(matmul(g2p, x2, true, false));
     if (in.size() > 2 && in[2].requires_grad()) in[2].add_grad(sum(g2, {0}));
   });
 }
 
 Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias, const Conv2dParams& p) {
-  Tensor y = conv2d(x.data(), weight.data(), bias.defined() ? bias.data() : Tensor(), p);
+  const std::optional<DType> low = autocast_dtype();
+  Tensor xp = for_product(x.data(), low), wp = for_product(weight.data(), low);
+  Tensor y = conv2d(xp, wp, bias.defined() ? bias.data() : Tensor(), p);
   std::vector<Variable> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
-  return Variable(y, inputs, [p](std::vector<Variable>& in, const Tensor& g) {
-    if (in[0].requires_grad()) in[0].add_grad(conv2d_backward_input(g, in[1].data(), in[0].shape(), p));
-    if (in[1].requires_grad()) in[1].add_grad(conv2d_backward_weight(g, in[0].data(), in[1].shape(), p));
+  return Variable(y, inputs, [xp, wp, low, p](std::vector<Variable>& in, const Tensor& g) {
+    const Tensor gp = for_product(g, low);
+    if (in[0].requires_grad()) in[0].add_grad(conv2d_backward_input(gp, wp, xp.shape(), p));
+    if (in[1].requires_grad()) in[1].add_grad(conv2d_backward_weight(gp, xp, wp.shape(), p));
     if (in.size() > 2 && in[2].requires_grad()) in[2].add_grad(sum(g, {0, 2, 3}));
   });
 }

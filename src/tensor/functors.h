@@ -21,14 +21,22 @@ DTRAIN_HD inline bool is_nan(T x) {
   else return false;
 }
 
+template <class T>
+inline constexpr bool is_half_type_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
 // Value conversion between element types. Floating values go through i64 on their way to
 // an integer type, so that negative values wrap (as in numpy) instead of being undefined
-// for u8.
+// for u8. The 16-bit floats convert through float, as their own arithmetic does (so a
+// double rounds twice on its way to one, as in PyTorch).
 template <class To>
 struct CastTo {
   template <class From>
   DTRAIN_HD To operator()(From v) const {
-    if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
+    if constexpr (is_half_type_v<From>) {
+      return CastTo<To>{}(static_cast<float>(v));
+    } else if constexpr (is_half_type_v<To>) {
+      return To(static_cast<float>(v));
+    } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
       return static_cast<To>(static_cast<std::int64_t>(v));
     } else {
       return static_cast<To>(v);

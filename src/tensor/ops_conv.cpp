@@ -1,6 +1,7 @@
 // Convolution and pooling ops: argument checks, PyTorch's output-size formulas, output
 // allocation, then the backend. The backward ops allocate zero-filled gradients, which the
-// backends accumulate into.
+// backends accumulate into. Convolutions of 16-bit operands (f16, bf16) sum in f32 and
+// return f32 (product_dtype), as matmul does: the mixed-precision path.
 #include "dtrain/tensor/ops.h"
 
 #include "tensor/backend.h"
@@ -16,7 +17,8 @@ void check_same(const Tensor& a, const Tensor& b, const char* op, const char* wh
 
 void check_input(const Tensor& t, const char* op, const char* what) {
   check_defined(t, op);
-  DTRAIN_CHECK(is_floating(t.dtype()), "{}: {} must be floating (f32, f64), got {}", op, what, dtype_name(t.dtype()));
+  DTRAIN_CHECK(is_floating(t.dtype()), "{}: {} must be floating (f32, f64, f16, bf16), got {}", op, what,
+               dtype_name(t.dtype()));
 }
 
 void check_nchw(const Shape& s, const char* op, const char* what) {
@@ -84,11 +86,13 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   check_same(x, weight, "conv2d", "weight");
   Shape out_shape = conv_output_shape("conv2d", x.shape(), weight.shape(), p);
   if (bias.defined()) {
-    check_same(x, bias, "conv2d", "bias");
+    DTRAIN_CHECK(bias.device() == x.device() && bias.dtype() == product_dtype(x.dtype()),
+                 "conv2d: bias is {} on {}, expected {} on {} for input {}", dtype_name(bias.dtype()),
+                 bias.device().str(), dtype_name(product_dtype(x.dtype())), x.device().str(), dtype_name(x.dtype()));
     DTRAIN_CHECK(bias.shape() == Shape{weight.size(0)}, "conv2d: bias has shape {}, expected [{}] for weight {}",
                  shape_str(bias.shape()), weight.size(0), shape_str(weight.shape()));
   }
-  Tensor out = Tensor::empty(out_shape, x.options());
+  Tensor out = Tensor::empty(out_shape, {product_dtype(x.dtype()), x.device()});
   detail::backend(x.device()).conv2d(x, weight, bias, p, out);
   return out;
 }
@@ -100,7 +104,7 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const
   check_same(grad_out, weight, "conv2d_backward_input", "weight");
   check_grad_out("conv2d_backward_input", grad_out,
                  conv_output_shape("conv2d_backward_input", x_shape, weight.shape(), p));
-  Tensor grad_x = Tensor::zeros(x_shape, grad_out.options());
+  Tensor grad_x = Tensor::zeros(x_shape, {product_dtype(grad_out.dtype()), grad_out.device()});
   detail::backend(grad_out.device()).conv2d_backward_input(grad_out, weight, p, grad_x);
   return grad_x;
 }
@@ -112,7 +116,7 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Sha
   check_same(grad_out, x, "conv2d_backward_weight", "input");
   check_grad_out("conv2d_backward_weight", grad_out,
                  conv_output_shape("conv2d_backward_weight", x.shape(), weight_shape, p));
-  Tensor grad_w = Tensor::zeros(weight_shape, grad_out.options());
+  Tensor grad_w = Tensor::zeros(weight_shape, {product_dtype(grad_out.dtype()), grad_out.device()});
   detail::backend(grad_out.device()).conv2d_backward_weight(grad_out, x, p, grad_w);
   return grad_w;
 }

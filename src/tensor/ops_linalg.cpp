@@ -1,6 +1,7 @@
 // matmul: validates ranks and shapes, applies the transposes as views and hands the
 // backend one batched (B,m,k) x (B,k,n) problem; a 2-D right operand is broadcast over the
 // batch with stride 0, never copied, or the batch is folded into the rows when it can be.
+// 16-bit operands give an f32 product (summed in f32), the mixed-precision GEMM.
 #include "dtrain/tensor/ops.h"
 
 #include "tensor/backend.h"
@@ -14,7 +15,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool transpose_a, bool tra
                b_in.device().str());
   DTRAIN_CHECK(a_in.dtype() == b_in.dtype(), "matmul: operands have different dtypes ({} and {})",
                dtype_name(a_in.dtype()), dtype_name(b_in.dtype()));
-  DTRAIN_CHECK(is_floating(a_in.dtype()), "matmul: expected floating operands (f32, f64), got {}",
+  DTRAIN_CHECK(is_floating(a_in.dtype()), "matmul: expected floating operands (f32, f64, f16, bf16), got {}",
                dtype_name(a_in.dtype()));
   const bool ranks_ok =
       (a_in.dim() == 2 && b_in.dim() == 2) || (a_in.dim() == 3 && (b_in.dim() == 2 || b_in.dim() == 3));
@@ -31,7 +32,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool transpose_a, bool tra
   DTRAIN_CHECK(b.dim() == 2 || b.size(0) == batch, "matmul: cannot multiply {} by {}: batch sizes {} and {} differ",
                shape_str(a_in.shape()), shape_str(b_in.shape()), batch, b.size(0));
 
-  Tensor out = Tensor::empty({batch, m, n}, a.options());
+  Tensor out = Tensor::empty({batch, m, n}, {product_dtype(a.dtype()), a.device()});
   detail::Backend& be = detail::backend(a.device());
   if (a.dim() == 2) {
     be.matmul(a.unsqueeze(0), b.unsqueeze(0), out);

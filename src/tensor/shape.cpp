@@ -14,6 +14,8 @@ const char* dtype_name(DType t) {
     case DType::i64: return "i64";
     case DType::i32: return "i32";
     case DType::u8: return "u8";
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
   }
   return "unknown";
 }

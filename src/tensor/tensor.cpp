@@ -52,6 +52,7 @@ Tensor Tensor::arange(double start, double end, double step, TensorOptions opts)
   DTRAIN_CHECK(step != 0, "arange: step must be nonzero");
   auto n = static_cast<std::int64_t>(std::ceil((end - start) / step));
   n = std::max<std::int64_t>(n, 0);
+  if (is_half(opts.dtype)) return arange(start, end, step, {DType::f32, opts.device}).to(opts.dtype);
   Tensor host = empty({n}, {opts.dtype, Device::cpu()});
   dispatch_dtype(opts.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -112,6 +113,8 @@ template double* Tensor::data<double>() const;
 template std::int64_t* Tensor::data<std::int64_t>() const;
 template std::int32_t* Tensor::data<std::int32_t>() const;
 template std::uint8_t* Tensor::data<std::uint8_t>() const;
+template Half* Tensor::data<Half>() const;
+template BFloat16* Tensor::data<BFloat16>() const;
 
 // ---- views ---------------------------------------------------------------------
 

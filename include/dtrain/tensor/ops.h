@@ -103,7 +103,8 @@ Tensor sum_to(const Tensor& x, const Shape& shape);
 // Linear algebra
 // ============================================================================
 // a @ b for 2-D (m,k)x(k,n) and batched 3-D (B,m,k)x(B,k,n) or (B,m,k)x(k,n); the
-// transposes are applied first, as views, without copies.
+// transposes are applied first, as views, without copies. f16 or bf16 operands (both the
+// same) give an f32 result, summed in f32: the mixed-precision GEMM (tensor cores on CUDA).
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 
 // ============================================================================
@@ -115,7 +116,9 @@ struct Conv2dParams {
   std::int64_t dilation_h = 1, dilation_w = 1;
   std::int64_t groups = 1;
 };
-// x (N,C,H,W), weight (O, C/groups, KH, KW), bias (O) or undefined -> (N,O,OH,OW).
+// x (N,C,H,W), weight (O, C/groups, KH, KW), bias (O) or undefined -> (N,O,OH,OW). As for
+// matmul, f16 or bf16 operands give f32 results (and take an f32 bias); on CUDA, cuDNN
+// rounds the sums to the operands' type before they are widened.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p);
 Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Shape& x_shape,
                              const Conv2dParams& p);

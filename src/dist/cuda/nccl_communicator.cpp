@@ -28,6 +28,8 @@ ncclDataType_t nccl_type(DType d) {
     case DType::i64: return ncclInt64;
     case DType::i32: return ncclInt32;
     case DType::u8: return ncclUint8;
+    case DType::f16: return ncclFloat16;
+    case DType::bf16: return ncclBfloat16;
   }
   DTRAIN_FAIL("nccl: unknown dtype {}", static_cast<int>(d));
 }

@@ -67,6 +67,9 @@ MPI_Datatype datatype(DType dtype) {
     case DType::i64: return MPI_INT64_T;
     case DType::i32: return MPI_INT32_T;
     case DType::u8: return MPI_UINT8_T;
+    // Moved, never reduced by MPI (check_reduction): 16 bits as they are.
+    case DType::f16:
+    case DType::bf16: return MPI_UINT16_T;
   }
   DTRAIN_FAIL("dist: no MPI datatype for dtype {}", static_cast<int>(dtype));
 }

@@ -199,7 +199,10 @@ void conv_backward_weight(const Tensor& go_t, const Tensor& x_t, const ConvGeome
 
 }  // namespace
 
+// 16-bit operands (mixed precision) are widened to f32 exactly and take the f32 kernels,
+// which reproduce a 16-bit-input, f32-accumulating GPU convolution's numbers.
 void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, Tensor& out) {
+  if (is_half(x.dtype())) return conv2d(x.to(DType::f32), w.to(DType::f32), bias, p, out);
   const ConvGeometry g = geometry(x.shape(), w.shape(), out.shape(), p);
   Tensor xc = x.contiguous(), wc = w.contiguous(), bc = bias.defined() ? bias.contiguous() : Tensor();
   if (x.dtype() == DType::f32) return onednn::conv2d_forward(xc, wc, bc, p, out);
@@ -208,6 +211,7 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, co
 }
 
 void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p, Tensor& grad_x) {
+  if (is_half(grad_out.dtype())) return conv2d_backward_input(grad_out.to(DType::f32), w.to(DType::f32), p, grad_x);
   const ConvGeometry g = geometry(grad_x.shape(), w.shape(), grad_out.shape(), p);
   Tensor goc = grad_out.contiguous(), wc = w.contiguous();
   if (grad_out.dtype() == DType::f32) return onednn::conv2d_backward_data(goc, wc, p, grad_x);
@@ -217,6 +221,7 @@ void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, 
 
 void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p,
                                         Tensor& grad_w) {
+  if (is_half(grad_out.dtype())) return conv2d_backward_weight(grad_out.to(DType::f32), x.to(DType::f32), p, grad_w);
   const ConvGeometry g = geometry(x.shape(), grad_w.shape(), grad_out.shape(), p);
   Tensor goc = grad_out.contiguous(), xc = x.contiguous();
   if (grad_out.dtype() == DType::f32) return onednn::conv2d_backward_weights(goc, xc, p, grad_w);

@@ -22,9 +22,9 @@ void CpuBackend::copy(const Tensor& src, Tensor& dst) {
     });
     return;
   }
-  dispatch_dtype(dst.dtype(), [&](auto to_tag) {
+  dispatch_any_dtype(dst.dtype(), [&](auto to_tag) {
     using To = typename decltype(to_tag)::type;
-    dispatch_dtype(src.dtype(), [&](auto from_tag) {
+    dispatch_any_dtype(src.dtype(), [&](auto from_tag) {
       using From = typename decltype(from_tag)::type;
       cpu_kernel<To, From>(dst, {&src}, CastTo<To>{});
     });
@@ -32,7 +32,7 @@ void CpuBackend::copy(const Tensor& src, Tensor& dst) {
 }
 
 void CpuBackend::fill(Tensor& dst, double value) {
-  dispatch_dtype(dst.dtype(), [&](auto tag) {
+  dispatch_any_dtype(dst.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T v = CastTo<T>{}(value);
     cpu_kernel<T>(dst, {}, [v] { return v; });

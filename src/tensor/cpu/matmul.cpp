@@ -21,6 +21,13 @@ namespace {
 // Multiply-adds per parallel chunk: ~10-20 us of GEMM, well above a pool wake-up.
 constexpr std::int64_t kMinChunkWork = 1 << 18;
 
+// A 16-bit operand as f32, in the same layout (row- or column-major slices), so that the
+// f32 GEMM reads it as it would the f32 tensor it was rounded from.
+Tensor widened(const Tensor& t) {
+  if (!row_major(t) && col_major(t)) return t.transpose(1, 2).to(DType::f32).transpose(1, 2);
+  return t.to(DType::f32);
+}
+
 // One operand as Eigen sees it: slice b starts at data + b * batch_stride.
 template <class T>
 struct Operand {
@@ -77,6 +84,9 @@ void batched_gemm(const Operand<T>& a, const Operand<T>& b, T* out, std::int64_t
 }  // namespace
 
 void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out) {
+  // 16-bit operands: widened to f32 exactly, then the f32 GEMM. The same numbers as a
+  // tensor-core GEMM with f32 accumulation, without its speed (CPUs here lack bf16 FMA).
+  if (is_half(a_in.dtype())) return matmul(widened(a_in), widened(b_in), out);
   const std::int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a_in.size(2);
   if (out.numel() == 0) return;
   if (k == 0) return fill(out, 0);  // an empty sum; BLAS may leave out untouched

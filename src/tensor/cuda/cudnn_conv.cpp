@@ -1,5 +1,6 @@
 // CUDA 2-D convolution through cuDNN's convolution API: forward, backward-data and
-// backward-filter on packed NCHW / OIHW tensors, f32 and f64, with stride, padding,
+// backward-filter on packed NCHW / OIHW tensors, f32 and f64, and f16/bf16 operands with
+// f32 sums (cuDNN writes a 16-bit result, widened into the f32 one), with stride, padding,
 // dilation and groups. Per problem (shapes, parameters, dtype) the descriptors are made
 // once and each direction's algorithm is chosen once, on first use, from cuDNN's
 // heuristics (cudnnGet*_v7: no trial runs, no device synchronisation), preferring
@@ -85,9 +86,20 @@ void check_fits(const Tensor& t, const char* what) {
 }
 
 cudnnDataType_t cudnn_type(DType dtype) {
-  if (dtype == DType::f32) return CUDNN_DATA_FLOAT;
-  DTRAIN_CHECK(dtype == DType::f64, "conv2d: no cuDNN data type for {}", dtype_name(dtype));
-  return CUDNN_DATA_DOUBLE;
+  switch (dtype) {
+    case DType::f32: return CUDNN_DATA_FLOAT;
+    case DType::f64: return CUDNN_DATA_DOUBLE;
+    case DType::f16: return CUDNN_DATA_HALF;
+    case DType::bf16: return CUDNN_DATA_BFLOAT16;
+    default: DTRAIN_FAIL("conv2d: no cuDNN data type for {}", dtype_name(dtype));
+  }
+}
+
+// Where cuDNN writes a result of 16-bit operands: it wants the output in the operands'
+// type, so a 16-bit tensor that is then widened into the f32 result.
+// Otherwise the result itself.
+Tensor target_for(const Tensor& result, DType data) {
+  return result.dtype() == data ? result : Tensor::empty(result.shape(), {data, result.device()});
 }
 
 std::unique_ptr<ConvPlan> make_plan(const ConvKey& k, std::int64_t oh, std::int64_t ow) {
@@ -105,9 +117,12 @@ std::unique_ptr<ConvPlan> make_plan(const ConvKey& k, std::int64_t oh, std::int6
   DTRAIN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(plan->conv, as_int(k.p.pad_h), as_int(k.p.pad_w),
                                                      as_int(k.p.stride_h), as_int(k.p.stride_w),
                                                      as_int(k.p.dilation_h), as_int(k.p.dilation_w),
-                                                     CUDNN_CROSS_CORRELATION, type));
+                                                     CUDNN_CROSS_CORRELATION,
+                                                     is_half(k.dtype) ? CUDNN_DATA_FLOAT : type));  // f32 sums
   DTRAIN_CUDNN_CHECK(cudnnSetConvolutionGroupCount(plan->conv, as_int(k.p.groups)));
-  DTRAIN_CUDNN_CHECK(cudnnSetConvolutionMathType(plan->conv, plan->fma_only ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH));
+  // 16-bit operands are there for the tensor cores: ask for them explicitly.
+  DTRAIN_CUDNN_CHECK(cudnnSetConvolutionMathType(
+      plan->conv, plan->fma_only ? CUDNN_FMA_MATH : is_half(k.dtype) ? CUDNN_TENSOR_OP_MATH : CUDNN_DEFAULT_MATH));
   // Both use PyTorch's output-size formula; a disagreement would be a bug here.
   int dims[4] = {};
   DTRAIN_CUDNN_CHECK(
@@ -224,9 +239,10 @@ void CudaBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b
     fill(out, 0);  // no input channels or rows: every sum is empty
   } else {
     const Tensor x = x_in.contiguous(), w = w_in.contiguous();
+    Tensor y = target_for(out, x.dtype());
     ConvLibrary& lib = conv_library();
     std::lock_guard lock(lib.mutex);
-    ConvPlan& plan = plan_for(lib, x, w, out, p);
+    ConvPlan& plan = plan_for(lib, x, w, y, p);
     if (!plan.forward) plan.forward = choose_forward(lib.handle, plan);
     const ConvChoice& c = *plan.forward;
     DTRAIN_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, c.math));
@@ -234,8 +250,9 @@ void CudaBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b
     with_scaling(out.dtype(), [&](const void* one, const void* zero) {
       DTRAIN_CUDNN_CHECK(cudnnConvolutionForward(lib.handle, one, plan.x, x.raw_data(), plan.w, w.raw_data(), plan.conv,
                                                  static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), workspace.raw_data(),
-                                                 c.workspace, zero, plan.y, out.raw_data()));
+                                                 c.workspace, zero, plan.y, y.raw_data()));
     });
+    if (!y.same_storage(out)) copy(y, out);
   }
   if (bias.defined()) binary(BinaryOp::Add, out, bias.reshape({1, bias.size(0), 1, 1}).expand(out.shape()), out);
 }
@@ -245,9 +262,10 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out_in, const Tensor&
   if (grad_x.numel() == 0 || grad_out_in.numel() == 0 || w_in.numel() == 0) return;  // stays zero
   cuda::DeviceGuard guard(device_);
   const Tensor grad_out = grad_out_in.contiguous(), w = w_in.contiguous();
+  Tensor gx = target_for(grad_x, w.dtype());
   ConvLibrary& lib = conv_library();
   std::lock_guard lock(lib.mutex);
-  ConvPlan& plan = plan_for(lib, grad_x, w, grad_out, p);
+  ConvPlan& plan = plan_for(lib, gx, w, grad_out, p);
   if (!plan.backward_data) plan.backward_data = choose_backward_data(lib.handle, plan);
   const ConvChoice& c = *plan.backward_data;
   DTRAIN_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, c.math));
@@ -256,8 +274,9 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out_in, const Tensor&
     DTRAIN_CUDNN_CHECK(cudnnConvolutionBackwardData(lib.handle, one, plan.w, w.raw_data(), plan.y, grad_out.raw_data(),
                                                     plan.conv, static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
                                                     workspace.raw_data(), c.workspace, zero, plan.x,
-                                                    grad_x.raw_data()));
+                                                    gx.raw_data()));
   });
+  if (!gx.same_storage(grad_x)) copy(gx, grad_x);
 }
 
 void CudaBackend::conv2d_backward_weight(const Tensor& grad_out_in, const Tensor& x_in, const Conv2dParams& p,
@@ -265,9 +284,10 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out_in, const Tensor
   if (grad_w.numel() == 0 || grad_out_in.numel() == 0 || x_in.numel() == 0) return;  // stays zero
   cuda::DeviceGuard guard(device_);
   const Tensor grad_out = grad_out_in.contiguous(), x = x_in.contiguous();
+  Tensor gw = target_for(grad_w, x.dtype());
   ConvLibrary& lib = conv_library();
   std::lock_guard lock(lib.mutex);
-  ConvPlan& plan = plan_for(lib, x, grad_w, grad_out, p);
+  ConvPlan& plan = plan_for(lib, x, gw, grad_out, p);
   if (!plan.backward_filter) plan.backward_filter = choose_backward_filter(lib.handle, plan);
   const ConvChoice& c = *plan.backward_filter;
   DTRAIN_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, c.math));
@@ -277,8 +297,9 @@ void CudaBackend::conv2d_backward_weight(const Tensor& grad_out_in, const Tensor
                                                       grad_out.raw_data(), plan.conv,
                                                       static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo),
                                                       workspace.raw_data(), c.workspace, zero, plan.w,
-                                                      grad_w.raw_data()));
+                                                      gw.raw_data()));
   });
+  if (!gw.same_storage(grad_w)) copy(gw, grad_w);
 }
 
 }  // namespace dtrain::detail

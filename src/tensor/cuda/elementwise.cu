@@ -63,9 +63,9 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
     DTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_));
     return;
   }
-  dispatch_dtype(dst.dtype(), [&](auto to_tag) {
+  dispatch_any_dtype(dst.dtype(), [&](auto to_tag) {
     using To = typename decltype(to_tag)::type;
-    dispatch_dtype(src.dtype(), [&](auto from_tag) {
+    dispatch_any_dtype(src.dtype(), [&](auto from_tag) {
       using From = typename decltype(from_tag)::type;
       launch_strided(stream_, Types<To, From>{}, dst, {&src}, CastTo<To>{});
     });
@@ -74,7 +74,7 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
 
 void CudaBackend::fill(Tensor& dst, double value) {
   cuda::DeviceGuard guard(device_);
-  dispatch_dtype(dst.dtype(), [&](auto tag) {
+  dispatch_any_dtype(dst.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     launch_strided(stream_, Types<T>{}, dst, {}, Constant<T>{CastTo<T>{}(value)});
   });

@@ -1,5 +1,5 @@
-// CUDA matmul through cuBLAS: one strided-batched GEMM per call, f32 (Sgemm) or f64
-// (Dgemm). cuBLAS is column-major and our tensors are row-major, so it computes
+// CUDA matmul through cuBLAS: one strided-batched GEMM per call, f32 (Sgemm), f64
+// (Dgemm), or f16/bf16 operands with an f32 result (GemmEx). cuBLAS is column-major and our tensors are row-major, so it computes
 // C^T = B^T A^T: a row-major (r, c) slice read as column-major is its own transpose, so
 // a slice with unit column stride is passed as is ('N') with its row stride as leading
 // dimension, and a transposed view (unit row stride) as 'T' with its column stride. As
@@ -78,6 +78,17 @@ void CudaBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out) {
   const int count = as_int(batch, "batch");
   const long long out_stride = m * n;
   cublasHandle_t handle = blas();
+  if (is_half(a.dtype())) {
+    // Mixed precision: 16-bit operands on the tensor cores, summed and written in f32
+    // (CUBLAS_COMPUTE_32F), whatever the TF32 setting.
+    const cudaDataType in_type = a.dtype() == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    const float one = 1, zero = 0;
+    DTRAIN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, ob.op, oa.op, cm, cn, ck, &one, b.raw_data(), in_type, lda,
+                                                   ob.batch_stride, a.raw_data(), in_type, ldb, oa.batch_stride, &zero,
+                                                   out.raw_data(), CUDA_R_32F, cm, out_stride, count,
+                                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return;
+  }
   dispatch_floating(out.dtype(), "matmul", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T one = 1, zero = 0;
