@@ -41,7 +41,7 @@ GradCheckResult grad_check(const std::function<Variable(const std::vector<Variab
         std::vector<double> perturbed = values;
         perturbed[k] = value;
         std::vector<Variable> probe = leaves;
-        probe[i] = Variable(Tensor::from_vector(perturbed, leaf.shape()).to(leaf.dtype()), true);
+        probe[i] = Variable(Tensor::from_vector(perturbed, leaf.shape()).to(leaf.dtype()).to(leaf.device()), true);
         return weighted_output(f, probe, w);
       };
       double numeric = (evaluate(values[k] + eps) - evaluate(values[k] - eps)) / (2 * eps);

@@ -82,18 +82,8 @@ TEST_CASE("grad: matmul and linear", "[autograd][cpu]") {
 }
 
 TEST_CASE("grad: conv2d", "[autograd][cpu]") {
-  struct Case {
-    Shape x, w;
-    Conv2dParams p;
-  };
-  const Case cases[] = {
-      {{2, 3, 6, 6}, {4, 3, 3, 3}, {}},
-      {{1, 2, 7, 7}, {3, 2, 3, 3}, {2, 2, 1, 1, 1, 1, 1}},
-      {{1, 2, 7, 6}, {2, 2, 3, 2}, {1, 1, 2, 1, 2, 2, 1}},
-      {{1, 4, 5, 5}, {4, 2, 3, 3}, {1, 1, 1, 1, 1, 1, 2}},
-  };
   int seed = 20;
-  for (const auto& c : cases) {
+  for (const auto& c : test::conv_grad_cases()) {
     auto x = param(c.x, seed++);
     auto w = param(c.w, seed++);
     auto b = param({c.w[0]}, seed++);

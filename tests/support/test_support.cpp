@@ -52,4 +52,14 @@ void write_file(const std::filesystem::path& path, const std::string& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+const std::vector<ConvGradCase>& conv_grad_cases() {
+  static const std::vector<ConvGradCase> cases = {
+      {{2, 3, 6, 6}, {4, 3, 3, 3}, {}},
+      {{1, 2, 7, 7}, {3, 2, 3, 3}, {2, 2, 1, 1, 1, 1, 1}},
+      {{1, 2, 7, 6}, {2, 2, 3, 2}, {1, 1, 2, 1, 2, 2, 1}},
+      {{1, 4, 5, 5}, {4, 2, 3, 3}, {1, 1, 1, 1, 1, 1, 2}},
+  };
+  return cases;
+}
+
 }  // namespace dtrain::test

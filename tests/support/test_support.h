@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace dtrain::test {
 
@@ -24,6 +25,14 @@ void require_close(const Tensor& actual, const Tensor& expected, double rtol = 1
 void require_grad_ok(const std::function<Variable(const std::vector<Variable>&)>& f,
                      const std::vector<Variable>& inputs, double eps = 1e-6, double atol = 1e-5,
                      double rtol = 1e-4);
+
+// The convolutions every device's gradient checks run: plain, strided and padded,
+// asymmetric with dilation, grouped.
+struct ConvGradCase {
+  Shape x, w;
+  Conv2dParams p;
+};
+const std::vector<ConvGradCase>& conv_grad_cases();
 
 // A fresh directory under the system temp dir, removed with its contents on destruction.
 class TempDir {
