@@ -16,7 +16,10 @@
 // barrier()). Until wait(), the tensor must stay alive and untouched, as for every backend.
 //
 // send/recv: NCCL has no tags; messages between two ranks match in the order they are
-// sent. The tag argument is accepted (same signature as every backend) and not used.
+// sent. The tag argument is accepted (same signature as every backend) and not used. A send
+// completes only once the peer's recv runs (no eager buffering as MPI has for small
+// messages), so a ring where every rank sends before it receives deadlocks: order the
+// pairs (even ranks send first, odd ranks receive first).
 //
 // Failure: a watchdog thread polls the operations in flight; one that is not done within
 // the timeout, or an asynchronous NCCL error (a peer died), ends the job with a message

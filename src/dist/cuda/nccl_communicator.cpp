@@ -53,6 +53,10 @@ class NcclWork final : public Work {
     watchdog_->rethrow_async_error();
     DTRAIN_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_->get(), 0));
   }
+  // A Work dropped without wait() still orders the compute stream after the operation:
+  // otherwise its tensor's block could go back to the cache and to a kernel while NCCL
+  // still uses it. (Waiting twice on one event costs nothing; a destructor cannot throw.)
+  ~NcclWork() override { cudaStreamWaitEvent(compute_, done_->get(), 0); }
 
  private:
   std::shared_ptr<nccl::Event> done_;
@@ -81,10 +85,14 @@ class NcclCommunicator final : public Communicator {
   // inside one); the watchdog then destroys the NCCL communicator once no Work holds it.
   // A destructor must not throw: failures are ignored.
   ~NcclCommunicator() override {
-    cuda::DeviceGuard guard(device_);
+    // Raw calls, errors ignored: DeviceGuard throws, and a destructor must not.
+    int previous = -1;
+    const bool switched =
+        cudaGetDevice(&previous) == cudaSuccess && previous != device_ && cudaSetDevice(device_) == cudaSuccess;
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     if (compute_ready_ != nullptr) cudaEventDestroy(compute_ready_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    if (switched) cudaSetDevice(previous);
   }
 
   int rank() const override { return rank_; }
@@ -241,7 +249,11 @@ CommunicatorPtr nccl_communicator(const CommunicatorPtr& bootstrap, Device devic
   std::memcpy(&id, message.data<std::uint8_t>() + 1, kIdBytes);
 
   ncclComm_t comm = nullptr;
-  DTRAIN_NCCL_CHECK(ncclCommInitRank(&comm, bootstrap->size(), id, bootstrap->rank()), comm);
+  if (const ncclResult_t status = ncclCommInitRank(&comm, bootstrap->size(), id, bootstrap->rank());
+      status != ncclSuccess) {
+    if (comm != nullptr) ncclCommAbort(comm);
+    nccl::throw_error(status, "ncclCommInitRank", nullptr);
+  }
   return std::make_shared<NcclCommunicator>(comm, device.index, resolved);
 }
 

@@ -50,14 +50,17 @@ cublasContext* CudaBackend::blas() {
   std::call_once(blas_once_, [&] {
     cublasHandle_t handle = nullptr;
     DTRAIN_CUBLAS_CHECK(cublasCreate(&handle));
+    void* workspace = nullptr;
     try {
       // Binding a stream resets the workspace to cuBLAS's own pool: set ours after.
       DTRAIN_CUBLAS_CHECK(cublasSetStream(handle, stream_));
-      DTRAIN_CUBLAS_CHECK(cublasSetWorkspace(handle, allocate(kBlasWorkspaceBytes), kBlasWorkspaceBytes));
+      workspace = allocate(kBlasWorkspaceBytes);
+      DTRAIN_CUBLAS_CHECK(cublasSetWorkspace(handle, workspace, kBlasWorkspaceBytes));
       // The default math mode keeps f32 products exact fp32; TF32 only when allowed.
       if (gpu::allow_tf32()) DTRAIN_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH));
     } catch (...) {
       cublasDestroy(handle);
+      if (workspace != nullptr) deallocate(workspace, kBlasWorkspaceBytes);
       throw;
     }
     blas_ = handle;

@@ -81,9 +81,14 @@ void CudaBackend::copy_from_host_async(const void* host_src, void* device_dst, s
   if (nbytes == 0) return;
   cuda::DeviceGuard guard(device_);
   release_finished_uploads(false);
-  DTRAIN_CUDA_CHECK(cudaMemcpyAsync(device_dst, host_src, nbytes, cudaMemcpyHostToDevice, stream_));
+  // The event first: once the copy is queued, a failure must not release the source early.
   cudaEvent_t done = nullptr;
   DTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  if (const cudaError_t status = cudaMemcpyAsync(device_dst, host_src, nbytes, cudaMemcpyHostToDevice, stream_);
+      status != cudaSuccess) {
+    cudaEventDestroy(done);
+    cuda::throw_error(status, "cudaMemcpyAsync (an asynchronous upload)");
+  }
   if (const cudaError_t status = cudaEventRecord(done, stream_); status != cudaSuccess) {
     cudaEventDestroy(done);
     // The copy may still be queued: wait for it before the source can go.
