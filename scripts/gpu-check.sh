@@ -100,11 +100,11 @@ run() {
   local start=$SECONDS status=ok
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$deps/usr" \
     -DDTRAIN_USE_CUDA=ON -DDTRAIN_USE_MPI=OFF -DDTRAIN_BUILD_EXAMPLES=OFF -DCMAKE_CUDA_ARCHITECTURES=90 \
-    "${roots[@]}" > "$logs/configure.log" 2>&1 \
-    && cmake --build "$build" -j "$(nproc)" > "$logs/build.log" 2>&1 || status=failed
+    "${roots[@]}" > "$logs/build.log" 2>&1 \
+    && cmake --build "$build" -j "$(nproc)" >> "$logs/build.log" 2>&1 || status=failed
   local build_s=$((SECONDS - start))
   if [ "$status" != ok ]; then
-    tail -40 "$logs/configure.log" "$logs/build.log" 2> /dev/null
+    tail -n 40 "$logs/build.log"
     printf '\n%-10s %s\n' "build" "FAILED after ${build_s} s (logs above)"
     exit 1
   fi
@@ -125,21 +125,24 @@ run() {
   # fp32 and bf16 (autocast).
   start=$SECONDS
   local peers=$root/bench/peers
-  timeout 120 "$build/bench/bench_gpu_ops" --json > "$logs/gpu_ops.jsonl" 2> "$logs/gpu_ops.err" || true
-  timeout 120 python3 "$peers/pytorch_gpu_ops.py" --json > "$logs/torch_gpu_ops.jsonl" 2> "$logs/torch_gpu_ops.err" || true
+  # At most 8 files come back from the device tool: the errors of every bench share one.
+  local errors=$logs/bench.err
+  : > "$errors"
+  timeout 120 "$build/bench/bench_gpu_ops" --json > "$logs/gpu_ops.jsonl" 2>> "$errors" || true
+  timeout 120 python3 "$peers/pytorch_gpu_ops.py" --json > "$logs/torch_gpu_ops.jsonl" 2>> "$errors" || true
   : > "$logs/train.jsonl"
   : > "$logs/torch_train.jsonl"
   local model precision
   for model in resnet18_224 resnet50_224; do
     for precision in fp32 bf16; do
       timeout 60 "$build/bench/bench_train" --device cuda --model "$model" --batch 64 --steps 10 \
-        --precision "$precision" --json >> "$logs/train.jsonl" 2>> "$logs/train.err" || true
+        --precision "$precision" --json >> "$logs/train.jsonl" 2>> "$errors" || true
       timeout 60 python3 "$peers/pytorch_train.py" --device cuda --model "$model" --batch 64 --steps 10 \
-        --precision "$precision" --json >> "$logs/torch_train.jsonl" 2>> "$logs/torch_train.err" || true
+        --precision "$precision" --json >> "$logs/torch_train.jsonl" 2>> "$errors" || true
     done
   done
   local bench_s=$((SECONDS - start))
-  tail -3 "$logs"/*.err 2> /dev/null || true
+  tail -n 12 "$errors"
 
   printf '\n== dtrain GPU check ==\n'
   printf '%-10s %s\n' "GPU" "${gpu:-none found}"

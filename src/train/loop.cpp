@@ -1,5 +1,6 @@
 #include "dtrain/train/loop.h"
 
+#include "dtrain/autograd/autocast.h"
 #include "dtrain/optim/clip_grad.h"
 
 #include <chrono>
@@ -12,6 +13,28 @@ std::int64_t count_correct(const Tensor& logits, const Tensor& labels) {
   return static_cast<std::int64_t>(sum(eq(predicted, labels.to(DType::i64)).to(DType::i64)).item());
 }
 
+namespace {
+
+Device model_device(const nn::Module& model) {
+  const auto params = model.parameters();
+  return params.empty() ? Device::cpu() : params.front().device();
+}
+
+// The logits and the loss of one batch already on the model's device.
+struct Forward {
+  Variable logits, loss;
+};
+
+Forward forward(nn::Module& model, const Tensor& x, const Tensor& y, double label_smoothing,
+                std::optional<DType> autocast) {
+  AutocastGuard guard(autocast.value_or(DType::bf16), autocast.has_value());
+  Variable logits = model.forward(Variable(x));
+  Variable loss = cross_entropy(logits, y, label_smoothing);
+  return {logits, loss};
+}
+
+}  // namespace
+
 EpochStats train_epoch(nn::Module& model, data::DataLoader& loader, optim::Optimizer& optimizer,
                        const EpochOptions& options, Progress* progress) {
   auto start = std::chrono::steady_clock::now();
@@ -20,23 +43,35 @@ EpochStats train_epoch(nn::Module& model, data::DataLoader& loader, optim::Optim
   double loss_sum = 0;
   std::int64_t correct = 0;
   const auto params = model.parameters();
+  const Device device = model_device(model);
+  optim::LossScaler* scaler = options.scaler;
   for (const data::Batch& batch : loader) {
     if (options.schedule) optimizer.set_lr(options.schedule->lr_at(options.first_step + stats.steps));
     optimizer.zero_grad();
-    Variable logits = model.forward(Variable(batch.inputs));
-    Variable loss = cross_entropy(logits, batch.targets, options.label_smoothing);
-    loss.backward();
+    const Tensor targets = batch.targets.to(device, /*non_blocking=*/true);
+    const Forward f = forward(model, batch.inputs.to(device, /*non_blocking=*/true), targets,
+                              options.label_smoothing, options.autocast);
+    Variable scaled = scaler ? scaler->scale(f.loss) : f.loss;
+    scaled.backward();
     if (options.after_backward) options.after_backward();
+    if (scaler && options.clip_grad_norm > 0) scaler->unscale(optimizer);
     double norm = options.clip_grad_norm > 0 ? optim::clip_grad_norm(params, options.clip_grad_norm) : 0;
-    double loss_value = loss.item();
-    DTRAIN_CHECK(std::isfinite(loss_value) && std::isfinite(norm),
+    double loss_value = f.loss.item();
+    // With a scaler, an inf/NaN gradient is its business (the step is skipped); the loss
+    // itself must stay finite.
+    DTRAIN_CHECK(std::isfinite(loss_value) && (scaler || std::isfinite(norm)),
                  "training diverged at step {}: loss {}, gradient norm {} (lower the learning rate?)",
                  options.first_step + stats.steps, loss_value, norm);
-    optimizer.step();
+    if (scaler) {
+      scaler->step(optimizer);
+      scaler->update();
+    } else {
+      optimizer.step();
+    }
 
     const std::int64_t n = batch.inputs.size(0);
     loss_sum += loss_value;
-    correct += count_correct(logits.data(), batch.targets);
+    correct += count_correct(f.logits.data(), targets);
     stats.samples += n;
     ++stats.steps;
     if (progress) progress->update(stats.steps, loss_value, n);
@@ -48,16 +83,18 @@ EpochStats train_epoch(nn::Module& model, data::DataLoader& loader, optim::Optim
   return stats;
 }
 
-EvalStats evaluate(nn::Module& model, data::DataLoader& loader) {
+EvalStats evaluate(nn::Module& model, data::DataLoader& loader, std::optional<DType> autocast) {
   bool was_training = model.is_training();
   model.eval();
   NoGradGuard no_grad;
   EvalStats stats;
+  const Device device = model_device(model);
   for (const data::Batch& batch : loader) {
-    Variable logits = model.forward(Variable(batch.inputs));
+    const Tensor targets = batch.targets.to(device, /*non_blocking=*/true);
+    const Forward f = forward(model, batch.inputs.to(device, /*non_blocking=*/true), targets, 0, autocast);
     const std::int64_t n = batch.inputs.size(0);
-    stats.loss_sum += cross_entropy(logits, batch.targets).item() * static_cast<double>(n);
-    stats.correct += count_correct(logits.data(), batch.targets);
+    stats.loss_sum += f.loss.item() * static_cast<double>(n);
+    stats.correct += count_correct(f.logits.data(), targets);
     stats.samples += n;
   }
   model.train(was_training);

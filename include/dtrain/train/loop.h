@@ -1,16 +1,19 @@
 // The classification training loop the example trainers share: one epoch of
 // forward / cross-entropy / backward / (clip) / step with a per-step learning-rate
 // schedule, and an evaluation pass. Distribution plugs in through the hooks, so the
-// loop itself never knows how it is parallelized.
+// loop itself never knows how it is parallelized. Batches go to the model's device (the
+// device of its first parameter), without waiting when the loader pins them.
 #pragma once
 
 #include "dtrain/data/dataloader.h"
 #include "dtrain/layers/module.h"
+#include "dtrain/optim/loss_scaler.h"
 #include "dtrain/optim/lr_schedule.h"
 #include "dtrain/optim/optimizer.h"
 #include "dtrain/train/progress.h"
 
 #include <functional>
+#include <optional>
 
 namespace dtrain::train {
 
@@ -21,6 +24,11 @@ struct EpochOptions {
   double label_smoothing = 0;
   // Called between backward and the optimizer step (e.g. to finish gradient all-reduce).
   std::function<void()> after_backward = {};
+  // Mixed precision: forward and the loss under AutocastGuard(autocast) (f16 or bf16), and
+  // with a scaler, the loss scaled, steps with inf/NaN gradients skipped (after clipping
+  // the unscaled gradients), the scale updated every step.
+  std::optional<DType> autocast = std::nullopt;
+  optim::LossScaler* scaler = nullptr;
 };
 
 struct EpochStats {
@@ -43,8 +51,9 @@ struct EvalStats {
   double accuracy() const { return samples ? static_cast<double>(correct) / static_cast<double>(samples) : 0; }
 };
 
-// Runs the model in eval mode without recording gradients, restores the previous mode.
-EvalStats evaluate(nn::Module& model, data::DataLoader& loader);
+// Runs the model in eval mode without recording gradients (under autocast if given),
+// restores the previous mode.
+EvalStats evaluate(nn::Module& model, data::DataLoader& loader, std::optional<DType> autocast = std::nullopt);
 
 // Number of rows of `logits` (N, C) whose argmax equals `labels` (N).
 std::int64_t count_correct(const Tensor& logits, const Tensor& labels);
