@@ -43,6 +43,18 @@ class Backend {
                                     std::shared_ptr<const void> keep_alive) {
     copy_from_host(host_src, device_dst, nbytes);
   }
+  // The same on a copy stream of the device's own: the copy waits for the work queued so
+  // far (so device_dst is free), then runs beside the work queued after it. Returns the
+  // copy's completion event, which wait_for() must see before anything reads device_dst.
+  // By default (the CPU) a plain copy, and no event.
+  virtual std::shared_ptr<void> copy_from_host_beside(const void* host_src, void* device_dst, std::size_t nbytes,
+                                                      std::shared_ptr<const void> keep_alive) {
+    copy_from_host(host_src, device_dst, nbytes);
+    return nullptr;
+  }
+  // Orders this backend's work after `event` (one copy_from_host_beside returned) without
+  // blocking the host.
+  virtual void wait_for(const std::shared_ptr<void>& event) {}
   virtual void fill(Tensor& dst, double value) = 0;  // dst may be strided
   // The queue this backend's work runs on (a cudaStream_t); nullptr when work is done on
   // return, as on the CPU. See dtrain/tensor/stream.h.

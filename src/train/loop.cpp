@@ -2,6 +2,7 @@
 
 #include "dtrain/autograd/autocast.h"
 #include "dtrain/optim/clip_grad.h"
+#include "dtrain/tensor/upload.h"
 
 #include <chrono>
 #include <cmath>
@@ -45,12 +46,27 @@ EpochStats train_epoch(nn::Module& model, data::DataLoader& loader, optim::Optim
   const auto params = model.parameters();
   const Device device = model_device(model);
   optim::LossScaler* scaler = options.scaler;
-  for (const data::Batch& batch : loader) {
+  // Each batch's upload is queued before the previous step's kernels, so that on a GPU it
+  // overlaps them (upload.h); on the CPU an Upload is the batch itself.
+  struct Staged {
+    Upload inputs, targets;
+    std::int64_t n;
+  };
+  auto stage = [&](const data::Batch& b) {
+    return Staged{Upload(b.inputs, device), Upload(b.targets, device), b.inputs.size(0)};
+  };
+  auto it = loader.begin();
+  const auto end = loader.end();
+  std::optional<Staged> next;
+  if (it != end) next.emplace(stage(*it));
+  while (next) {
+    Staged batch = std::move(*next);
+    next.reset();
+    if (++it != end) next.emplace(stage(*it));
     if (options.schedule) optimizer.set_lr(options.schedule->lr_at(options.first_step + stats.steps));
     optimizer.zero_grad();
-    const Tensor targets = batch.targets.to(device, /*non_blocking=*/true);
-    const Forward f = forward(model, batch.inputs.to(device, /*non_blocking=*/true), targets,
-                              options.label_smoothing, options.autocast);
+    const Tensor& targets = batch.targets.get();
+    const Forward f = forward(model, batch.inputs.get(), targets, options.label_smoothing, options.autocast);
     Variable scaled = scaler ? scaler->scale(f.loss) : f.loss;
     scaled.backward();
     if (options.after_backward) options.after_backward();
@@ -69,7 +85,7 @@ EpochStats train_epoch(nn::Module& model, data::DataLoader& loader, optim::Optim
       optimizer.step();
     }
 
-    const std::int64_t n = batch.inputs.size(0);
+    const std::int64_t n = batch.n;
     loss_sum += loss_value;
     correct += count_correct(f.logits.data(), targets);
     stats.samples += n;

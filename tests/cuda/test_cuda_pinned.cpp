@@ -1,12 +1,14 @@
 // Pinned host memory and uploads that do not wait: the data must arrive whole even when
 // the source tensor is dropped right after to() returns (its memory must not be reused
 // while the copy is queued), and the data loader's pinned batches must upload the same.
+// Uploads on the copy stream (upload.h) must arrive whole whether or not get() is called.
 #include "cuda_test.h"
 #include "support/test_support.h"
 
 #include "dtrain/data/dataloader.h"
 #include "dtrain/data/tensor_dataset.h"
 #include "dtrain/tensor/stream.h"
+#include "dtrain/tensor/upload.h"
 
 #include <vector>
 
@@ -68,6 +70,36 @@ TEST_CASE("the data loader's pinned batches upload like plain ones", "[cuda]") {
     row += n;
   }
   CHECK(row == 40);
+}
+
+TEST_CASE("an Upload to the CPU, or of an unpinned tensor, is a plain copy", "[cuda]") {
+  const Tensor x = random_tensor({3, 4}, 11);
+  Upload same(x, Device::cpu());
+  CHECK(same.get().same_storage(x));
+  if (!cuda_ready()) return;
+  Upload plain(x, kGpu);
+  require_close(plain.get().to(Device::cpu()), x, 0, 0);
+}
+
+TEST_CASE("Uploads on the copy stream overlap compute and arrive whole", "[cuda]") {
+  if (!cuda_ready()) return;
+  std::vector<Tensor> sources;
+  std::vector<Upload> uploads;
+  for (int i = 0; i < 32; ++i) {
+    sources.push_back(random_tensor({512, 1024}, 200 + i));
+    uploads.emplace_back(sources.back().pin_memory(), kGpu);  // the pinned copy is dropped here
+    // Compute queued after the upload, on blocks the cache hands around meanwhile.
+    Tensor busy = mul(Tensor::ones({1024, 1024}, {DType::f32, kGpu}), 2.0);
+  }
+  for (std::size_t i = 0; i < uploads.size(); ++i) {
+    const Tensor& on_gpu = uploads[i].get();
+    require_close(add(on_gpu, 0.0).to(Device::cpu()), sources[i], 0, 0);  // a kernel reads it
+  }
+  // Dropped without get(): the device is still ordered after the copy.
+  { Upload unused(random_tensor({256, 256}, 300).pin_memory(), kGpu); }
+  Tensor after = Tensor::full({256, 256}, 5.0, {DType::f32, kGpu});
+  require_close(after.to(Device::cpu()), Tensor::full({256, 256}, 5.0), 0, 0);
+  synchronize(kGpu);
 }
 
 }  // namespace dtrain::test

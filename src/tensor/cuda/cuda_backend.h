@@ -46,6 +46,9 @@ class CudaBackend final : public Backend {
   void copy_from_host(const void* host_src, void* device_dst, std::size_t nbytes) override;
   void copy_from_host_async(const void* host_src, void* device_dst, std::size_t nbytes,
                             std::shared_ptr<const void> keep_alive) override;
+  std::shared_ptr<void> copy_from_host_beside(const void* host_src, void* device_dst, std::size_t nbytes,
+                                              std::shared_ptr<const void> keep_alive) override;
+  void wait_for(const std::shared_ptr<void>& event) override;
   void fill(Tensor& dst, double value) override;
   void* stream() override { return stream_; }
   void synchronize() override;
@@ -102,12 +105,19 @@ class CudaBackend final : public Backend {
 
   int device_;
   cudaStream_t stream_ = nullptr;
+  // The stream of copy_from_host_beside (memory.cpp), created on first use.
+  cudaStream_t copy_stream();
+  std::once_flag copy_once_;
+  cudaStream_t copy_stream_ = nullptr;
   // Asynchronous uploads in flight: each source's owner, released once its event has
   // completed (checked at the next upload and at synchronize()).
   struct PendingUpload {
-    cudaEvent_t done;
+    std::shared_ptr<CUevent_st> done;
     std::shared_ptr<const void> source;
   };
+  // Queues the upload on `on`, returns its completion event; the source stays owned until then.
+  std::shared_ptr<CUevent_st> queue_upload(const void* host_src, void* device_dst, std::size_t nbytes,
+                                           std::shared_ptr<const void> keep_alive, cudaStream_t on);
   void release_finished_uploads(bool wait);
   std::mutex uploads_mutex_;
   std::deque<PendingUpload> uploads_;

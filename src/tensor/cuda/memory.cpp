@@ -80,40 +80,75 @@ void CudaBackend::copy_from_host_async(const void* host_src, void* device_dst, s
                                        std::shared_ptr<const void> keep_alive) {
   if (nbytes == 0) return;
   cuda::DeviceGuard guard(device_);
+  queue_upload(host_src, device_dst, nbytes, std::move(keep_alive), stream_);
+}
+
+cudaStream_t CudaBackend::copy_stream() {
+  std::call_once(copy_once_, [&] { DTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking)); });
+  return copy_stream_;
+}
+
+std::shared_ptr<void> CudaBackend::copy_from_host_beside(const void* host_src, void* device_dst, std::size_t nbytes,
+                                                         std::shared_ptr<const void> keep_alive) {
+  cuda::DeviceGuard guard(device_);
+  const cudaStream_t copies = copy_stream();
+  // device_dst comes from the block cache, where a block may still be used by kernels
+  // queued on stream_: the copy starts after them. Kernels queued later are not waited for.
+  cudaEvent_t queued = nullptr;
+  DTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&queued, cudaEventDisableTiming));
+  cudaError_t status = cudaEventRecord(queued, stream_);
+  if (status == cudaSuccess) status = cudaStreamWaitEvent(copies, queued, 0);
+  cudaEventDestroy(queued);  // allowed at once: the wait is already queued
+  if (status != cudaSuccess) cuda::throw_error(status, "ordering an upload after the compute stream");
+  if (nbytes == 0) return nullptr;
+  return queue_upload(host_src, device_dst, nbytes, std::move(keep_alive), copies);
+}
+
+void CudaBackend::wait_for(const std::shared_ptr<void>& event) {
+  if (!event) return;
+  cuda::DeviceGuard guard(device_);
+  DTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(event.get()), 0));
+}
+
+std::shared_ptr<CUevent_st> CudaBackend::queue_upload(const void* host_src, void* device_dst, std::size_t nbytes,
+                                                      std::shared_ptr<const void> keep_alive, cudaStream_t on) {
   release_finished_uploads(false);
   // The event first: once the copy is queued, a failure must not release the source early.
-  cudaEvent_t done = nullptr;
-  DTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-  if (const cudaError_t status = cudaMemcpyAsync(device_dst, host_src, nbytes, cudaMemcpyHostToDevice, stream_);
+  cudaEvent_t created = nullptr;
+  DTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&created, cudaEventDisableTiming));
+  std::shared_ptr<CUevent_st> done(created, [](cudaEvent_t e) { cudaEventDestroy(e); });
+  if (const cudaError_t status = cudaMemcpyAsync(device_dst, host_src, nbytes, cudaMemcpyHostToDevice, on);
       status != cudaSuccess) {
-    cudaEventDestroy(done);
     cuda::throw_error(status, "cudaMemcpyAsync (an asynchronous upload)");
   }
-  if (const cudaError_t status = cudaEventRecord(done, stream_); status != cudaSuccess) {
-    cudaEventDestroy(done);
+  if (const cudaError_t status = cudaEventRecord(done.get(), on); status != cudaSuccess) {
     // The copy may still be queued: wait for it before the source can go.
-    cudaStreamSynchronize(stream_);
+    cudaStreamSynchronize(on);
     cuda::throw_error(status, "cudaEventRecord");
   }
   std::lock_guard lock(uploads_mutex_);
   uploads_.push_back({done, std::move(keep_alive)});
+  return done;
 }
 
-// The uploads complete in order (one stream), so the scan stops at the first pending one.
+// Uploads on the two streams complete in no common order: every entry is checked.
 void CudaBackend::release_finished_uploads(bool wait) {
   std::lock_guard lock(uploads_mutex_);
-  while (!uploads_.empty()) {
-    const cudaError_t status = wait ? cudaEventSynchronize(uploads_.front().done) : cudaEventQuery(uploads_.front().done);
-    if (status == cudaErrorNotReady) return;
+  for (auto it = uploads_.begin(); it != uploads_.end();) {
+    const cudaError_t status = wait ? cudaEventSynchronize(it->done.get()) : cudaEventQuery(it->done.get());
+    if (status == cudaErrorNotReady) {
+      ++it;
+      continue;
+    }
     if (status != cudaSuccess) cuda::throw_error(status, "cudaEventQuery (an asynchronous upload)");
-    cudaEventDestroy(uploads_.front().done);
-    uploads_.pop_front();
+    it = uploads_.erase(it);
   }
 }
 
 void CudaBackend::synchronize() {
   cuda::DeviceGuard guard(device_);
   DTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (copy_stream_ != nullptr) DTRAIN_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
   release_finished_uploads(true);
 }
 
