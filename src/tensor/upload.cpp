@@ -1,5 +1,6 @@
 #include "dtrain/tensor/upload.h"
 
+#include "dtrain/tensor/stream.h"
 #include "tensor/backend.h"
 
 #include <spdlog/spdlog.h>
@@ -42,12 +43,20 @@ const Tensor& Upload::get() {
   return tensor_;
 }
 
+// If the device cannot be ordered after the copy, the host waits for the device instead;
+// if even that fails, the destination is leaked rather than handed to the block cache
+// while the copy may still write it.
 void Upload::order_after_copy() noexcept {
   if (!done_) return;
   try {
     detail::backend(tensor_.device()).wait_for(done_);
   } catch (const std::exception& e) {
-    spdlog::error("Upload: ordering the device after an unused upload failed: {}", e.what());
+    spdlog::error("Upload: ordering the device after an upload failed: {}", e.what());
+    try {
+      synchronize(tensor_.device());
+    } catch (const std::exception&) {
+      new Tensor(std::move(tensor_));  // deliberately leaked: see above
+    }
   }
   done_.reset();
 }

@@ -28,7 +28,8 @@ struct Forward {
 
 Forward forward(nn::Module& model, const Tensor& x, const Tensor& y, double label_smoothing,
                 std::optional<DType> autocast) {
-  AutocastGuard guard(autocast.value_or(DType::bf16), autocast.has_value());
+  std::optional<AutocastGuard> guard;  // none given: the caller's setting stands
+  if (autocast) guard.emplace(*autocast);
   Variable logits = model.forward(Variable(x));
   Variable loss = cross_entropy(logits, y, label_smoothing);
   return {logits, loss};
@@ -42,6 +43,7 @@ EpochStats train_epoch(nn::Module& model, data::DataLoader& loader, optim::Optim
   model.train();
   EpochStats stats;
   double loss_sum = 0;
+  std::int64_t finite_steps = 0;  // steps whose loss counts (a scaler's skipped ones do not)
   std::int64_t correct = 0;
   const auto params = model.parameters();
   const Device device = model_device(model);
@@ -73,9 +75,10 @@ EpochStats train_epoch(nn::Module& model, data::DataLoader& loader, optim::Optim
     if (scaler && options.clip_grad_norm > 0) scaler->unscale(optimizer);
     double norm = options.clip_grad_norm > 0 ? optim::clip_grad_norm(params, options.clip_grad_norm) : 0;
     double loss_value = f.loss.item();
-    // With a scaler, an inf/NaN gradient is its business (the step is skipped); the loss
-    // itself must stay finite.
-    DTRAIN_CHECK(std::isfinite(loss_value) && (scaler || std::isfinite(norm)),
+    // With a scaler, inf/NaN (an f16 overflow in forward or backward) skips the step and
+    // shrinks the scale, as PyTorch's GradScaler does; without one it is divergence.
+    const bool finite = std::isfinite(loss_value);
+    DTRAIN_CHECK(scaler || (finite && std::isfinite(norm)),
                  "training diverged at step {}: loss {}, gradient norm {} (lower the learning rate?)",
                  options.first_step + stats.steps, loss_value, norm);
     if (scaler) {
@@ -86,14 +89,17 @@ EpochStats train_epoch(nn::Module& model, data::DataLoader& loader, optim::Optim
     }
 
     const std::int64_t n = batch.n;
-    loss_sum += loss_value;
+    if (finite) {
+      loss_sum += loss_value;
+      ++finite_steps;
+    }
     correct += count_correct(f.logits.data(), targets);
     stats.samples += n;
     ++stats.steps;
     if (progress) progress->update(stats.steps, loss_value, n);
   }
   if (progress) progress->finish();
-  stats.mean_loss = stats.steps ? loss_sum / static_cast<double>(stats.steps) : 0;
+  stats.mean_loss = finite_steps ? loss_sum / static_cast<double>(finite_steps) : 0;
   stats.accuracy = stats.samples ? static_cast<double>(correct) / static_cast<double>(stats.samples) : 0;
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;

@@ -1,3 +1,4 @@
+#include "dtrain/autograd/autocast.h"
 #include "dtrain/data/tensor_dataset.h"
 #include "dtrain/layers/models.h"
 #include "dtrain/optim/sgd.h"
@@ -53,6 +54,28 @@ TEST_CASE("train_epoch applies the schedule and stops on divergence", "[train][c
   CHECK(sgd.lr() == 1e-4);
   optim::ConstantLr huge(1e30);
   CHECK_THROWS_WITH(train::train_epoch(*model, loader, sgd, {.schedule = &huge}), Catch::Contains("diverged"));
+}
+
+TEST_CASE("train_epoch under f16 autocast with a loss scaler learns, and skips overflowing steps", "[train][cpu]") {
+  manual_seed(5);
+  auto model = nn::mlp(2, {16}, 2);
+  optim::SGD sgd(model->parameters(), {.lr = 0.1, .momentum = 0.9});
+  data::DataLoader train(blobs(512, 1), {.batch_size = 32, .shuffle = true, .seed = 1});
+  data::DataLoader test(blobs(256, 2), {.batch_size = 100});
+  // A scale past f16's range (gradients of about 2^24 / 32): the first steps overflow and
+  // are skipped (no divergence error), the scale backs off until steps go through, and the
+  // model still learns.
+  optim::LossScaler scaler({.init_scale = 1 << 24, .growth_interval = 1000});
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    train.set_epoch(epoch);
+    train::train_epoch(*model, train, sgd, {.autocast = DType::f16, .scaler = &scaler});
+  }
+  CHECK(scaler.scale_value() < 1 << 24);
+  CHECK(train::evaluate(*model, test, DType::f16).accuracy() > 0.95);
+  // Without autocast given, the loop leaves the caller's setting alone.
+  AutocastGuard outer(DType::bf16);
+  train::train_epoch(*model, train, sgd, {});
+  CHECK(autocast_dtype() == DType::bf16);
 }
 
 TEST_CASE("count_correct compares argmax with labels", "[train][cpu]") {

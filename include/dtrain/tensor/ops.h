@@ -117,8 +117,9 @@ struct Conv2dParams {
   std::int64_t groups = 1;
 };
 // x (N,C,H,W), weight (O, C/groups, KH, KW), bias (O) or undefined -> (N,O,OH,OW). As for
-// matmul, f16 or bf16 operands give f32 results (and take an f32 bias); on CUDA, cuDNN
-// rounds the sums to the operands' type before they are widened.
+// matmul, f16 or bf16 operands give f32 results (and take an f32 bias), but the sums are
+// rounded to the operands' type before they are widened (and the bias added): cuDNN writes
+// them so, and the CPU does the same to give the same numbers.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p);
 Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Shape& x_shape,
                              const Conv2dParams& p);

@@ -32,7 +32,7 @@ struct EpochOptions {
 };
 
 struct EpochStats {
-  double mean_loss = 0;  // over this process's steps
+  double mean_loss = 0;  // over this process's steps with a finite loss
   double accuracy = 0;   // training accuracy on this process's samples, in [0, 1]
   std::int64_t samples = 0;
   std::int64_t steps = 0;

@@ -199,10 +199,22 @@ void conv_backward_weight(const Tensor& go_t, const Tensor& x_t, const ConvGeome
 
 }  // namespace
 
-// 16-bit operands (mixed precision) are widened to f32 exactly and take the f32 kernels,
-// which reproduce a 16-bit-input, f32-accumulating GPU convolution's numbers.
+namespace {
+// cuDNN writes the result of 16-bit operands in their type, which is then widened to f32
+// (cuda/cudnn_conv.cpp): the CPU rounds its exact f32 sums the same way, so that both give
+// the same numbers (an f16 overflow to inf included).
+void round_like_cudnn(Tensor& result, DType operands) { result.copy_(result.to(operands)); }
+}  // namespace
+
+// 16-bit operands (mixed precision) are widened to f32 exactly and take the f32 kernels;
+// the result is rounded as cuDNN's is, before the f32 bias is added.
 void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, Tensor& out) {
-  if (is_half(x.dtype())) return conv2d(x.to(DType::f32), w.to(DType::f32), bias, p, out);
+  if (is_half(x.dtype())) {
+    conv2d(x.to(DType::f32), w.to(DType::f32), Tensor(), p, out);
+    round_like_cudnn(out, x.dtype());
+    if (bias.defined()) binary(BinaryOp::Add, out, bias.reshape({1, bias.size(0), 1, 1}).expand(out.shape()), out);
+    return;
+  }
   const ConvGeometry g = geometry(x.shape(), w.shape(), out.shape(), p);
   Tensor xc = x.contiguous(), wc = w.contiguous(), bc = bias.defined() ? bias.contiguous() : Tensor();
   if (x.dtype() == DType::f32) return onednn::conv2d_forward(xc, wc, bc, p, out);
@@ -211,7 +223,10 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, co
 }
 
 void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p, Tensor& grad_x) {
-  if (is_half(grad_out.dtype())) return conv2d_backward_input(grad_out.to(DType::f32), w.to(DType::f32), p, grad_x);
+  if (is_half(grad_out.dtype())) {
+    conv2d_backward_input(grad_out.to(DType::f32), w.to(DType::f32), p, grad_x);
+    return round_like_cudnn(grad_x, grad_out.dtype());
+  }
   const ConvGeometry g = geometry(grad_x.shape(), w.shape(), grad_out.shape(), p);
   Tensor goc = grad_out.contiguous(), wc = w.contiguous();
   if (grad_out.dtype() == DType::f32) return onednn::conv2d_backward_data(goc, wc, p, grad_x);
@@ -221,7 +236,10 @@ void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, 
 
 void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p,
                                         Tensor& grad_w) {
-  if (is_half(grad_out.dtype())) return conv2d_backward_weight(grad_out.to(DType::f32), x.to(DType::f32), p, grad_w);
+  if (is_half(grad_out.dtype())) {
+    conv2d_backward_weight(grad_out.to(DType::f32), x.to(DType::f32), p, grad_w);
+    return round_like_cudnn(grad_w, grad_out.dtype());
+  }
   const ConvGeometry g = geometry(x.shape(), grad_w.shape(), grad_out.shape(), p);
   Tensor goc = grad_out.contiguous(), xc = x.contiguous();
   if (grad_out.dtype() == DType::f32) return onednn::conv2d_backward_weights(goc, xc, p, grad_w);

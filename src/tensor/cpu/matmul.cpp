@@ -24,6 +24,7 @@ constexpr std::int64_t kMinChunkWork = 1 << 18;
 // A 16-bit operand as f32, in the same layout (row- or column-major slices), so that the
 // f32 GEMM reads it as it would the f32 tensor it was rounded from.
 Tensor widened(const Tensor& t) {
+  if (t.size(0) > 1 && t.stride(0) == 0) return widened(t.narrow(0, 0, 1)).expand(t.shape());  // one slice
   if (!row_major(t) && col_major(t)) return t.transpose(1, 2).to(DType::f32).transpose(1, 2);
   return t.to(DType::f32);
 }

@@ -1,7 +1,9 @@
 // CUDA memory: device blocks through the shared block cache, and host transfers queued on
-// the backend's stream. Transfers wait for the stream before returning, since the host
-// buffers are ordinary pageable memory the caller may reuse at once; pinned staging buffers
-// (asynchronous uploads from the data loader) are a later step.
+// the backend's stream. Plain transfers wait for the stream before returning, since the
+// host buffers are ordinary pageable memory the caller may reuse at once. Uploads from
+// pinned memory do not wait: on the compute stream (copy_from_host_async) or on a copy
+// stream beside it (copy_from_host_beside, for Upload); either keeps its source alive
+// until its event completes.
 #include "core/cuda/check.h"
 #include "core/cuda/device_guard.h"
 #include "tensor/cuda/cuda_backend.h"

@@ -2,7 +2,7 @@
 // data loader's pin_memory. cudaHostAlloc is slow (it maps the pages for every device), so
 // blocks are cached like device memory. A block in the cache is never still being read by a
 // copy: an asynchronous upload keeps its source storage alive until the copy is done
-// (CudaBackend::copy_from_host_async), and only then is the block freed into the cache.
+// (CudaBackend::queue_upload), and only then is the block freed into the cache.
 #include "core/cuda/check.h"
 #include "dtrain/core/environment.h"
 #include "tensor/backend.h"
