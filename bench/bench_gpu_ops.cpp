@@ -17,6 +17,8 @@
 #include "dtrain/tensor/stream.h"
 
 #include "bench_stats.h"
+#include "ops/common.h"
+#include "ops/conv.h"
 #include "ops/timing.h"
 
 #include <CLI/CLI.hpp>
@@ -27,7 +29,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -56,25 +57,14 @@ void check_status(cublasStatus_t s, const char* call) {
   if (s != CUBLAS_STATUS_SUCCESS) throw Error(fmt::format("{} failed: {}", call, cublasGetStatusString(s)));
 }
 
+// Inputs as bench_ops makes them (ops/common.h), on the device.
 Tensor random_on(const Shape& shape, std::uint64_t seed, Device device) {
-  Tensor t = Tensor::empty(shape);
-  Generator gen(seed);
-  uniform_(t, -1, 1, &gen);
-  return t.to(device);
+  return bench::random_tensor(shape, seed).to(device);
 }
 
-// max |gpu - cpu| <= tol * max |cpu|, else an error naming the case.
+// bench_ops's check (ops/common.h) of a device result against the CPU's.
 void check_close(const std::string& what, const Tensor& gpu, const Tensor& cpu, double tol) {
-  const auto got = gpu.to(Device::cpu()).contiguous().to_vector<double>();
-  const auto ref = cpu.contiguous().to_vector<double>();
-  double err = 0, scale = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    const double e = std::abs(got[i] - ref[i]);
-    err = std::isnan(e) ? e : std::max(err, e);
-    scale = std::max(scale, std::abs(ref[i]));
-  }
-  DTRAIN_CHECK(err <= tol * scale, "validation failed: {}: max abs error {:.3g} exceeds {:g} x max |cpu| = {:.3g}",
-               what, err, tol, tol * scale);
+  bench::check_close(what, bench::to_double(gpu.to(Device::cpu())), bench::to_double(cpu), tol);
 }
 
 // Seconds per call of each implementation: each timed as `calls` calls and one
@@ -168,13 +158,7 @@ void run_gemm(const Run& r) {
   cublasDestroy(handle);
 }
 
-// Input (n, c, hw, hw), weight (o, c, k, k).
-struct ConvCase {
-  std::string name;
-  std::int64_t n, c, hw, o, k, stride, pad;
-  std::int64_t out() const { return (hw + 2 * pad - k) / stride + 1; }
-  Conv2dParams params() const { return {.stride_h = stride, .stride_w = stride, .pad_h = pad, .pad_w = pad}; }
-};
+using bench::ConvCase;  // ops/conv.h: input (n, c, hw, hw), weight (o, c, k, k)
 
 void run_conv(const Run& r) {
   // ResNet-50 at batch 64: the stem, a bottleneck of each stage (1x1 reduce, 3x3, 1x1

@@ -36,6 +36,7 @@ struct Config {
   std::string device_name = "cpu";
   Device device = Device::cpu();
   std::string precision = "fp32";
+  std::optional<DType> autocast;  // from precision: bf16/f16, none for fp32
   std::vector<std::int64_t> batches{64};
   std::vector<int> threads{1};
   int steps = 20;
@@ -43,21 +44,13 @@ struct Config {
   bool json = false;
 };
 
-// The 16-bit dtype of --precision, none for fp32.
-std::optional<DType> autocast_of(const std::string& precision) {
-  if (precision == "bf16") return DType::bf16;
-  if (precision == "f16") return DType::f16;
-  return std::nullopt;
-}
-
 double timed_step(const Config& c, nn::Module& model, optim::SGD& optimizer, optim::LossScaler& scaler,
                   const Variable& x, const Tensor& y) {
   const auto start = std::chrono::steady_clock::now();
-  const std::optional<DType> low = autocast_of(c.precision);
   optimizer.zero_grad();
   Variable loss;
   {
-    AutocastGuard autocast(low.value_or(DType::bf16), low.has_value());
+    AutocastGuard autocast(c.autocast.value_or(DType::bf16), c.autocast.has_value());
     loss = cross_entropy(model.forward(x), y);
   }
   scaler.scale(loss).backward();
@@ -155,6 +148,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     config.device = Device::parse(config.device_name);
+    if (config.precision != "fp32") config.autocast = config.precision == "bf16" ? DType::bf16 : DType::f16;
     return run(config);
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_train: error: {}\n", e.what());

@@ -36,7 +36,8 @@ class CommThread {
   using TimeoutHandler = std::function<void(const std::string& message)>;
 
   // on_timeout receives "<op> (#seq, N bytes) waited T s for <peers>; aborting the job";
-  // the default passes it to abort_job.
+  // the default passes it to abort_job, which ends the job (only MPI communicators have
+  // a CommThread).
   explicit CommThread(std::chrono::milliseconds timeout, TimeoutHandler on_timeout = {});
   ~CommThread();  // runs what is still queued, then stops both threads
   CommThread(const CommThread&) = delete;

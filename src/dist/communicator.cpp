@@ -8,7 +8,6 @@
 #include "dtrain/core/environment.h"
 
 #include <cstdio>
-#include <cstdlib>
 
 namespace dtrain::dist {
 namespace {
@@ -63,7 +62,6 @@ void abort_job(const std::string& message) {
   std::fprintf(stderr, "dtrain: rank %d: %s\n", rank < 0 ? 0 : rank, message.c_str());
   std::fflush(stderr);
   detail::abort_mpi_job(1);
-  std::exit(1);
 }
 
 }  // namespace dtrain::dist

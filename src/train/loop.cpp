@@ -16,8 +16,8 @@ std::int64_t count_correct(const Tensor& logits, const Tensor& labels) {
 
 namespace {
 
-Device model_device(const nn::Module& model) {
-  const auto params = model.parameters();
+// Where the model's parameters are (the CPU for a model without any).
+Device device_of(const std::vector<Variable>& params) {
   return params.empty() ? Device::cpu() : params.front().device();
 }
 
@@ -46,7 +46,7 @@ EpochStats train_epoch(nn::Module& model, data::DataLoader& loader, optim::Optim
   std::int64_t finite_steps = 0;  // steps whose loss counts (a scaler's skipped ones do not)
   std::int64_t correct = 0;
   const auto params = model.parameters();
-  const Device device = model_device(model);
+  const Device device = device_of(params);
   optim::LossScaler* scaler = options.scaler;
   // Each batch's upload is queued before the previous step's kernels, so that on a GPU it
   // overlaps them (upload.h); on the CPU an Upload is the batch itself.
@@ -110,7 +110,7 @@ EvalStats evaluate(nn::Module& model, data::DataLoader& loader, std::optional<DT
   model.eval();
   NoGradGuard no_grad;
   EvalStats stats;
-  const Device device = model_device(model);
+  const Device device = device_of(model.parameters());
   for (const data::Batch& batch : loader) {
     const Tensor targets = batch.targets.to(device, /*non_blocking=*/true);
     const Forward f = forward(model, batch.inputs.to(device, /*non_blocking=*/true), targets, 0, autocast);

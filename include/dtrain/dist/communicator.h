@@ -75,9 +75,11 @@ using CommunicatorPtr = std::shared_ptr<Communicator>;
 // communicator otherwise (every collective is then the identity).
 CommunicatorPtr world(const CommunicatorOptions& options = {});
 
-// Ends the whole job from any rank: prints "rank R: message" to stderr and aborts every
-// process (MPI_Abort with exit code 1; a plain exit(1) when not under MPI). For main()
-// and the timeout watchdog; library code throws instead.
-[[noreturn]] void abort_job(const std::string& message);
+// Ends the whole job from any rank when it runs under MPI: prints "rank R: message" to
+// stderr and aborts every process (MPI_Abort, exit code 1), so it does not return. Without
+// MPI there is no other process to end: it prints and returns, and the caller ends its own
+// way (main() returns non-zero; a watchdog fails the stalled operation, which then throws).
+// For main() and the watchdogs; library code throws instead.
+void abort_job(const std::string& message);
 
 }  // namespace dtrain::dist

@@ -165,6 +165,7 @@ class NcclCommunicator final : public Communicator {
 
   std::shared_ptr<Communicator> split(int color, int key) override {
     DTRAIN_CHECK(color >= 0, "split: color must be >= 0, got {}", color);
+    watchdog_->rethrow_async_error();
     cuda::DeviceGuard guard(device_);
     // Every rank of the parent must be done queueing on it: ncclCommSplit is collective.
     ncclComm_t child = nullptr;

@@ -45,6 +45,7 @@ Watchdog::~Watchdog() {
   }
   wake_.notify_all();
   thread_.join();
+  if (aborted_.load(std::memory_order_acquire)) return;  // fail() has freed it
   ncclResult_t async = ncclSuccess;
   const bool healthy = ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async == ncclSuccess;
   if (healthy) ncclCommDestroy(comm_);
@@ -57,6 +58,7 @@ void Watchdog::track(std::string what, std::shared_ptr<Event> done) {
 }
 
 void Watchdog::rethrow_async_error() const {
+  if (aborted_.load(std::memory_order_acquire)) throw Error(fmt::format("nccl: {}", failure_));
   ncclResult_t async = ncclSuccess;
   DTRAIN_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async), comm_);
   if (async != ncclSuccess && async != ncclInProgress) throw_error(async, "an earlier NCCL operation", comm_);
@@ -101,10 +103,13 @@ void Watchdog::run() {
 }
 
 // Aborting the communicator unblocks NCCL kernels and calls stuck on the dead peer; then
-// the whole job ends (MPI_Abort), as for the MPI backend's timeout.
+// the whole job ends (MPI_Abort), as for the MPI backend's timeout. Without MPI the
+// process goes on, and the failure is what every later use of this communicator throws.
 void Watchdog::fail(const std::string& message) {
   ncclCommAbort(comm_);
-  abort_job(fmt::format("nccl rank {} of {}: {}", rank_, size_, message));
+  failure_ = fmt::format("rank {} of {}: {}", rank_, size_, message);
+  aborted_.store(true, std::memory_order_release);
+  abort_job("nccl " + failure_);
 }
 
 }  // namespace dtrain::dist::nccl

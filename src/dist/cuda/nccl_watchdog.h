@@ -8,6 +8,7 @@
 
 #include <nccl.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -43,7 +44,8 @@ class Watchdog {
   // Takes ownership of `comm` (destroyed with the watchdog) and starts the thread, which
   // checks every 50 ms that the oldest operation in flight is younger than `timeout` and
   // that NCCL reports no asynchronous error (a peer that died, a network failure). Either
-  // failure aborts NCCL and ends the job with a message naming the operation.
+  // failure aborts NCCL and ends the job with a message naming the operation (abort_job);
+  // without MPI, where that returns, every later use of the communicator throws it.
   Watchdog(ncclComm_t comm, int device, std::chrono::milliseconds timeout);
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
@@ -55,7 +57,8 @@ class Watchdog {
 
   // One queued operation, in queue order; `done` is recorded after it on the stream.
   void track(std::string what, std::shared_ptr<Event> done);
-  // Throws when NCCL has reported an asynchronous error for this communicator.
+  // Throws when NCCL has reported an asynchronous error for this communicator, or when the
+  // watchdog has aborted it.
   void rethrow_async_error() const;
 
  private:
@@ -65,7 +68,7 @@ class Watchdog {
     std::chrono::steady_clock::time_point since;
   };
   void run();
-  [[noreturn]] void fail(const std::string& message);
+  void fail(const std::string& message);
 
   ncclComm_t comm_;
   int device_;
@@ -76,6 +79,8 @@ class Watchdog {
   std::condition_variable wake_;
   std::deque<InFlight> in_flight_;  // completes in order: one stream
   bool stopping_ = false;
+  std::string failure_;              // written once, before aborted_ is set
+  std::atomic<bool> aborted_{false};  // comm_ was aborted (and freed) by fail()
   std::thread thread_;
 };
 

@@ -135,9 +135,10 @@ std::unique_ptr<ConvPlan> make_plan(const ConvKey& k, std::int64_t oh, std::int6
 }
 
 // The first of cuDNN's heuristic results (best first) that runs, is allowed under the
-// plan's math restriction and, if any such is, deterministic.
+// plan's math restriction and, if any such is, deterministic; its math type is set on the
+// plan's descriptor for the workspace query that follows.
 template <class Perf>
-ConvChoice pick(const ConvPlan& plan, const Perf* perf, int count, const char* direction) {
+ConvChoice pick(ConvPlan& plan, const Perf* perf, int count, const char* direction) {
   auto allowed = [&](const Perf& r) {
     const bool tensor_op = r.mathType == CUDNN_TENSOR_OP_MATH || r.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
     return r.status == CUDNN_STATUS_SUCCESS && !(plan.fma_only && tensor_op);
@@ -145,7 +146,9 @@ ConvChoice pick(const ConvPlan& plan, const Perf* perf, int count, const char* d
   for (bool deterministic_only : {true, false}) {
     for (int i = 0; i < count; ++i) {
       if (!allowed(perf[i]) || (deterministic_only && perf[i].determinism != CUDNN_DETERMINISTIC)) continue;
-      return {static_cast<int>(perf[i].algo), plan.fma_only ? CUDNN_FMA_MATH : perf[i].mathType, 0};
+      const ConvChoice c{static_cast<int>(perf[i].algo), plan.fma_only ? CUDNN_FMA_MATH : perf[i].mathType, 0};
+      DTRAIN_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, c.math));
+      return c;
     }
   }
   DTRAIN_FAIL("conv2d: cuDNN offers no {} algorithm for this problem ({} candidates, none usable)", direction, count);
@@ -157,7 +160,6 @@ ConvChoice choose_forward(cudnnHandle_t h, ConvPlan& plan) {
   DTRAIN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, plan.x, plan.w, plan.conv, plan.y,
                                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf));
   ConvChoice c = pick(plan, perf, count, "forward");
-  DTRAIN_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, c.math));
   DTRAIN_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
       h, plan.x, plan.w, plan.conv, plan.y, static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), &c.workspace));
   return c;
@@ -169,7 +171,6 @@ ConvChoice choose_backward_data(cudnnHandle_t h, ConvPlan& plan) {
   DTRAIN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, plan.w, plan.y, plan.conv, plan.x,
                                                                  CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf));
   ConvChoice c = pick(plan, perf, count, "backward-data");
-  DTRAIN_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, c.math));
   DTRAIN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
       h, plan.w, plan.y, plan.conv, plan.x, static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), &c.workspace));
   return c;
@@ -181,7 +182,6 @@ ConvChoice choose_backward_filter(cudnnHandle_t h, ConvPlan& plan) {
   DTRAIN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
       h, plan.x, plan.y, plan.conv, plan.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &count, perf));
   ConvChoice c = pick(plan, perf, count, "backward-filter");
-  DTRAIN_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv, c.math));
   DTRAIN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
       h, plan.x, plan.y, plan.conv, plan.w, static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), &c.workspace));
   return c;
