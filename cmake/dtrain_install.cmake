@@ -6,7 +6,13 @@ install(TARGETS ${_layers} dtrain EXPORT dtrainTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(DIRECTORY include/dtrain DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# dtrain/core/cuda/ declares functions that only a CUDA build compiles: a CPU-only
+# install leaves it out.
+set(_cpu_only_exclude "")
+if(NOT DTRAIN_USE_CUDA)
+  set(_cpu_only_exclude REGEX "/dtrain/core/cuda$" EXCLUDE)
+endif()
+install(DIRECTORY include/dtrain DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} ${_cpu_only_exclude})
 install(FILES ${PROJECT_BINARY_DIR}/include/dtrain/config.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/dtrain)
 install(EXPORT dtrainTargets NAMESPACE dtrain:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/dtrain)
 configure_package_config_file(cmake/dtrainConfig.cmake.in

@@ -40,11 +40,18 @@ function(dtrain_add_layer name)
   add_library(dtrain_${name} ${_srcs})
   add_library(dtrain::${name} ALIAS dtrain_${name})
   set_target_properties(dtrain_${name} PROPERTIES EXPORT_NAME ${name})
+  # Private headers are included as "<name>/file.h". The private include directory holds
+  # only a link <name> -> src/<name>, so a layer sees its own private headers and no other
+  # layer's ("dist/..." does not resolve in tensor); what it needs of a lower layer is
+  # that layer's public headers. tools/check_layering.py checks the same rule in CI.
+  set(_private_include ${CMAKE_CURRENT_BINARY_DIR}/private_include/${name})
+  file(MAKE_DIRECTORY ${_private_include})
+  file(CREATE_LINK ${CMAKE_CURRENT_SOURCE_DIR}/${name} ${_private_include}/${name} SYMBOLIC)
   target_include_directories(dtrain_${name} PUBLIC
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
     $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>
     $<INSTALL_INTERFACE:include>
-    PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+    PRIVATE ${_private_include})
   target_link_libraries(dtrain_${name} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
   target_compile_features(dtrain_${name} PUBLIC cxx_std_20)
   dtrain_set_target_options(dtrain_${name})

@@ -14,21 +14,18 @@
 // mpirun a failing rank ends the whole job with its message.
 #include "dtrain/core/log.h"
 #include "dtrain/core/parallel.h"
-#include "dtrain/data/distributed_sampler.h"
 #include "dtrain/data/mnist.h"
 #include "dtrain/data/subset.h"
-#include "dtrain/dist/data_parallel.h"
 #include "dtrain/dist/nccl.h"
+#include "dtrain/dist/strategy.h"
 #include "dtrain/layers/models.h"
 #include "dtrain/optim/adam.h"
 #include "dtrain/optim/sgd.h"
-#include "dtrain/train/loop.h"
-#include "dtrain/train/metrics_log.h"
+#include "dtrain/train/trainer.h"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include <chrono>
 #include <filesystem>
 #include <optional>
 
@@ -42,7 +39,9 @@ struct Config {
   std::string data = kDebianFashionMnist;
   std::string model = "cnn";
   int epochs = 3;
-  std::int64_t batch_size = 64;  // global: split across ranks
+  std::int64_t batch_size = 64;  // global, per update: split across ranks and accumulation steps
+  int accumulate = 1;
+  double clip_grad_norm = 0;  // 0: off
   bool scale_lr = false;
   double lr = 0;  // 0: the model's default below
   std::string optimizer = "sgd";
@@ -66,7 +65,12 @@ void add_flags(CLI::App& app, Config& c) {
   app.add_option("--data", c.data, "directory with the MNIST IDX files (plain or .gz)")->capture_default_str();
   app.add_option("--model", c.model, "mlp or cnn")->check(CLI::IsMember({"mlp", "cnn"}))->capture_default_str();
   app.add_option("--epochs", c.epochs, "passes over the training set")->check(CLI::Range(1, 1000))->capture_default_str();
-  app.add_option("--batch-size", c.batch_size, "global samples per step (split across ranks)")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--batch-size", c.batch_size, "global samples per optimizer update (split across ranks and --accumulate)")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--accumulate", c.accumulate,
+                 "micro-batches per optimizer update (gradient accumulation; ranks communicate once per update)")
+      ->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  app.add_option("--clip-grad-norm", c.clip_grad_norm, "clip the gradients' global L2 norm to this (0: off)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--lr", c.lr, "peak learning rate (default: 0.05 for sgd, 0.001 for adam/adamw)")
       ->check(CLI::PositiveNumber);
   app.add_flag("--scale-lr", c.scale_lr, "scale --lr linearly with the global batch size (base batch 64)");
@@ -123,22 +127,10 @@ std::shared_ptr<const optim::LrSchedule> make_schedule(const Config& c, std::int
   return std::make_shared<optim::WarmupLr>(main, warmup, 0.1);
 }
 
-// Sums of a sharded evaluation, added up over all ranks.
-train::EvalStats all_ranks(const train::EvalStats& local, dist::Communicator& comm) {
-  Tensor sums = Tensor::from_vector<double>(
-      {local.loss_sum, static_cast<double>(local.correct), static_cast<double>(local.samples)}, {3});
-  comm.all_reduce(sums);
-  auto v = sums.to_vector<double>();
-  return {v[0], static_cast<std::int64_t>(v[1]), static_cast<std::int64_t>(v[2])};
-}
-
 int run(Config c, const dist::CommunicatorPtr& comm) {
-  const int rank = comm->rank(), world = comm->size();
-  const bool lead = rank == 0;
-  logging::init(rank, world);
+  logging::init(comm->rank(), comm->size());
   if (c.threads > 0) set_num_threads(c.threads);
   manual_seed(c.seed);  // same initial model everywhere; DataParallel also broadcasts rank 0's
-  DTRAIN_CHECK(c.batch_size % world == 0, "--batch-size {}: must be divisible by the {} ranks", c.batch_size, world);
   if (c.scale_lr) c.lr = optim::linear_scaled_lr(c.lr, c.batch_size, 64);
   DTRAIN_CHECK(std::filesystem::is_directory(c.data),
                "--data '{}': not a directory (expected the MNIST IDX files; Debian's dataset-fashion-mnist "
@@ -150,72 +142,31 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
   const Device device = c.device == "cuda" ? dist::rank_cuda_device() : Device::parse(c.device);
   const std::optional<DType> autocast =
       c.precision == "bf16" ? std::optional(DType::bf16) : c.precision == "f16" ? std::optional(DType::f16) : std::nullopt;
-  std::shared_ptr<nn::Module> model = c.model == "mlp" ? nn::mlp(28 * 28, {512, 512}, 10) : nn::lenet_cnn(1, 10);
-  model->to(device);
-  dist::DataParallel ddp(model, comm);  // over NCCL for a model on a GPU
+  auto strategy = dist::default_strategy(comm, device);  // data-parallel under mpirun (NCCL on GPUs)
+  auto model = strategy->prepare(c.model == "mlp" ? nn::mlp(28 * 28, {512, 512}, 10) : nn::lenet_cnn(1, 10));
   auto optimizer = make_optimizer(c, model->parameters());
-  optim::LossScaler scaler({.enabled = c.precision == "f16"});  // bf16 has f32's range
-  auto sampler = std::make_shared<data::DistributedSampler>(train_set->size(), rank, world, c.seed);
-  const bool pin = device.is_cuda();  // batches upload while the GPU computes
-  data::DataLoader train_loader(train_set, {.batch_size = c.batch_size / world, .pin_memory = pin}, sampler);
-  data::DataLoader test_loader(data::Subset::shard(test_set, rank, world), {.batch_size = 500, .pin_memory = pin});
-  auto schedule = make_schedule(c, train_loader.num_batches());
-  train::MetricsLog metrics = c.metrics.empty() || !lead ? train::MetricsLog() : train::MetricsLog(c.metrics);
-
-  if (lead) {
+  train::Trainer trainer(strategy, {.train = train_set, .test = test_set, .batch_size = c.batch_size, .seed = c.seed},
+                         {.epochs = c.epochs,
+                          .accumulate = c.accumulate,
+                          .clip_grad_norm = c.clip_grad_norm,
+                          .autocast = autocast,
+                          .loss_scaler = {.enabled = c.precision == "f16"},  // bf16 has f32's range
+                          .target_accuracy = c.target_accuracy,
+                          .check_replicas = c.check_replicas,
+                          .metrics = c.metrics});
+  auto schedule = make_schedule(c, trainer.updates_per_epoch());
+  if (strategy->reports()) {
     fmt::print("train_mnist: {} ({} parameters), {} train / {} test examples from {}, {} rank(s) x {} thread(s), "
-               "global batch {}, {} lr {:g}, on {}{}\n",
-               c.model, model->num_parameters(), train_set->size(), test_set->size(), c.data, world, num_threads(),
-               c.batch_size, c.optimizer, c.lr, device.is_cuda() ? "cuda" : "cpu",
-               autocast ? ", " + c.precision + " autocast" : "");
+               "global batch {}{}, {} lr {:g}, on {}{}\n",
+               c.model, model->num_parameters(), train_set->size(), test_set->size(), c.data, comm->size(),
+               num_threads(), c.batch_size,
+               c.accumulate > 1 ? fmt::format(" ({} micro-batches of {} per rank)", c.accumulate,
+                                              trainer.micro_batch_size())
+                                : "",
+               c.optimizer, c.lr, device.is_cuda() ? "cuda" : "cpu", autocast ? ", " + c.precision + " autocast" : "");
+    std::fflush(stdout);
   }
-  double accuracy = 0;
-  // Time to accuracy runs from the first step to the end of the evaluation that reached
-  // the target: evaluation is part of knowing that it was reached.
-  const auto start = std::chrono::steady_clock::now();
-  int epochs_run = 0;
-  bool reached_target = false;
-  for (int epoch = 0; epoch < c.epochs; ++epoch) {
-    train_loader.set_epoch(epoch);
-    train::Progress progress(fmt::format("epoch {}/{}", epoch + 1, c.epochs), train_loader.num_batches(), lead);
-    progress.set_sample_scale(world);
-    train::EpochOptions opts{.schedule = schedule.get(),
-                             .first_step = epoch * train_loader.num_batches(),
-                             .after_backward = [&ddp] { ddp.finish_gradient_sync(); },
-                             .autocast = autocast,
-                             .scaler = scaler.enabled() ? &scaler : nullptr};
-    train::EpochStats s = train::train_epoch(*model, train_loader, *optimizer, opts, &progress);
-    train::EvalStats e = all_ranks(train::evaluate(*model, test_loader, autocast), *comm);
-    accuracy = e.accuracy();
-    epochs_run = epoch + 1;
-    // Every rank has the same, all-reduced accuracy, so all of them stop together.
-    reached_target = c.target_accuracy > 0 && accuracy >= c.target_accuracy;
-    double rate = static_cast<double>(s.samples * world) / s.seconds;
-    std::string replicas = c.check_replicas ? fmt::format(", replica max diff {:.3g}", ddp.check_replicas()) : "";
-    if (lead) {
-      fmt::print("epoch {}/{}: train loss {:.4f}, train accuracy {:.2f}%, test loss {:.4f}, test accuracy {:.2f}%, "
-                 "{:.0f} samples/s, {:.1f} s{}\n",
-                 epoch + 1, c.epochs, s.mean_loss, 100 * s.accuracy, e.loss(), 100 * accuracy, rate, s.seconds,
-                 replicas);
-      std::fflush(stdout);
-      metrics.write("epoch", {{"epoch", epoch + 1}, {"train_loss", s.mean_loss}, {"train_accuracy", s.accuracy},
-                              {"test_loss", e.loss()}, {"test_accuracy", accuracy}, {"samples_per_s", rate},
-                              {"seconds", s.seconds}});
-    }
-    if (reached_target) break;
-  }
-  if (!lead) return 0;
-  fmt::print("final test accuracy: {:.2f}%\n", 100 * accuracy);
-  if (c.target_accuracy > 0) {
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (reached_target) {
-      fmt::print("reached {:.2f}% test accuracy after {} epoch(s) in {:.1f} s\n", 100 * c.target_accuracy,
-                 epochs_run, seconds);
-    } else {
-      fmt::print("did not reach {:.2f}% test accuracy in {} epoch(s), {:.1f} s\n", 100 * c.target_accuracy,
-                 epochs_run, seconds);
-    }
-  }
+  trainer.fit(*optimizer, schedule.get());
   return 0;
 }
 

@@ -7,6 +7,7 @@ set -euo pipefail
 
 packages=(
   cmake ninja-build g++ pkg-config ccache   # toolchain
+  python3                                   # the include-layering check (tools/check_layering.py)
   libeigen3-dev                             # f64 GEMM, small dense math
   libdnnl-dev ocl-icd-opencl-dev            # oneDNN: f32 conv and GEMM kernels (its CMake config wants OpenCL)
   libfmt-dev libspdlog-dev                  # formatting, logging

@@ -28,7 +28,9 @@ Variable cross_entropy(const Variable& logits, const Tensor& labels, double labe
                "cross_entropy: label_smoothing {} outside [0, 1)", label_smoothing);
   const std::int64_t n = logits.size(0);
   const std::int64_t c = logits.size(1);
-  if (n > 0) {
+  // Labels on the CPU are checked here, for this op's message; labels on a GPU are checked
+  // by gather's range check, so that the loss never makes the host wait for the device.
+  if (n > 0 && labels.device().is_cpu()) {
     auto low = min(labels).item();
     auto high = max(labels).item();
     DTRAIN_CHECK(low >= 0 && high < static_cast<double>(c), "cross_entropy: labels must lie in [0, {}), found {}",
@@ -38,9 +40,11 @@ Variable cross_entropy(const Variable& logits, const Tensor& labels, double labe
   Tensor index = labels.reshape({n, 1});
   Tensor picked = gather(logp, 1, index);
   const double eps = label_smoothing;
-  double total = (1 - eps) * sum(picked).item();
-  if (eps > 0) total += eps / static_cast<double>(c) * sum(logp).item();
-  Tensor loss = Tensor::scalar(-total / static_cast<double>(std::max<std::int64_t>(n, 1)), logits.data().options());
+  // The loss stays on the logits' device, summed in f64 and rounded once.
+  Tensor total = sum(picked).to(DType::f64);
+  if (eps > 0) total = add(mul(total, 1 - eps), mul(sum(logp).to(DType::f64), eps / static_cast<double>(c)));
+  const double count = static_cast<double>(std::max<std::int64_t>(n, 1));
+  Tensor loss = div(neg(total), Tensor::scalar(count, total.options())).to(logits.dtype());
   // d loss / d logits = (softmax - target) / N with target = (1 - eps) onehot + eps / C.
   return Variable(loss, {logits}, [logp, index, eps, n, c](std::vector<Variable>& in, const Tensor& g) {
     Tensor grad = exp(logp);

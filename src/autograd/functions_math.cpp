@@ -82,6 +82,34 @@ Variable sqrt(const Variable& a) {
   });
 }
 
+Variable abs(const Variable& a) {
+  return Variable(abs(a.data()), {a}, [](std::vector<Variable>& in, const Tensor& g) {
+    // sign(0) = 0: of the kink's subgradients [-1, 1], the one PyTorch picks.
+    in[0].add_grad(mul(g, unary(UnaryOp::Sign, in[0].data())));
+  });
+}
+
+Variable clamp(const Variable& x, std::optional<double> min, std::optional<double> max) {
+  DTRAIN_CHECK(min || max, "clamp: needs a min, a max or both; got neither");
+  DTRAIN_CHECK(!(min && std::isnan(*min)) && !(max && std::isnan(*max)), "clamp: a bound is NaN (min {}, max {})",
+               min.value_or(-INFINITY), max.value_or(INFINITY));
+  DTRAIN_CHECK(!(min && max) || *min <= *max, "clamp: min {} is greater than max {}", *min, *max);
+  // The bounds as 0-d tensors of x's dtype and device, which broadcast against it.
+  const Tensor low = min ? Tensor::scalar(*min, x.data().options()) : Tensor();
+  const Tensor high = max ? Tensor::scalar(*max, x.data().options()) : Tensor();
+  // maximum/minimum keep a NaN x, as torch.clamp does.
+  Tensor y = x.data();
+  if (low.defined()) y = maximum(y, low);
+  if (high.defined()) y = minimum(y, high);
+  return Variable(y, {x}, [low, high](std::vector<Variable>& in, const Tensor& g) {
+    const Tensor& xd = in[0].data();
+    // u8 masks; their product is their logical and. A NaN x compares false: no gradient.
+    Tensor inside = low.defined() ? ge(xd, low) : Tensor();
+    if (high.defined()) inside = inside.defined() ? mul(inside, le(xd, high)) : le(xd, high);
+    in[0].add_grad(where(inside, g, Tensor::scalar(0, g.options())));
+  });
+}
+
 // ---- activations -------------------------------------------------------------------
 
 Variable relu(const Variable& x) {
@@ -114,20 +142,23 @@ Variable tanh(const Variable& x) {
 
 namespace {
 // Shape of a reduction's output with keepdim, so that its gradient broadcasts back.
-Shape keepdim_shape(const Shape& shape, const std::vector<std::int64_t>& dims) {
+Shape keepdim_shape(const Shape& shape, const std::vector<std::int64_t>& dims, const char* op) {
   Shape out = shape;
   if (dims.empty()) {
     for (auto& d : out) d = 1;
     return out;
   }
-  for (auto d : dims) out[normalize_dim(d, static_cast<std::int64_t>(shape.size()), "reduce")] = 1;
+  for (auto d : dims) {
+    const int i = normalize_dim(d, static_cast<std::int64_t>(shape.size()), op);
+    if (!shape.empty()) out[i] = 1;  // a 0-d tensor accepts dim 0, and stays 0-d
+  }
   return out;
 }
 }  // namespace
 
 Variable sum(const Variable& x, std::vector<std::int64_t> dims, bool keepdim) {
   Tensor y = sum(x.data(), dims, keepdim);
-  Shape kept = keepdim_shape(x.shape(), dims);
+  Shape kept = keepdim_shape(x.shape(), dims, "sum");
   return Variable(y, {x}, [kept](std::vector<Variable>& in, const Tensor& g) {
     in[0].add_grad(g.reshape(kept).expand(in[0].shape()).contiguous());
   });
@@ -135,11 +166,35 @@ Variable sum(const Variable& x, std::vector<std::int64_t> dims, bool keepdim) {
 
 Variable mean(const Variable& x, std::vector<std::int64_t> dims, bool keepdim) {
   Tensor y = mean(x.data(), dims, keepdim);
-  Shape kept = keepdim_shape(x.shape(), dims);
+  Shape kept = keepdim_shape(x.shape(), dims, "mean");
   double count = static_cast<double>(x.numel()) / static_cast<double>(std::max<std::int64_t>(y.numel(), 1));
   return Variable(y, {x}, [kept, count](std::vector<Variable>& in, const Tensor& g) {
     in[0].add_grad(mul(g.reshape(kept), 1.0 / count).expand(in[0].shape()).contiguous());
   });
+}
+
+namespace {
+// amax/amin: every element equal to the extreme gets an equal share of its gradient.
+Variable extreme(ReduceOp op, const char* name, const Variable& x, const std::vector<std::int64_t>& dims,
+                 bool keepdim) {
+  Shape kept = keepdim_shape(x.shape(), dims, name);  // first, so that a bad dim is named as amax's/amin's
+  Tensor y = reduce(op, x.data(), dims, keepdim);
+  Tensor y_kept = y.reshape(kept);
+  return Variable(y, {x}, [y_kept, kept, dims](std::vector<Variable>& in, const Tensor& g) {
+    const Tensor& xd = in[0].data();
+    Tensor hit = eq(xd, y_kept).to(xd.dtype());
+    Tensor ties = sum(hit, dims, true);
+    in[0].add_grad(mul(hit, div(g.reshape(kept), ties)));
+  });
+}
+}  // namespace
+
+Variable amax(const Variable& x, std::vector<std::int64_t> dims, bool keepdim) {
+  return extreme(ReduceOp::Max, "amax", x, dims, keepdim);
+}
+
+Variable amin(const Variable& x, std::vector<std::int64_t> dims, bool keepdim) {
+  return extreme(ReduceOp::Min, "amin", x, dims, keepdim);
 }
 
 // ---- shape ---------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 // growing steps from 20 to 200 us.
 // A waiter whose polls move the data (MPI progresses a large transfer only inside the
 // calls of both sides) polls for about as long as the transfer takes: spin_for(bytes).
+// A poller that nobody waits on (the messages' progress thread) may sleep longer.
 #pragma once
 
 #include <algorithm>
@@ -17,8 +18,10 @@ namespace dtrain::dist {
 class Backoff {
  public:
   static constexpr std::chrono::microseconds kSpin{30};
+  static constexpr std::chrono::microseconds kMaxSleep{200};
 
-  explicit Backoff(std::chrono::microseconds spin = kSpin) : spin_(spin) {}
+  explicit Backoff(std::chrono::microseconds spin = kSpin, std::chrono::microseconds max_sleep = kMaxSleep)
+      : spin_(spin), max_sleep_(max_sleep) {}
 
   // Call after each poll that found nothing to do.
   void pause() {
@@ -38,13 +41,13 @@ class Backoff {
       return;
     }
     std::this_thread::sleep_for(sleep_);
-    sleep_ = std::min(sleep_ * 2, kMaxSleep);
+    sleep_ = std::min(sleep_ * 2, max_sleep_);
   }
 
  private:
   static constexpr long kPausePolls = 50;
-  static constexpr std::chrono::microseconds kMaxSleep{200};
   std::chrono::microseconds spin_;
+  std::chrono::microseconds max_sleep_;
   std::chrono::steady_clock::time_point spin_until_;
   std::chrono::microseconds sleep_{20};
   long polls_ = 0;

@@ -5,9 +5,10 @@ namespace dtrain::dist {
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum: return "sum";
-    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Mean: return "mean";
     case ReduceOp::Max: return "max";
     case ReduceOp::Min: return "min";
+    case ReduceOp::kCount: break;
   }
   return "?";
 }
@@ -28,7 +29,8 @@ void check_reduction(const Tensor& t, ReduceOp reduce, const char* op) {
   DType d = t.dtype();
   DTRAIN_CHECK(d == DType::f32 || d == DType::f64 || d == DType::i32 || d == DType::i64,
                "{}: dtype {} cannot be reduced (f32, f64, i32, i64)", op, dtype_name(d));
-  DTRAIN_CHECK(reduce != ReduceOp::Avg || is_floating(d), "{}: {} needs a floating dtype (f32, f64), got {}", op,
+  DTRAIN_CHECK(reduce < ReduceOp::kCount, "{}: unknown reduce op {}", op, static_cast<int>(reduce));
+  DTRAIN_CHECK(reduce != ReduceOp::Mean || is_floating(d), "{}: {} needs a floating dtype (f32, f64), got {}", op,
                reduce_op_name(reduce), dtype_name(d));
 }
 
@@ -56,6 +58,22 @@ void check_scatter_shapes(const Tensor& in, const Tensor& out, int size, const c
 
 void check_rank(int r, int size, const char* op, const char* role) {
   DTRAIN_CHECK(r >= 0 && r < size, "{}: {} {} is out of range for a communicator of {} rank(s)", op, role, r, size);
+}
+
+void check_peer(int peer, int rank, int size, const char* op, const char* role, PeerRules rules) {
+  if (peer == kAnySource) {
+    DTRAIN_CHECK(rules.any_allowed, "{}: {} kAnySource is only for irecv and recv", op, role);
+    return;
+  }
+  check_rank(peer, size, op, role);
+  DTRAIN_CHECK(peer != rank || rules.self_allowed,
+               "{}: {} {} is this rank (messages to oneself only in batch_isend_irecv, where they cannot deadlock)",
+               op, role, peer);
+}
+
+void check_tag(int tag, const char* op, bool any_allowed) {
+  DTRAIN_CHECK(tag >= 0 || (tag == kAnyTag && any_allowed), "{}: tag must be >= 0{}, got {}", op,
+               any_allowed ? " or kAnyTag" : "", tag);
 }
 
 }  // namespace dtrain::dist

@@ -26,13 +26,21 @@ class CommThread::Task final : public Work {
   const OpInfo info;
   const std::uint64_t seq;
   std::function<void()> body;
+  // Written under the owner's mutex: by the task's runner, or (Throw) by the watchdog while
+  // the task still runs, which the runner then leaves as it is.
   std::exception_ptr error;
   std::atomic<bool> done{false};
 };
 
-CommThread::CommThread(std::chrono::milliseconds timeout, TimeoutHandler on_timeout)
-    : timeout_(timeout),
-      on_timeout_(on_timeout ? std::move(on_timeout) : TimeoutHandler([](const std::string& m) { abort_job(m); })) {
+namespace {
+CommThread::TimeoutHandler default_handler(OnTimeout policy) {
+  if (policy == OnTimeout::Throw) return [](const std::string&) {};
+  return [](const std::string& m) { abort_job(m); };
+}
+}  // namespace
+
+CommThread::CommThread(std::chrono::milliseconds timeout, TimeoutHandler on_timeout, OnTimeout policy)
+    : timeout_(timeout), on_timeout_(on_timeout ? std::move(on_timeout) : default_handler(policy)), policy_(policy) {
   DTRAIN_CHECK(timeout.count() > 0, "communicator: the timeout must be positive, got {} ms", timeout.count());
   worker_ = std::thread([this] { run_worker(); });
   watchdog_ = std::thread([this] { run_watchdog(); });
@@ -59,12 +67,44 @@ WorkPtr CommThread::submit(OpInfo info, std::function<void()> body) {
 }
 
 void CommThread::run(OpInfo info, std::function<void()> body) {
-  // Whoever runs the task before it, or this thread when the executor is idle, runs it.
-  enqueue(std::move(info), std::move(body), false)->wait();
+  // Whoever runs the task before it, or this thread when the executor is idle, runs it
+  // (AbortJob); under Throw the executor does.
+  enqueue(std::move(info), std::move(body), policy_ == OnTimeout::Throw)->wait();
+}
+
+void CommThread::fail(const std::string& report) {
+  {
+    std::lock_guard lock(mutex_);
+    fail_locked(report);
+  }
+  done_cv_.notify_all();
+}
+
+bool CommThread::failed() const {
+  std::lock_guard lock(mutex_);
+  return !failure_.empty();
+}
+
+bool CommThread::wait_idle(std::chrono::milliseconds limit) {
+  std::unique_lock lock(mutex_);
+  return done_cv_.wait_for(lock, limit, [&] { return running_ == nullptr; });
+}
+
+void CommThread::fail_locked(const std::string& report) {
+  if (!failure_.empty()) return;
+  failure_ = report;
+  for (auto& task : queue_) {
+    task->error = std::make_exception_ptr(
+        Error(fmt::format("{}: the communicator is unusable: {}", task->info.name, report)));
+    task->body = nullptr;
+    task->done.store(true, std::memory_order_release);
+  }
+  queue_.clear();
 }
 
 std::shared_ptr<CommThread::Task> CommThread::enqueue(OpInfo info, std::function<void()> body, bool wake) {
   std::unique_lock lock(mutex_);
+  DTRAIN_CHECK(failure_.empty(), "{}: the communicator is unusable: {}", info.name, failure_);
   DTRAIN_CHECK(!stopping_, "{}: the communicator is shutting down", info.name);
   auto task = std::make_shared<Task>(*this, std::move(info), ++submitted_, std::move(body));
   queue_.push_back(task);
@@ -78,18 +118,20 @@ std::shared_ptr<CommThread::Task> CommThread::enqueue(OpInfo info, std::function
 void CommThread::run_front(std::unique_lock<std::mutex>& lock) {
   std::shared_ptr<Task> task = std::move(queue_.front());
   queue_.pop_front();
-  running_ = task.get();
+  running_ = task;
   running_since_ = std::chrono::steady_clock::now();
   lock.unlock();
+  std::exception_ptr error;
   try {
     task->body();
   } catch (const Error& e) {
-    task->error = std::make_exception_ptr(Error(fmt::format("{}: {}", task->info.name, e.message())));
+    error = std::make_exception_ptr(Error(fmt::format("{}: {}", task->info.name, e.message())));
   } catch (...) {
-    task->error = std::current_exception();
+    error = std::current_exception();
   }
   task->body = nullptr;  // drop the captured tensors now, not when the last handle goes
   lock.lock();
+  if (!task->error) task->error = error;  // else the watchdog failed it while it ran
   running_ = nullptr;
   task->done.store(true, std::memory_order_release);
   done_cv_.notify_all();
@@ -98,8 +140,9 @@ void CommThread::run_front(std::unique_lock<std::mutex>& lock) {
 
 void CommThread::wait_for(Task& task) {
   std::unique_lock lock(mutex_);
-  while (!task.done.load(std::memory_order_relaxed)) {
-    if (running_ == nullptr && !queue_.empty()) {
+  // A task the watchdog has failed (Throw) has its error while it still runs.
+  while (!task.done.load(std::memory_order_relaxed) && !task.error) {
+    if (policy_ == OnTimeout::AbortJob && running_ == nullptr && !queue_.empty()) {
       run_front(lock);  // the executor is idle: run the next task (ours or one before it) here
     } else {
       done_cv_.wait(lock);
@@ -127,11 +170,27 @@ void CommThread::run_watchdog() {
     if (running_ != nullptr && now - running_since_ >= timeout_) {
       const Task& task = *running_;
       std::chrono::duration<double> waited = now - running_since_;
-      std::string message = fmt::format("{} (#{}, {} bytes) waited {:.1f} s for {}; aborting the job", task.info.name,
-                                        task.seq, task.info.bytes, waited.count(), task.info.waiting_for);
+      std::string report = fmt::format("{} (#{}, {} bytes) waited {:.1f} s for {}", task.info.name, task.seq,
+                                       task.info.bytes, waited.count(), task.info.waiting_for);
+      if (policy_ == OnTimeout::AbortJob) {
+        lock.unlock();
+        on_timeout_(report + "; aborting the job");
+        return;  // one report per communicator: the default handler does not even return
+      }
+      // The owner fails its other parts first, so that a waiter that learns of the failure
+      // finds the whole communicator failed. The task goes on running (MPI cannot cancel
+      // it); its waiters get the error unless it has ended meanwhile.
+      std::shared_ptr<Task> stalled = running_;
       lock.unlock();
-      on_timeout_(message);
-      return;  // one report per communicator: the default handler does not even return
+      on_timeout_(report);
+      lock.lock();
+      if (!stalled->done.load(std::memory_order_relaxed)) {
+        stalled->error = std::make_exception_ptr(Error(report + "; the communicator is now unusable"));
+      }
+      fail_locked(report);
+      lock.unlock();
+      done_cv_.notify_all();
+      return;
     }
     // Sleeps until the running task's deadline; an operation that starts meanwhile has a
     // later deadline, so nobody needs to wake the watchdog when one starts.

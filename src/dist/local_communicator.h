@@ -1,6 +1,7 @@
 // LocalCommunicator: the single-process group (no launcher, or a split that leaves one
-// rank alone). Every collective is the identity; there is no peer to send to. It never
-// moves data between processes, so it takes tensors on any device.
+// rank alone). Every collective is the identity; there is no peer to send to, except
+// itself in a batch, where each send is copied into the batch's receive with its tag. It
+// never moves data between processes, so it takes tensors on any device.
 #pragma once
 
 #include "dtrain/dist/communicator.h"
@@ -17,6 +18,9 @@ class LocalCommunicator final : public Communicator {
   void broadcast(Tensor& t, int root) override;
   void all_gather(const Tensor& in, Tensor& out) override;
   void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override;
+  WorkPtr isend(const Tensor& t, int dst, int tag) override;
+  RecvWorkPtr irecv(Tensor& t, int src, int tag) override;
+  std::vector<WorkPtr> batch_isend_irecv(const std::vector<P2POp>& ops) override;
   void send(const Tensor& t, int dst, int tag) override;
   void recv(Tensor& t, int src, int tag) override;
   void barrier() override {}

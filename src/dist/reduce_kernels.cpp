@@ -14,9 +14,10 @@ template <class T>
 void combine_typed(T* dst, const T* a, const T* b, std::size_t count, ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum:
-    case ReduceOp::Avg: return combine_loop(dst, a, b, count, [](T x, T y) { return x + y; });
+    case ReduceOp::Mean: return combine_loop(dst, a, b, count, [](T x, T y) { return x + y; });
     case ReduceOp::Max: return combine_loop(dst, a, b, count, [](T x, T y) { return std::max(x, y); });
     case ReduceOp::Min: return combine_loop(dst, a, b, count, [](T x, T y) { return std::min(x, y); });
+    case ReduceOp::kCount: break;  // check_reduction refuses it
   }
 }
 }  // namespace

@@ -9,7 +9,7 @@
 namespace dtrain::dist {
 
 // dst[i] = a[i] (op) b[i] for i < count; dst may be a (in place). op is Sum, Max or Min:
-// the algorithms run Avg as Sum and then call divide().
+// the algorithms run Mean as Sum and then call divide().
 void combine(void* dst, const void* a, const void* b, std::size_t count, DType dtype, ReduceOp op);
 // data[i] /= divisor (floating dtypes).
 void divide(void* data, std::size_t count, DType dtype, double divisor);

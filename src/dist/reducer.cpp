@@ -104,7 +104,7 @@ void DataParallel::Reducer::mark_ready(std::size_t i) {
 void DataParallel::Reducer::launch_in_order() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     Bucket& bucket = buckets_[next_launch_++];
-    if (communicate_) bucket.work = comm_->all_reduce_async(bucket.buffer, ReduceOp::Avg);
+    if (communicate_) bucket.work = comm_->all_reduce_async(bucket.buffer, ReduceOp::Mean);
   }
 }
 

@@ -46,7 +46,7 @@ Variable BatchNorm::forward(const Variable& x) {
   add_(running_mean, batch_mean, m);
   mul_(running_var, 1 - m);
   add_(running_var, unbiased_var, m);
-  num_batches_tracked.fill_(num_batches_tracked.item() + 1);
+  num_batches_tracked.copy_(add(num_batches_tracked, 1.0));  // on the device: no host read
   return y;
 }
 

@@ -51,18 +51,23 @@ void Progress::update(std::int64_t step, double loss, std::int64_t samples) {
   step_ = step;
   loss_ = loss;
   samples_ += samples * sample_scale_;
-  if (!enabled_) return;
-  auto now = std::chrono::steady_clock::now();
+  if (!due(step)) return;
   if (terminal_) {
-    // Redraw at most ~10 times a second; a terminal is slow too.
-    if (step < total_ && now - last_print_ < std::chrono::milliseconds(100)) return;
     fmt::print(out_, "\r{}\033[K", render(true));
   } else {
-    if (step < total_ && std::chrono::duration<double>(now - last_print_).count() < interval_s_) return;
     fmt::print(out_, "{}\n", render(false));
   }
-  last_print_ = now;
+  last_print_ = std::chrono::steady_clock::now();
   std::fflush(out_);
+}
+
+bool Progress::due(std::int64_t step) const {
+  if (!enabled_) return false;
+  if (step >= total_) return true;
+  // A terminal is redrawn at most ~10 times a second (it is slow too); a log gets a line
+  // every interval_s.
+  const std::chrono::duration<double> since = std::chrono::steady_clock::now() - last_print_;
+  return since.count() >= (terminal_ ? 0.1 : interval_s_);
 }
 
 void Progress::finish() {

@@ -56,7 +56,7 @@ TEST_CASE("nccl: one rank's collectives leave their data as a group of one shoul
   // Asynchronous, then a kernel queued after wait() reads the result.
   Tensor x = on_gpu({4096}, 8);
   Tensor copy = x.clone();
-  auto work = nccl->all_reduce_async(x, dist::ReduceOp::Avg);
+  auto work = nccl->all_reduce_async(x, dist::ReduceOp::Mean);
   work->wait();
   require_close(mul(x, 2.0).to(Device::cpu()), mul(copy, 2.0).to(Device::cpu()), 0, 0);
 
@@ -94,8 +94,46 @@ TEST_CASE("nccl: wrong tensors are refused with the operation's name", "[cuda][n
   Tensor bytes = Tensor::zeros({4}, {DType::u8, kGpu});
   REQUIRE_THROWS_WITH(nccl->all_reduce(bytes), Contains("cannot be reduced"));
   Tensor t = Tensor::zeros({4}, {DType::f32, kGpu});
-  REQUIRE_THROWS_WITH(nccl->send(t, 0), Contains("this rank itself"));
+  REQUIRE_THROWS_WITH(nccl->send(t, 0), Contains("send: dst 0 is this rank"));
   REQUIRE_THROWS_WITH(nccl->broadcast(t, 1), Contains("out of range"));
+}
+
+// Point to point on one rank: only a batch can send to the rank itself (one NCCL group),
+// which exercises the messages' own communicator and stream; the rest is argument checks.
+TEST_CASE("nccl: a batch of messages to itself arrives, beside an all-reduce on the other lane", "[cuda][nccl]") {
+  if (!cuda_ready()) return;
+  auto nccl = nccl_world();
+  Tensor reduced = on_gpu({1 << 20}, 20);
+  const Tensor reduced0 = reduced.to(Device::cpu());
+  auto reduction = nccl->all_reduce_async(reduced);  // on the collectives' lane
+  const Tensor a = on_gpu({1000}, 21), b = on_gpu({7, 3}, 22, DType::f64);
+  Tensor a_in = Tensor::zeros({1000}, {DType::f32, kGpu}), b_in = Tensor::zeros({7, 3}, {DType::f64, kGpu});
+  using dist::P2POp;
+  std::vector<dist::WorkPtr> works = nccl->batch_isend_irecv(
+      {P2POp::recv(a_in, 0, 1), P2POp::send(a, 0, 1), P2POp::send(b, 0, 2), P2POp::recv(b_in, 0, 2)});
+  REQUIRE(works.size() == 4);
+  for (auto& w : works) w->wait();
+  reduction->wait();
+  require_close(a_in.to(Device::cpu()), a.to(Device::cpu()), 0, 0);
+  require_close(b_in.to(Device::cpu()), b.to(Device::cpu()), 0, 0);
+  require_close(reduced.to(Device::cpu()), reduced0, 0, 0);
+  nccl->barrier();
+}
+
+TEST_CASE("nccl: messages refuse kAnySource, oneself outside a batch and bad tags", "[cuda][nccl]") {
+  if (!cuda_ready()) return;
+  auto nccl = nccl_world();
+  Tensor t = Tensor::zeros({4}, {DType::f32, kGpu});
+  REQUIRE_THROWS_WITH(nccl->irecv(t, dist::kAnySource),
+                      Contains("irecv: NCCL has no receive from any source (kAnySource)") && Contains("MPI"));
+  REQUIRE_THROWS_WITH(nccl->isend(t, 0), Contains("isend: dst 0 is this rank"));
+  REQUIRE_THROWS_WITH(nccl->recv(t, 0), Contains("recv: src 0 is this rank"));
+  REQUIRE_THROWS_WITH(nccl->irecv(t, 1), Contains("irecv: src 1 is out of range"));
+  REQUIRE_THROWS_WITH(nccl->isend(t, 0, dist::kAnyTag), Contains("isend: tag must be >= 0"));
+  Tensor cpu = Tensor::zeros({4});
+  REQUIRE_THROWS_WITH(nccl->batch_isend_irecv({dist::P2POp::send(cpu, 0)}),
+                      Contains("batch_isend_irecv") && Contains("on cpu"));
+  REQUIRE(nccl->batch_isend_irecv({}).empty());
 }
 
 // DataParallel over NCCL on one rank averages over one replica, so its step must equal

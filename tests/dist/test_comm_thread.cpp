@@ -1,5 +1,6 @@
 // CommThread on its own: FIFO order whoever runs the tasks, errors named by their
-// operation, and the watchdog's report for an operation that outlives the timeout.
+// operation, and the watchdog's report for an operation that outlives the timeout (ending
+// the job, or under OnTimeout::Throw failing the operation and the thread).
 #include "dist/comm_thread.h"
 #include "support/test_support.h"
 
@@ -57,6 +58,57 @@ TEST_CASE("the watchdog reports an operation that outlives the timeout", "[cpu][
   CHECK_THAT(report, Matches(R"(all_reduce \(#2, 4096 bytes\) waited 0\.[0-9] s for rank 3; aborting the job)"));
   CHECK(took.count() >= 0.1);
   CHECK(took.count() < 2.0);
+}
+
+TEST_CASE("under OnTimeout::Throw a stalled operation fails its waiters and the thread takes no more", "[cpu][dist]") {
+  std::atomic<bool> release{false}, reported{false};
+  std::string report;
+  CommThread thread(
+      100ms,
+      [&](const std::string& message) {
+        report = message;
+        reported = true;
+      },
+      dist::OnTimeout::Throw);
+  // Stalls like a collective whose peer is gone, until the test lets it go.
+  dist::WorkPtr stalled = thread.submit({"all_reduce", 4096, "rank 3"}, [&] {
+    while (!release) std::this_thread::sleep_for(1ms);
+  });
+  bool ran = false;
+  dist::WorkPtr queued = thread.submit({"broadcast", 8, "all ranks"}, [&] { ran = true; });
+  auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(stalled->wait(), Matches(R"(all_reduce \(#1, 4096 bytes\) waited 0\.[0-9] s for rank 3; the )"
+                                             R"(communicator is now unusable.*)"));
+  std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  CHECK(took.count() < 2.0);
+  CHECK_THROWS_WITH(queued->wait(), Contains("broadcast: the communicator is unusable: all_reduce (#1, 4096 bytes)"));
+  CHECK_THROWS_WITH(thread.run({"barrier", 0, "all ranks"}, [] {}),
+                    Contains("barrier: the communicator is unusable: all_reduce (#1, 4096 bytes)"));
+  CHECK(thread.failed());
+  CHECK_FALSE(thread.wait_idle(10ms));  // the stalled body still runs
+  release = true;
+  CHECK(thread.wait_idle(5s));
+  CHECK_THROWS_WITH(stalled->wait(), Contains("the communicator is now unusable"));  // also once it ended
+  while (!reported) std::this_thread::sleep_for(1ms);
+  CHECK_THAT(report, Matches(R"(all_reduce \(#1, 4096 bytes\) waited 0\.[0-9] s for rank 3)"));
+  CHECK_FALSE(ran);
+}
+
+TEST_CASE("fail() refuses new operations and fails the queued ones, letting the running one finish", "[cpu][dist]") {
+  CommThread thread(10s, {}, dist::OnTimeout::Throw);
+  std::atomic<bool> started{false}, release{false};
+  dist::WorkPtr running = thread.submit({"all_reduce", 4, "all ranks"}, [&] {
+    started = true;
+    while (!release) std::this_thread::sleep_for(1ms);
+  });
+  while (!started) std::this_thread::sleep_for(1ms);
+  dist::WorkPtr queued = thread.submit({"barrier", 0, "all ranks"}, [] {});
+  thread.fail("irecv (4 bytes, tag 1) waited 10.0 s for rank 2");
+  CHECK_THROWS_WITH(queued->wait(), Contains("barrier: the communicator is unusable: irecv (4 bytes, tag 1)"));
+  CHECK_THROWS_WITH(thread.submit({"split", 0, "all ranks"}, [] {}),
+                    Contains("split: the communicator is unusable: irecv"));
+  release = true;
+  CHECK_NOTHROW(running->wait());
 }
 
 TEST_CASE("a CommThread rejects a timeout that is not positive", "[cpu][dist]") {

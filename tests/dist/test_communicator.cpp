@@ -15,7 +15,7 @@
 using namespace dtrain;
 using dist::AllReduceAlgorithm;
 using dist::CommunicatorPtr;
-using Op = dist::ReduceOp;  // not dtrain::ReduceOp, the tensor reductions
+using Op = dist::ReduceOp;  // Mean: the average over the ranks
 using Catch::Matchers::Contains;
 
 namespace {
@@ -58,7 +58,7 @@ Tensor expected_reduction(const std::vector<int>& ranks, std::int64_t n, DType d
       double v = input_value(ranks[k], first + i);
       acc = op == Op::Max ? std::max(acc, v) : op == Op::Min ? std::min(acc, v) : acc + v;
     }
-    out[static_cast<std::size_t>(i)] = op == Op::Avg ? acc / static_cast<double>(ranks.size()) : acc;
+    out[static_cast<std::size_t>(i)] = op == Op::Mean ? acc / static_cast<double>(ranks.size()) : acc;
   }
   return Tensor::from_vector(out, {n}).to(dtype);
 }
@@ -103,8 +103,8 @@ TEST_CASE("all_reduce equals the direct reduction for every algorithm, dtype, op
     // spanning several chunks of the ring and shared-memory algorithms.
     for (std::int64_t n : {std::int64_t{1}, std::int64_t{3}, std::int64_t{2 * c->size() + 1}, std::int64_t{1001}}) {
       for (DType dtype : kReducible) {
-        for (Op op : {Op::Sum, Op::Avg, Op::Max, Op::Min}) {
-          if (op == Op::Avg && !is_floating(dtype)) continue;
+        for (Op op : {Op::Sum, Op::Mean, Op::Max, Op::Min}) {
+          if (op == Op::Mean && !is_floating(dtype)) continue;
           Tensor t = rank_input(c->rank(), n, dtype);
           c->all_reduce(t, op);
           INFO("algorithm " << dist::algorithm_name(algorithm) << ", " << n << " x " << dtype_name(dtype) << ", op "
@@ -191,8 +191,8 @@ TEST_CASE("reduce_scatter gives rank r the reduction of every rank's row r", "[c
   constexpr std::int64_t kRow = 7;
   std::vector<Tensor> outs;
   for (DType dtype : kReducible) {
-    for (Op op : {Op::Sum, Op::Avg, Op::Max}) {
-      if (op == Op::Avg && !is_floating(dtype)) continue;
+    for (Op op : {Op::Sum, Op::Mean, Op::Max}) {
+      if (op == Op::Mean && !is_floating(dtype)) continue;
       // Row j of rank r's input is elements [j*kRow, (j+1)*kRow) of rank_input(r).
       Tensor in = rank_input(c->rank(), n * kRow, dtype).reshape({n, kRow});
       Tensor out = Tensor::empty({kRow}, {dtype});
@@ -202,8 +202,8 @@ TEST_CASE("reduce_scatter gives rank r the reduction of every rank's row r", "[c
   }
   std::size_t k = 0;
   for (DType dtype : kReducible) {
-    for (Op op : {Op::Sum, Op::Avg, Op::Max}) {
-      if (op == Op::Avg && !is_floating(dtype)) continue;
+    for (Op op : {Op::Sum, Op::Mean, Op::Max}) {
+      if (op == Op::Mean && !is_floating(dtype)) continue;
       INFO(dtype_name(dtype) << ", op " << static_cast<int>(op));
       require_equal(outs[k++], expected_reduction(all_ranks(n), kRow, dtype, op, c->rank() * kRow));
     }
@@ -285,7 +285,7 @@ TEST_CASE("collectives reject bad tensors with a message naming the op", "[cpu][
   Tensor bytes = Tensor::zeros({3}, {DType::u8});
   CHECK_THROWS_WITH(c->all_reduce(bytes), Contains("all_reduce: dtype u8 cannot be reduced"));
   Tensor ints = Tensor::zeros({3}, {DType::i32});
-  CHECK_THROWS_WITH(c->all_reduce(ints, Op::Avg), Contains("all_reduce: avg needs a floating dtype"));
+  CHECK_THROWS_WITH(c->all_reduce(ints, Op::Mean), Contains("all_reduce: mean needs a floating dtype"));
   Tensor undefined;
   CHECK_THROWS_WITH(c->broadcast(undefined, 0), Contains("broadcast: tensor is undefined"));
   Tensor v = Tensor::zeros({3});

@@ -11,7 +11,7 @@
 #include <vector>
 
 using namespace dtrain;
-using Op = dist::ReduceOp;  // not dtrain::ReduceOp, the tensor reductions
+using Op = dist::ReduceOp;  // Mean: the average over the ranks
 
 namespace {
 bool mpi_with_peers() {
@@ -36,7 +36,7 @@ std::vector<double> expected(int size, std::size_t n, Op op) {
   for (int r = 1; r < size; ++r) {
     for (std::size_t i = 0; i < n; ++i) v[i] = op == Op::Min ? std::min(v[i], value(r, i)) : v[i] + value(r, i);
   }
-  if (op == Op::Avg) {
+  if (op == Op::Mean) {
     for (double& x : v) x /= size;  // integer sums: exact, whatever the order of the additions
   }
   return v;
@@ -55,7 +55,7 @@ TEST_CASE("shared-memory all-reduce with small chunks, on the real and on a fake
   for (MPI_Comm host : {real_host, fake_host}) {
     dist::mpi::ShmAllReduce shm(MPI_COMM_WORLD, host, 4096);
     for (std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{5003}}) {
-      for (Op op : {Op::Sum, Op::Min, Op::Avg}) {  // Avg: divided inside, on one host and across hosts
+      for (Op op : {Op::Sum, Op::Min, Op::Mean}) {  // Mean: divided inside, on one host and across hosts
         std::vector<double> v = input(rank, n);
         shm.run(v.data(), n, DType::f64, op);
         results.push_back(v);
@@ -68,7 +68,7 @@ TEST_CASE("shared-memory all-reduce with small chunks, on the real and on a fake
   std::size_t k = 0;
   for (const char* layout : {"real host", "two fake hosts"}) {
     for (std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{5003}}) {
-      for (Op op : {Op::Sum, Op::Min, Op::Avg}) {
+      for (Op op : {Op::Sum, Op::Min, Op::Mean}) {
         INFO(layout << ", " << n << " elements, op " << static_cast<int>(op));
         CHECK(results[k++] == expected(size, n, op));
       }

@@ -1,9 +1,15 @@
+// The Trainer with the Local strategy, against a plain loop written out step by step (the
+// loop train_mnist ran before the Trainer existed): same data order, same updates, so the
+// parameters must come out bit-identical. Plus gradient accumulation, mixed precision,
+// divergence, target accuracy, callbacks and the metrics file.
 #include "dtrain/autograd/autocast.h"
+#include "dtrain/data/distributed_sampler.h"
 #include "dtrain/data/tensor_dataset.h"
 #include "dtrain/layers/models.h"
 #include "dtrain/optim/sgd.h"
-#include "dtrain/train/loop.h"
 #include "dtrain/train/metrics_log.h"
+#include "dtrain/train/progress.h"
+#include "dtrain/train/trainer.h"
 #include "support/test_support.h"
 
 #include <fstream>
@@ -24,63 +30,165 @@ std::shared_ptr<data::TensorDataset> blobs(std::int64_t n, std::uint64_t seed) {
   xs.copy_(add(xs, shift));
   return std::make_shared<data::TensorDataset>(x, labels);
 }
+
+std::shared_ptr<dist::Strategy> local_mlp(std::uint64_t seed) {
+  manual_seed(seed);
+  auto strategy = std::make_shared<dist::LocalStrategy>();
+  strategy->prepare(nn::mlp(2, {16}, 2));
+  return strategy;
+}
+
+optim::SGD make_sgd(const dist::Strategy& s) {
+  return optim::SGD(s.module().parameters(), {.lr = 0.1, .momentum = 0.9});
+}
+
+// The largest parameter difference between two models of the same architecture.
+double max_param_diff(const nn::Module& a, const nn::Module& b) {
+  double worst = 0;
+  auto pa = a.parameters(), pb = b.parameters();
+  REQUIRE(pa.size() == pb.size());
+  for (std::size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, max_abs_diff(pa[i].data(), pb[i].data()));
+  return worst;
+}
 }  // namespace
 
-TEST_CASE("train_epoch learns a separable problem and evaluate measures it", "[train][cpu]") {
+TEST_CASE("Trainer with the Local strategy takes exactly the updates of a plain loop", "[train][cpu]") {
+  const auto train_set = blobs(512, 1);
+  const optim::CosineLr schedule(0.1, 32);
+  auto strategy = local_mlp(5);
+  optim::SGD sgd = make_sgd(*strategy);
+  train::Trainer trainer(strategy, {.train = train_set, .batch_size = 32, .seed = 7},
+                         {.epochs = 2, .verbose = false});
+  REQUIRE(trainer.updates_per_epoch() == 16);
+  const train::FitResult r = trainer.fit(sgd, &schedule);
+
+  // The reference: what train_mnist's loop did, step by step.
   manual_seed(5);
   auto model = nn::mlp(2, {16}, 2);
-  optim::SGD sgd(model->parameters(), {.lr = 0.1, .momentum = 0.9});
-  data::DataLoader train(blobs(512, 1), {.batch_size = 32, .shuffle = true, .seed = 1});
-  data::DataLoader test(blobs(256, 2), {.batch_size = 100});
-  train::EpochStats s;
-  for (int epoch = 0; epoch < 3; ++epoch) {
-    train.set_epoch(epoch);
-    s = train::train_epoch(*model, train, sgd, {});
+  optim::SGD ref(model->parameters(), {.lr = 0.1, .momentum = 0.9});
+  data::DataLoader loader(train_set, {.batch_size = 32},
+                          std::make_shared<data::DistributedSampler>(512, 0, 1, /*seed=*/7));
+  std::int64_t step = 0;
+  double last_epoch_loss = 0;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    loader.set_epoch(epoch);
+    double loss_sum = 0;
+    for (const data::Batch& b : loader) {
+      ref.set_lr(schedule.lr_at(step++));
+      ref.zero_grad();
+      Variable loss = cross_entropy(model->forward(Variable(b.inputs)), b.targets);
+      loss.backward();
+      ref.step();
+      loss_sum += loss.item();
+    }
+    last_epoch_loss = loss_sum / 16;
   }
-  CHECK(s.steps == 16);
-  CHECK(s.samples == 512);
-  train::EvalStats e = train::evaluate(*model, test);
+  CHECK(max_param_diff(strategy->module(), *model) == 0);
+  REQUIRE(r.epochs.size() == 2);
+  CHECK(r.epochs[1].train_loss == Approx(last_epoch_loss).epsilon(1e-12));
+  CHECK(r.epochs[1].updates == 16);
+  CHECK(r.epochs[1].samples == 512);
+}
+
+TEST_CASE("Gradient accumulation equals one update over the same batch", "[train][cpu]") {
+  // Batch 64 per update as 1 x 64 or 4 x 16: the mean of the micro-batches' mean losses is
+  // the batch's mean loss, so the updates agree up to the order of float sums.
+  const auto train_set = blobs(512, 3);
+  auto run = [&](int accumulate) {
+    auto strategy = local_mlp(11);
+    optim::SGD sgd = make_sgd(*strategy);
+    train::Trainer trainer(strategy, {.train = train_set, .batch_size = 64},
+                           {.epochs = 2, .accumulate = accumulate, .verbose = false});
+    CHECK(trainer.updates_per_epoch() == 8);
+    CHECK(trainer.micro_batch_size() == 64 / accumulate);
+    train::FitResult r = trainer.fit(sgd);
+    return std::make_pair(strategy, r);
+  };
+  auto [one, r1] = run(1);
+  auto [four, r4] = run(4);
+  CHECK(max_param_diff(one->module(), four->module()) < 1e-5);
+  CHECK(r4.epochs[1].train_loss == Approx(r1.epochs[1].train_loss).epsilon(1e-5));
+  CHECK(r4.epochs[1].train_accuracy == r1.epochs[1].train_accuracy);
+}
+
+TEST_CASE("Trainer learns, evaluates, stops at the target and calls back", "[train][cpu]") {
+  test::TempDir dir;
+  auto strategy = local_mlp(5);
+  optim::SGD sgd = make_sgd(*strategy);
+  std::FILE* out = std::fopen((dir / "out.txt").c_str(), "w+");
+  train::Trainer trainer(strategy, {.train = blobs(512, 1), .test = blobs(256, 2), .batch_size = 32, .eval_batch_size = 100},
+                         {.epochs = 5, .target_accuracy = 0.9, .metrics = dir / "m.jsonl", .out = out});
+  std::int64_t steps = 0, last_global = 0;
+  int epochs_seen = 0;
+  trainer.on_step_end([&](const train::StepEvent& e) {
+    ++steps;
+    last_global = e.global_step;
+    CHECK(e.stats->samples == 32);
+  });
+  trainer.on_epoch_end([&](const train::EpochSummary& s) { epochs_seen = s.epoch; });
+  const train::FitResult r = trainer.fit(sgd);
+  std::fclose(out);
+  CHECK(r.reached_target);
+  CHECK(r.epochs.size() == 1);  // blobs are separated after one epoch
+  CHECK(r.test_accuracy > 0.95);
+  CHECK(steps == 16);
+  CHECK(last_global == 16);
+  CHECK(epochs_seen == 1);
+  CHECK(strategy->module().is_training());  // evaluate restores the mode
+  const train::EvalResult e = trainer.evaluate();
   CHECK(e.samples == 256);
-  CHECK(e.accuracy() > 0.95);
-  CHECK(model->is_training());  // evaluate restores the mode
+  CHECK(e.accuracy() == Approx(r.test_accuracy));
+
+  std::ifstream printed(dir / "out.txt");
+  std::string text((std::istreambuf_iterator<char>(printed)), std::istreambuf_iterator<char>());
+  CHECK_THAT(text, Catch::Contains("epoch 1/5: train loss"));
+  CHECK_THAT(text, Catch::Contains("reached 90.00% test accuracy after 1 epoch(s) in"));
+  std::ifstream metrics(dir / "m.jsonl");
+  std::string line;
+  REQUIRE(std::getline(metrics, line));
+  auto j = nlohmann::json::parse(line);
+  CHECK(j["event"] == "epoch");
+  CHECK(j["test_accuracy"].get<double>() == Approx(r.test_accuracy));
 }
 
-TEST_CASE("train_epoch applies the schedule and stops on divergence", "[train][cpu]") {
-  auto model = nn::mlp(2, {4}, 2);
-  optim::SGD sgd(model->parameters(), {.lr = 1.0});
-  data::DataLoader loader(blobs(64, 3), {.batch_size = 16});
-  optim::ConstantLr tiny(1e-4);
-  train::train_epoch(*model, loader, sgd, {.schedule = &tiny});
-  CHECK(sgd.lr() == 1e-4);
+TEST_CASE("Trainer stops on divergence and rejects batches that do not split", "[train][cpu]") {
+  auto strategy = local_mlp(5);
+  optim::SGD sgd = make_sgd(*strategy);
+  train::Trainer trainer(strategy, {.train = blobs(64, 3), .batch_size = 16}, {.verbose = false});
   optim::ConstantLr huge(1e30);
-  CHECK_THROWS_WITH(train::train_epoch(*model, loader, sgd, {.schedule = &huge}), Catch::Contains("diverged"));
+  CHECK_THROWS_WITH(trainer.fit(sgd, &huge), Catch::Contains("diverged"));
+  CHECK_THROWS_WITH(train::Trainer(strategy, {.train = blobs(64, 3), .batch_size = 30}, {.accumulate = 4}),
+                    Catch::Contains("batch size 30: must be divisible by the 1 ranks x 4 accumulation steps"));
+  CHECK_THROWS_WITH(train::Trainer(std::make_shared<dist::LocalStrategy>(), {.train = blobs(64, 3)}, {}),
+                    Catch::Contains("prepare() the model first"));
 }
 
-TEST_CASE("train_epoch under f16 autocast with a loss scaler learns, and skips overflowing steps", "[train][cpu]") {
-  manual_seed(5);
-  auto model = nn::mlp(2, {16}, 2);
-  optim::SGD sgd(model->parameters(), {.lr = 0.1, .momentum = 0.9});
-  data::DataLoader train(blobs(512, 1), {.batch_size = 32, .shuffle = true, .seed = 1});
-  data::DataLoader test(blobs(256, 2), {.batch_size = 100});
+TEST_CASE("Trainer under f16 autocast with a loss scaler learns, and skips overflowing steps", "[train][cpu]") {
+  auto strategy = local_mlp(5);
+  optim::SGD sgd = make_sgd(*strategy);
   // A scale past f16's range (gradients of about 2^24 / 32): the first steps overflow and
   // are skipped (no divergence error), the scale backs off until steps go through, and the
   // model still learns.
-  optim::LossScaler scaler({.init_scale = 1 << 24, .growth_interval = 1000});
-  for (int epoch = 0; epoch < 3; ++epoch) {
-    train.set_epoch(epoch);
-    train::train_epoch(*model, train, sgd, {.autocast = DType::f16, .scaler = &scaler});
-  }
-  CHECK(scaler.scale_value() < 1 << 24);
-  CHECK(train::evaluate(*model, test, DType::f16).accuracy() > 0.95);
-  // Without autocast given, the loop leaves the caller's setting alone.
+  train::Trainer trainer(strategy, {.train = blobs(512, 1), .test = blobs(256, 2), .batch_size = 32},
+                         {.epochs = 3,
+                          .autocast = DType::f16,
+                          .loss_scaler = {.init_scale = 1 << 24, .growth_interval = 1000},
+                          .verbose = false});
+  const train::FitResult r = trainer.fit(sgd);
+  CHECK(trainer.scaler().scale_value() < 1 << 24);
+  CHECK(r.test_accuracy > 0.95);
+  // Without autocast configured, the Trainer leaves the caller's setting alone.
   AutocastGuard outer(DType::bf16);
-  train::train_epoch(*model, train, sgd, {});
+  train::Trainer plain(strategy, {.train = blobs(64, 1), .batch_size = 32}, {.verbose = false});
+  plain.fit(sgd);
   CHECK(autocast_dtype() == DType::bf16);
 }
 
-TEST_CASE("count_correct compares argmax with labels", "[train][cpu]") {
+TEST_CASE("count_correct compares argmax with labels on the device", "[train][cpu]") {
   Tensor logits = Tensor::from_vector<float>({0.1f, 0.9f, 2.0f, 1.0f, 0.0f, 0.5f}, {3, 2});
-  CHECK(train::count_correct(logits, Tensor::from_vector<std::int64_t>({1, 0, 0}, {3})) == 2);
+  Tensor n = train::count_correct(logits, Tensor::from_vector<std::int64_t>({1, 0, 0}, {3}));
+  CHECK(n.dtype() == DType::i64);
+  CHECK(n.item() == 2);
 }
 
 TEST_CASE("MetricsLog writes one JSON object per line", "[train][cpu]") {
@@ -105,7 +213,14 @@ TEST_CASE("Progress prints plain lines when not on a terminal", "[train][cpu]") 
   std::FILE* f = std::fopen((dir / "out.txt").c_str(), "w+");
   {
     train::Progress p("epoch 1/1", 3, true, f, 0.0);
+    CHECK(p.due(1));
     for (int i = 1; i <= 3; ++i) p.update(i, 0.5, 10);
+    train::Progress quiet("x", 3, false, f, 0.0);
+    CHECK_FALSE(quiet.due(3));  // a disabled progress never asks for a value
+    train::Progress slow("y", 3, true, f, 3600.0);
+    slow.update(1, 0.5, 10);
+    CHECK_FALSE(slow.due(2));  // not before the interval, except
+    CHECK(slow.due(3));        // for the last step
   }
   std::rewind(f);
   char buf[4096] = {};

@@ -23,6 +23,10 @@ Variable pow(const Variable& a, double exponent);
 Variable exp(const Variable& a);
 Variable log(const Variable& a);
 Variable sqrt(const Variable& a);
+Variable abs(const Variable& a);  // gradient sign(a): 0 at 0, as PyTorch
+// Limits x to [min, max]; either bound may be absent, not both, and min <= max. The gradient
+// passes where min <= x <= max (the bounds included, as PyTorch) and is 0 outside and at NaN.
+Variable clamp(const Variable& x, std::optional<double> min, std::optional<double> max);
 
 // ---- activations ------------------------------------------------------------------
 Variable relu(const Variable& x);
@@ -33,6 +37,10 @@ Variable tanh(const Variable& x);
 // ---- reductions ---------------------------------------------------------------------
 Variable sum(const Variable& x, std::vector<std::int64_t> dims = {}, bool keepdim = false);
 Variable mean(const Variable& x, std::vector<std::int64_t> dims = {}, bool keepdim = false);
+// The largest (smallest) element over dims, as torch.amax/amin: the gradient is shared evenly
+// among the elements equal to it, where max_pool2d and argmax pick one of the tied elements.
+Variable amax(const Variable& x, std::vector<std::int64_t> dims = {}, bool keepdim = false);
+Variable amin(const Variable& x, std::vector<std::int64_t> dims = {}, bool keepdim = false);
 
 // ---- shape ------------------------------------------------------------------------------
 Variable reshape(const Variable& x, Shape shape);

@@ -1,23 +1,44 @@
-// Communicator: a process group and its collectives, independent of the transport.
-// Backends: MPI for CPU tensors (src/dist/mpi/), NCCL for CUDA tensors (later). Every
-// rank of a communicator calls the same collectives in the same order with tensors of
-// the same shape and dtype. Collectives work in place on contiguous tensors.
+// Communicator: a process group and its collectives and point-to-point messages,
+// independent of the transport. Backends: MPI for CPU tensors (src/dist/mpi/), NCCL for
+// CUDA tensors (src/dist/cuda/, built from an MPI communicator by nccl_communicator() in
+// dtrain/dist/nccl.h), and a single-rank local group without a launcher. Every rank of a
+// communicator calls the same collectives in the same order with tensors of the same
+// shape and dtype. Collectives and messages work in place on contiguous tensors.
 //
-// Failure: each operation runs under the communicator's timeout. When an operation is
-// not done within it, the rank prints which operation it was in and which peers it was
-// waiting for, and the whole job is aborted (MPI_Abort), so a dead or stalled rank
-// never leaves the others hanging silently.
+// Point-to-point (isend/irecv/batch_isend_irecv) is not queued behind the collectives: a
+// message is issued when it is called, even while an all-reduce is queued or running, so
+// a pipeline stage can pass activations while its gradients are being reduced.
+// Ordering: between one sender and one receiver, messages with the same tag match the
+// receives in the order both were issued (MPI's rule; with several threads, the order in
+// which the calls happened). Messages with different tags, from different senders, and
+// collectives have no order among each other. A receive from kAnySource (or with kAnyTag)
+// takes the earliest message that fits when no receive issued before it could take it.
+// NCCL has no tags and no any-source receive; see dtrain/dist/nccl.h.
+//
+// Failure: each operation runs under the communicator's timeout (point to point: counted
+// from the call). When an operation is not done within it, the rank reports which
+// operation it was in and which peers it was waiting for, and then by default the whole
+// job is aborted (MPI_Abort), so a dead or stalled rank never leaves the others hanging
+// silently. A program that embeds the library can choose OnTimeout::Throw instead.
 #pragma once
 
+#include "dtrain/tensor/ops.h"
 #include "dtrain/tensor/tensor.h"
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace dtrain::dist {
 
-enum class ReduceOp : std::uint8_t { Sum, Avg, Max, Min };
+// The tensor reductions' enum: Sum, Mean (the average over the ranks), Max, Min.
+using dtrain::ReduceOp;
+
+// Wildcards for irecv: a message from any rank (MPI only), with any tag.
+inline constexpr int kAnySource = -1;
+inline constexpr int kAnyTag = -1;
 
 // How all_reduce moves data. Auto picks per message size from measurements
 // (bench_allreduce); the others force one algorithm (for benchmarks and tests).
@@ -30,13 +51,29 @@ enum class AllReduceAlgorithm : std::uint8_t {
 const char* algorithm_name(AllReduceAlgorithm a);
 AllReduceAlgorithm parse_algorithm(const std::string& name);  // throws naming the text
 
+// What a rank does when one of its operations outlives the timeout.
+enum class OnTimeout : std::uint8_t {
+  // Print the operation and the peers it waits for, and end the whole job (abort_job).
+  AbortJob,
+  // For programs that embed the library and handle the failure themselves: the stalled
+  // operation fails with a dtrain::Error naming it (from its wait(); NCCL, which does not
+  // block the host in wait(), from the next call on the communicator), and the
+  // communicator is unusable: every later call throws the same failure. What the stalled
+  // operation holds stays with it: MPI cannot cancel a collective, so a communicator
+  // whose collective never ends keeps that operation's thread and memory, and its MPI
+  // objects are left to MPI_Finalize; NCCL's communicator is aborted (ncclCommAbort).
+  Throw,
+};
+
 struct CommunicatorOptions {
   // DTRAIN_TIMEOUT (seconds) overrides the default when set.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   AllReduceAlgorithm all_reduce = AllReduceAlgorithm::Auto;
+  OnTimeout on_timeout = OnTimeout::AbortJob;
 };
 
-// A collective in flight. wait() blocks until it is done and rethrows its failure.
+// An operation in flight. wait() blocks until it is done and rethrows its failure (NCCL:
+// see dtrain/dist/nccl.h). Waiting again returns (or throws) the same.
 class Work {
  public:
   virtual ~Work() = default;
@@ -44,13 +81,34 @@ class Work {
 };
 using WorkPtr = std::shared_ptr<Work>;
 
+// A receive in flight: after wait() has returned, who sent the message and with which tag
+// (what a receive from kAnySource or with kAnyTag needs to answer).
+class RecvWork : public Work {
+ public:
+  virtual int source() const = 0;  // a rank of this communicator
+  virtual int tag() const = 0;
+};
+using RecvWorkPtr = std::shared_ptr<RecvWork>;
+
+// One message of batch_isend_irecv.
+struct P2POp {
+  enum class Kind : std::uint8_t { Send, Recv };
+  Kind kind = Kind::Send;
+  Tensor tensor;  // read by a send, written by a receive
+  int peer = 0;   // the destination of a send, the source of a receive
+  int tag = 0;
+
+  static P2POp send(const Tensor& t, int dst, int tag = 0) { return {Kind::Send, t, dst, tag}; }
+  static P2POp recv(const Tensor& t, int src, int tag = 0) { return {Kind::Recv, t, src, tag}; }
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual std::string backend() const = 0;  // "mpi", "local"
+  virtual std::string backend() const = 0;  // "mpi", "nccl", "local"
 
   // In place. The tensor must stay alive and untouched until the work is waited on.
   virtual WorkPtr all_reduce_async(Tensor& t, ReduceOp op = ReduceOp::Sum) = 0;
@@ -62,8 +120,24 @@ class Communicator {
   virtual void all_gather(const Tensor& in, Tensor& out) = 0;
   // in has shape (size(), *out.shape()); rank r receives the reduction of every rank's in[r].
   virtual void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::Sum) = 0;
+
+  // ---- point to point (see the ordering rules at the top) ----
+  // The peer is another rank (or kAnySource for a receive); tags are >= 0 (or kAnyTag for
+  // a receive). The tensor must stay alive and untouched until the work is waited on. A
+  // receive's tensor must have the size of the message: a message of another size is an
+  // error naming both sizes, and the tensor is left as it was (MPI; NCCL cannot tell).
+  virtual WorkPtr isend(const Tensor& t, int dst, int tag = 0) = 0;
+  virtual RecvWorkPtr irecv(Tensor& t, int src, int tag = 0) = 0;
+  // Issues every message at once and returns one Work per op, in order. Sends and
+  // receives in one batch never wait for each other, so a ring (every rank sends right and
+  // receives left) cannot deadlock, on NCCL too (one ncclGroupStart/End), where a plain
+  // send waits for its receive. Peers are named ranks (no kAnySource or kAnyTag), and may
+  // be this rank itself: its sends then match its receives.
+  virtual std::vector<WorkPtr> batch_isend_irecv(const std::vector<P2POp>& ops) = 0;
+  // Blocking: isend(...)->wait() and irecv(...)->wait().
   virtual void send(const Tensor& t, int dst, int tag = 0) = 0;
   virtual void recv(Tensor& t, int src, int tag = 0) = 0;
+
   virtual void barrier() = 0;
   // Ranks with equal color form a new communicator, ordered by key (then old rank).
   virtual std::shared_ptr<Communicator> split(int color, int key) = 0;

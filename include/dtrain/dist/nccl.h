@@ -5,7 +5,7 @@
 //   auto world = dist::world();
 //   const Device gpu = dist::rank_cuda_device();      // one GPU per rank of this host
 //   auto nccl = dist::nccl_communicator(world, gpu);  // a collective: every rank calls it
-//   nccl->all_reduce(grad_on_gpu, dist::ReduceOp::Avg);
+//   nccl->all_reduce(grad_on_gpu, dist::ReduceOp::Mean);
 //
 // DataParallel does this by itself when the model's parameters are on CUDA.
 //
@@ -15,15 +15,28 @@
 // after wait() sees the result, and the host only blocks where it reads data back (or in
 // barrier()). Until wait(), the tensor must stay alive and untouched, as for every backend.
 //
-// send/recv: NCCL has no tags; messages between two ranks match in the order they are
-// sent. The tag argument is accepted (same signature as every backend) and not used. A send
-// completes only once the peer's recv runs (no eager buffering as MPI has for small
-// messages), so a ring where every rank sends before it receives deadlocks: order the
-// pairs (even ranks send first, odd ranks receive first).
+// Point to point (isend/irecv/send/recv/batch_isend_irecv): messages have an NCCL
+// communicator and a stream of their own, split from the collectives' one when the
+// communicator is made, so that a message never waits behind an all-reduce (NCCL runs one
+// communicator's operations in order). The host never waits for them either: wait() orders
+// the compute stream after the message, as for the collectives.
+// - NCCL has no tags: messages between two ranks match in the order they are issued. Tags
+//   are checked (>= 0, or kAnyTag for a receive) and reported back by RecvWork::tag(), but
+//   not sent. There is no receive from kAnySource: it is refused, naming the alternative
+//   (let the sender announce itself over an MPI communicator).
+// - NCCL cannot see a message's size: the receive's tensor must have the sender's.
+// - A send completes only once the peer's receive runs (no eager buffering as MPI has for
+//   small messages), so a ring where every rank sends before it receives deadlocks, and so
+//   does a rank that issues a send and then a receive (or a blocking send) while its peer
+//   does the same: issue paired messages together with batch_isend_irecv, one NCCL group,
+//   or order the pairs (even ranks send first, odd ranks receive first).
 //
-// Failure: a watchdog thread polls the operations in flight; one that is not done within
-// the timeout, or an asynchronous NCCL error (a peer died), ends the job with a message
-// naming the operation, as the MPI backend does.
+// Failure: a watchdog thread per NCCL communicator polls the operations in flight; one
+// that is not done within the timeout, or an asynchronous NCCL error (a peer died), aborts
+// NCCL and, by default, ends the job with a message naming the operation, as the MPI
+// backend does. Under OnTimeout::Throw the failure is thrown instead, by the next wait()
+// or call on the communicator (wait() does not block the host, so it may return before the
+// operation has timed out: barrier() or a host read of the result is what waits).
 #pragma once
 
 #include "dtrain/core/device.h"

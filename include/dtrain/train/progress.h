@@ -20,6 +20,9 @@ class Progress {
 
   // After step `step` (1-based) that processed `samples` samples with loss `loss`.
   void update(std::int64_t step, double loss, std::int64_t samples);
+  // Whether update(step, ...) would print: a loop whose loss lives on a GPU reads it only
+  // then. False when disabled.
+  bool due(std::int64_t step) const;
   // Multiplies the samples of every update, e.g. by the number of data-parallel ranks so
   // that the rate shown is global.
   void set_sample_scale(std::int64_t scale) { sample_scale_ = scale; }

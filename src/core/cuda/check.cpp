@@ -1,4 +1,4 @@
-#include "core/cuda/check.h"
+#include "dtrain/core/cuda/check.h"
 
 #include "dtrain/core/error.h"
 

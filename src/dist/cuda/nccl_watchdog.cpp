@@ -22,8 +22,8 @@ void throw_error(ncclResult_t status, const char* call, ncclComm_t comm, std::so
 Event::Event() { DTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
 Event::~Event() { cudaEventDestroy(event_); }
 
-Watchdog::Watchdog(ncclComm_t comm, int device, std::chrono::milliseconds timeout)
-    : comm_(comm), device_(device), timeout_(timeout) {
+Watchdog::Watchdog(ncclComm_t comm, int device, std::chrono::milliseconds timeout, OnTimeout policy)
+    : comm_(comm), device_(device), timeout_(timeout), policy_(policy) {
   DTRAIN_CHECK(timeout.count() > 0, "nccl: the timeout must be positive, got {} ms", timeout.count());
   try {
     DTRAIN_NCCL_CHECK(ncclCommUserRank(comm_, &rank_), comm_);
@@ -84,7 +84,7 @@ void Watchdog::run() {
         failure = fmt::format("{} failed on cuda:{}: {}", oldest.what, device_, cudaGetErrorString(status));
       } else if (waited > timeout_) {
         failure = fmt::format("{} on cuda:{} not done after {:.1f} s: a rank died, stalled or called another "
-                              "collective; aborting the job",
+                              "collective",
                               oldest.what, device_, waited.count());
       }
       break;  // the rest were queued after it on the same stream
@@ -93,7 +93,7 @@ void Watchdog::run() {
     if (failure.empty() && ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess &&
         async != ncclInProgress) {
       const char* last = ncclGetLastError(comm_);
-      failure = fmt::format("an asynchronous NCCL error on cuda:{}: {}{}{}; aborting the job", device_,
+      failure = fmt::format("an asynchronous NCCL error on cuda:{}: {}{}{}", device_,
                             ncclGetErrorString(async), last != nullptr && *last != '\0' ? ": " : "",
                             last != nullptr ? last : "");
     }
@@ -103,13 +103,16 @@ void Watchdog::run() {
 }
 
 // Aborting the communicator unblocks NCCL kernels and calls stuck on the dead peer; then
-// the whole job ends (MPI_Abort), as for the MPI backend's timeout. Without MPI the
-// process goes on, and the failure is what every later use of this communicator throws.
+// (AbortJob) the whole job ends (MPI_Abort), as for the MPI backend's timeout. Under
+// Throw, or without MPI, the process goes on, and the failure is what every later use of
+// this communicator throws.
 void Watchdog::fail(const std::string& message) {
   ncclCommAbort(comm_);
-  failure_ = fmt::format("rank {} of {}: {}", rank_, size_, message);
+  const bool abort = policy_ == OnTimeout::AbortJob;
+  failure_ = fmt::format("rank {} of {}: {}; {}", rank_, size_, message,
+                         abort ? "aborting the job" : "the communicator is now unusable");
   aborted_.store(true, std::memory_order_release);
-  abort_job("nccl " + failure_);
+  if (abort) abort_job("nccl " + failure_);
 }
 
 }  // namespace dtrain::dist::nccl

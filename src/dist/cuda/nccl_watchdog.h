@@ -3,8 +3,9 @@
 // into dtrain::Error. Private to the NCCL backend (nccl_communicator.cpp).
 #pragma once
 
-#include "core/cuda/device_guard.h"
+#include "dtrain/core/cuda/device_guard.h"
 #include "dtrain/core/error.h"
+#include "dtrain/dist/communicator.h"
 
 #include <nccl.h>
 
@@ -44,9 +45,11 @@ class Watchdog {
   // Takes ownership of `comm` (destroyed with the watchdog) and starts the thread, which
   // checks every 50 ms that the oldest operation in flight is younger than `timeout` and
   // that NCCL reports no asynchronous error (a peer that died, a network failure). Either
-  // failure aborts NCCL and ends the job with a message naming the operation (abort_job);
-  // without MPI, where that returns, every later use of the communicator throws it.
-  Watchdog(ncclComm_t comm, int device, std::chrono::milliseconds timeout);
+  // failure aborts NCCL (ncclCommAbort, which also ends its kernels) and then, under
+  // OnTimeout::AbortJob, ends the job with a message naming the operation (abort_job);
+  // under OnTimeout::Throw (or without MPI, where abort_job returns) every later use of
+  // the communicator throws it.
+  Watchdog(ncclComm_t comm, int device, std::chrono::milliseconds timeout, OnTimeout policy);
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
@@ -75,6 +78,7 @@ class Watchdog {
   int rank_ = 0;
   int size_ = 1;
   std::chrono::milliseconds timeout_;
+  OnTimeout policy_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<InFlight> in_flight_;  // completes in order: one stream

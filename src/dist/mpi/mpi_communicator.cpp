@@ -1,6 +1,5 @@
 #include "dist/mpi/mpi_communicator.h"
 
-#include "dist/backoff.h"
 #include "dist/collective_checks.h"
 #include "dist/mpi/algorithm_choice.h"
 #include "dist/mpi/request_wait.h"
@@ -58,7 +57,24 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicatorOptions& optio
   single_host_ = host_world.size() == static_cast<std::size_t>(size_);
   std::erase(host_world, world_ranks_[static_cast<std::size_t>(rank_)]);
   host_peers_ = host_world.empty() ? "no rank" : describe_ranks(host_world) + " on this host";
-  thread_ = std::make_unique<CommThread>(options_.timeout);
+  int* tag_ub = nullptr;
+  int found = 0;
+  check(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_ub, &found), "MPI_Comm_get_attr(MPI_TAG_UB)");
+  if (found) tag_ub_ = *tag_ub;
+  // A timeout in one part fails the other (Throw), before the stalled operation's waiter
+  // learns of it. Under AbortJob the CommThread ends the job itself. Both parts live until
+  // shutdown() has stopped them, so each may call the other.
+  const bool abort = options_.on_timeout == OnTimeout::AbortJob;
+  thread_ = std::make_unique<CommThread>(
+      options_.timeout,
+      abort ? CommThread::TimeoutHandler() : [this](const std::string& report) { p2p_->fail(report); },
+      options_.on_timeout);
+  p2p_ = std::make_unique<P2pEngine>(
+      comm_, options_.timeout, [this](int r) { return peer(r); },
+      [this, abort](const std::string& report) {
+        if (abort) abort_job(report + "; aborting the job");
+        else thread_->fail(report);
+      });
   track(this);
 }
 
@@ -73,17 +89,43 @@ MpiCommunicator::~MpiCommunicator() {
 void MpiCommunicator::shutdown() {
   if (!thread_) return;
   untrack(this);
-  std::unique_ptr<CommThread> thread = std::move(thread_);  // later calls find no thread
+  p2p_->close();  // waits for the messages in flight; a timeout there fails the thread too
+  if (thread_->failed()) {
+    abandon();
+    return;
+  }
   // Under the watchdog like any operation: MPI_Win_free synchronizes the host's ranks.
-  thread->run({"shutdown", 0, "all ranks"}, [this] {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (finalized) return;  // the application finalized MPI first: its objects are gone
-    shm_.reset();
-    ring_.reset();
-    MPI_Comm_free(&host_);
-    MPI_Comm_free(&comm_);
-  });
+  try {
+    thread_->run({"shutdown", 0, "all ranks"}, [this] {
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (finalized) return;  // the application finalized MPI first: its objects are gone
+      shm_.reset();
+      ring_.reset();
+      MPI_Comm_free(&host_);
+      MPI_Comm_free(&comm_);
+    });
+  } catch (const Error&) {
+    abandon();  // it timed out under OnTimeout::Throw
+    throw;
+  }
+  thread_.reset();  // later calls find no thread
+  p2p_.reset();
+}
+
+// Freeing MPI objects is collective (MPI_Win_free waits for the host's ranks), and after a
+// failure the peers may be gone: they are left to MPI_Finalize. The algorithm objects are
+// released rather than destroyed, since a stalled collective may still be inside one.
+void MpiCommunicator::abandon() {
+  (void)ring_.release();
+  (void)shm_.release();
+  if (thread_->wait_idle(options_.timeout)) {
+    thread_.reset();
+  } else {
+    spdlog::error("dist: a failed communicator's collective is still stalled; its thread is left to it");
+    (void)thread_.release();  // blocked in MPI: it must outlive the communicator
+  }
+  p2p_.reset();
 }
 
 CommThread& MpiCommunicator::thread(const char* op) {
@@ -128,6 +170,7 @@ std::pair<OpInfo, std::function<void()>> MpiCommunicator::prepare_all_reduce(con
 void MpiCommunicator::all_reduce_now(const Tensor& t, ReduceOp op, AllReduceAlgorithm algorithm) {
   void* data = t.raw_data();
   const auto count = static_cast<std::size_t>(t.numel());
+  const int ranks = size_;
   if (algorithm == AllReduceAlgorithm::Ring) {
     if (!ring_) ring_ = std::make_unique<RingAllReduce>(comm_);
     ring_->run(data, count, t.dtype(), op);
@@ -139,7 +182,7 @@ void MpiCommunicator::all_reduce_now(const Tensor& t, ReduceOp op, AllReduceAlgo
     check(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), datatype(t.dtype()), reduce_op(op), comm_),
           "MPI_Allreduce");
   }
-  if (op == ReduceOp::Avg) divide(data, count, t.dtype(), size_);
+  if (op == ReduceOp::Mean) divide(data, count, t.dtype(), ranks);
 }
 
 // ---- the other collectives ----------------------------------------------------
@@ -176,65 +219,61 @@ void MpiCommunicator::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op)
   check_reduction(in, op, "reduce_scatter");
   int count = mpi_count(out.numel(), "reduce_scatter");
   mpi_count(in.numel(), "reduce_scatter");
-  thread("reduce_scatter").run({"reduce_scatter", in.nbytes(), "all ranks"}, [this, in, out, op, count] {
-    check(MPI_Reduce_scatter_block(in.raw_data(), out.raw_data(), count, datatype(in.dtype()), reduce_op(op), comm_),
-          "MPI_Reduce_scatter_block");
-    if (op == ReduceOp::Avg) divide(out.raw_data(), static_cast<std::size_t>(count), out.dtype(), size_);
-  });
+  thread("reduce_scatter")
+      .run({"reduce_scatter", in.nbytes(), "all ranks"}, [comm = comm_, ranks = size_, in, out, op, count] {
+        check(MPI_Reduce_scatter_block(in.raw_data(), out.raw_data(), count, datatype(in.dtype()), reduce_op(op), comm),
+              "MPI_Reduce_scatter_block");
+        if (op == ReduceOp::Mean) divide(out.raw_data(), static_cast<std::size_t>(count), out.dtype(), ranks);
+      });
 }
 
-// ---- point to point and synchronization ----------------------------------------
-// Non-blocking MPI under a Backoff: a pipeline stage may wait long for its neighbour.
+// ---- point to point -------------------------------------------------------------
+// Through the P2pEngine, never queued behind the collectives (see p2p_engine.h).
+
+P2pEngine& MpiCommunicator::p2p(const char* op) {
+  DTRAIN_CHECK(p2p_ != nullptr, "{}: the communicator is shut down (MPI was finalized)", op);
+  return *p2p_;
+}
+
+P2pEngine::Message MpiCommunicator::message(const char* op, P2POp::Kind kind, const Tensor& t, int peer, int tag,
+                                            bool in_batch) const {
+  const bool receive = kind == P2POp::Kind::Recv;
+  check_host_tensor(t, op);
+  check_peer(peer, rank_, size_, op, receive ? "src" : "dst",
+             {.self_allowed = in_batch, .any_allowed = receive && !in_batch});
+  check_tag(tag, op, receive && !in_batch);
+  DTRAIN_CHECK(tag <= tag_ub_, "{}: tag {} exceeds MPI's largest tag, {}", op, tag, tag_ub_);
+  mpi_count(t.numel(), op);
+  return {op, kind, t, peer, tag};
+}
+
+WorkPtr MpiCommunicator::isend(const Tensor& t, int dst, int tag) {
+  return p2p("isend").post({message("isend", P2POp::Kind::Send, t, dst, tag, false)}).front();
+}
+
+RecvWorkPtr MpiCommunicator::irecv(Tensor& t, int src, int tag) {
+  return p2p("irecv").post({message("irecv", P2POp::Kind::Recv, t, src, tag, false)}).front();
+}
+
+std::vector<WorkPtr> MpiCommunicator::batch_isend_irecv(const std::vector<P2POp>& ops) {
+  std::vector<P2pEngine::Message> messages;
+  messages.reserve(ops.size());
+  for (const P2POp& op : ops) {
+    messages.push_back(message("batch_isend_irecv", op.kind, op.tensor, op.peer, op.tag, true));
+  }
+  std::vector<RecvWorkPtr> works = p2p("batch_isend_irecv").post(messages);
+  return {works.begin(), works.end()};
+}
 
 void MpiCommunicator::send(const Tensor& t, int dst, int tag) {
-  check_host_tensor(t, "send");
-  check_rank(dst, size_, "send", "dst");
-  DTRAIN_CHECK(dst != rank_, "send: dst {} is this rank", dst);
-  DTRAIN_CHECK(tag >= 0, "send: tag must be >= 0, got {}", tag);
-  int count = mpi_count(t.numel(), "send");
-  thread("send").run({"send", t.nbytes(), peer(dst)}, [this, t, dst, tag, count] {
-    MPI_Request request;
-    check(MPI_Isend(t.raw_data(), count, datatype(t.dtype()), dst, tag, comm_, &request), "MPI_Isend");
-    wait_all(&request, 1, "MPI_Isend", spin_for(t.nbytes()));
-  });
+  p2p("send").post({message("send", P2POp::Kind::Send, t, dst, tag, false)}).front()->wait();
 }
 
 void MpiCommunicator::recv(Tensor& t, int src, int tag) {
-  check_host_tensor(t, "recv");
-  check_rank(src, size_, "recv", "src");
-  DTRAIN_CHECK(src != rank_, "recv: src {} is this rank", src);
-  DTRAIN_CHECK(tag >= 0, "recv: tag must be >= 0, got {}", tag);
-  int count = mpi_count(t.numel(), "recv");
-  thread("recv").run({"recv", t.nbytes(), peer(src)}, [this, t, src, tag, count] { receive_now(t, src, tag, count); });
+  p2p("recv").post({message("recv", P2POp::Kind::Recv, t, src, tag, false)}).front()->wait();
 }
 
-void MpiCommunicator::receive_now(const Tensor& t, int src, int tag, int count) {
-  // Probe first, so that a message of the wrong size is an error naming both sizes rather
-  // than a truncation.
-  MPI_Message message;
-  MPI_Status status;
-  Backoff backoff;
-  for (;;) {
-    int found = 0;
-    check(MPI_Improbe(src, tag, comm_, &found, &message, &status), "MPI_Improbe");
-    if (found) break;
-    backoff.pause();
-  }
-  MPI_Datatype type = datatype(t.dtype());
-  int incoming = 0;
-  MPI_Get_count(&status, type, &incoming);
-  if (incoming != count) {
-    int bytes = 0;
-    MPI_Get_count(&status, MPI_BYTE, &bytes);
-    std::vector<std::byte> discard(static_cast<std::size_t>(bytes));
-    MPI_Mrecv(discard.data(), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE);
-    DTRAIN_FAIL("expected {} bytes ({} x {}) from {} with tag {}, got {} bytes", t.nbytes(), count,
-                dtype_name(t.dtype()), peer(src), tag, bytes);
-  }
-  MPI_Request request;
-  check(MPI_Imrecv(t.raw_data(), count, type, &message, &request), "MPI_Imrecv");
-  wait_all(&request, 1, "MPI_Imrecv", spin_for(t.nbytes()));
-}
+// ---- synchronization --------------------------------------------------------------
 
 void MpiCommunicator::barrier() {
   thread("barrier").run({"barrier", 0, "all ranks"}, [this] {
@@ -246,13 +285,15 @@ void MpiCommunicator::barrier() {
 
 std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   DTRAIN_CHECK(color >= 0, "split: color must be >= 0, got {}", color);
-  std::shared_ptr<Communicator> child;
-  thread("split").run({"split", 0, "all ranks"}, [this, color, key, &child] {
-    MPI_Comm comm;
-    check(MPI_Comm_split(comm_, color, key, &comm), "MPI_Comm_split");
-    child = std::make_shared<MpiCommunicator>(comm, options_);
+  // The body owns what it writes: under OnTimeout::Throw this call may return (throwing)
+  // while the body still runs.
+  auto child = std::make_shared<std::shared_ptr<Communicator>>();
+  thread("split").run({"split", 0, "all ranks"}, [comm = comm_, options = options_, color, key, child] {
+    MPI_Comm split;
+    check(MPI_Comm_split(comm, color, key, &split), "MPI_Comm_split");
+    *child = std::make_shared<MpiCommunicator>(split, options);
   });
-  return child;
+  return *child;
 }
 
 }  // namespace dtrain::dist::mpi

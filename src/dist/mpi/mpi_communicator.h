@@ -1,10 +1,19 @@
 // MpiCommunicator: the Communicator over an MPI communicator, for CPU tensors. Every
-// operation runs on the communicator's CommThread, under its watchdog. all_reduce runs
+// collective runs on the communicator's CommThread, under its watchdog; all_reduce runs
 // MPI_Allreduce, the ring or the shared-memory algorithm (Auto: choose_all_reduce).
+// Messages go through the P2pEngine instead, on the same MPI communicator (the ring and
+// shared-memory algorithms use duplicates of their own, and MPI's collectives never match
+// messages), issued at once rather than queued behind the collectives.
+//
+// OnTimeout::Throw: a timeout in either part fails the other too, so the communicator
+// refuses every later call. Shutting a failed communicator down frees no MPI object (the
+// peers may be gone, and freeing is collective); a collective that still has not ended
+// one timeout later is left running with what it uses (its thread and algorithm objects).
 #pragma once
 
 #include "dist/comm_thread.h"
 #include "dist/mpi/mpi_runtime.h"
+#include "dist/mpi/p2p_engine.h"
 #include "dist/mpi/ring_allreduce.h"
 #include "dist/mpi/shm_allreduce.h"
 
@@ -34,6 +43,9 @@ class MpiCommunicator final : public Communicator, public Resource {
   void broadcast(Tensor& t, int root) override;
   void all_gather(const Tensor& in, Tensor& out) override;
   void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override;
+  WorkPtr isend(const Tensor& t, int dst, int tag) override;
+  RecvWorkPtr irecv(Tensor& t, int src, int tag) override;
+  std::vector<WorkPtr> batch_isend_irecv(const std::vector<P2POp>& ops) override;
   void send(const Tensor& t, int dst, int tag) override;
   void recv(Tensor& t, int src, int tag) override;
   void barrier() override;
@@ -47,9 +59,16 @@ class MpiCommunicator final : public Communicator, public Resource {
   CommThread& thread(const char* op);
   // Checks the arguments and returns what all_reduce runs on the comm thread.
   std::pair<OpInfo, std::function<void()>> prepare_all_reduce(const Tensor& t, ReduceOp op);
-  // The bodies that run on the comm thread.
+  // The bodies that run on the comm thread. After their blocking MPI calls they use
+  // nothing of `this` but the algorithm objects (see the failure note at the top).
   void all_reduce_now(const Tensor& t, ReduceOp op, AllReduceAlgorithm algorithm);
-  void receive_now(const Tensor& t, int src, int tag, int count);
+  // Checks one message and describes it for the P2pEngine; `in_batch` allows this rank as
+  // the peer and refuses the wildcards.
+  P2pEngine::Message message(const char* op, P2POp::Kind kind, const Tensor& t, int peer, int tag,
+                             bool in_batch) const;
+  P2pEngine& p2p(const char* op);
+  // shutdown() of a failed communicator: stops what can be stopped, frees no MPI object.
+  void abandon();
   std::string peer(int rank) const;  // "rank 3", as a rank of MPI_COMM_WORLD
   std::string waiting_for(AllReduceAlgorithm algorithm) const;
 
@@ -64,7 +83,9 @@ class MpiCommunicator final : public Communicator, public Resource {
   // Created on first use, on the comm thread (their constructors are collective).
   std::unique_ptr<RingAllReduce> ring_;
   std::unique_ptr<ShmAllReduce> shm_;
+  int tag_ub_ = 32767;  // MPI's largest tag here (MPI_TAG_UB; the standard's minimum until read)
   std::unique_ptr<CommThread> thread_;
+  std::unique_ptr<P2pEngine> p2p_;
 };
 
 }  // namespace dtrain::dist::mpi

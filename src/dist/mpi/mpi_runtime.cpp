@@ -77,9 +77,10 @@ MPI_Datatype datatype(DType dtype) {
 MPI_Op reduce_op(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum:
-    case ReduceOp::Avg: return MPI_SUM;
+    case ReduceOp::Mean: return MPI_SUM;
     case ReduceOp::Max: return MPI_MAX;
     case ReduceOp::Min: return MPI_MIN;
+    case ReduceOp::kCount: break;
   }
   DTRAIN_FAIL("dist: unknown reduce op {}", static_cast<int>(op));
 }

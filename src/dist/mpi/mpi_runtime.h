@@ -18,7 +18,7 @@ void ensure_initialized();
 void check(int rc, const char* call);
 
 MPI_Datatype datatype(DType dtype);
-MPI_Op reduce_op(ReduceOp op);  // Sum (also for Avg, which divides afterwards), Max, Min
+MPI_Op reduce_op(ReduceOp op);  // Sum (also for Mean, which divides afterwards), Max, Min
 
 // Objects holding MPI resources register here: before MPI_Finalize, the exit handler calls
 // shutdown() on those still alive.

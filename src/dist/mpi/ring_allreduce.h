@@ -22,7 +22,7 @@ class RingAllReduce {
   RingAllReduce(const RingAllReduce&) = delete;
   RingAllReduce& operator=(const RingAllReduce&) = delete;
 
-  // In place over `count` elements; op is Sum, Max or Min (Avg is the caller's division).
+  // In place over `count` elements; op is Sum, Max or Min (Mean is the caller's division).
   void run(void* data, std::size_t count, DType dtype, ReduceOp op);
 
  private:

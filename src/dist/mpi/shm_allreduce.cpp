@@ -107,7 +107,7 @@ void ShmAllReduce::run(void* data, std::size_t count, DType dtype, ReduceOp op) 
   if (!multi_host_) return;  // an average was divided in reduce_slice
   if (hosts_) hosts_->run(data, count, dtype, op);
   if (host_size_ > 1) host_broadcast(bytes, count * dtype_size(dtype));
-  if (op == ReduceOp::Avg) divide(data, count, dtype, world_size_);
+  if (op == ReduceOp::Mean) divide(data, count, dtype, world_size_);
 }
 
 void ShmAllReduce::host_all_reduce(std::byte* data, std::size_t count, DType dtype, ReduceOp op) {
@@ -156,7 +156,7 @@ void ShmAllReduce::reduce_slice(std::byte* chunk, std::size_t chunk_count, std::
     }
     // One host: this sum is final, so average it here, in cache. Across hosts the host
     // leaders still have to add the other hosts' sums: run() divides at the end.
-    if (op == ReduceOp::Avg && !multi_host_) divide(acc, len, dtype, host_size_);
+    if (op == ReduceOp::Mean && !multi_host_) divide(acc, len, dtype, host_size_);
     std::memcpy(mine + b * esize, acc, len * esize);
   }
 }

@@ -35,7 +35,7 @@ class ShmAllReduce {
   ShmAllReduce(const ShmAllReduce&) = delete;
   ShmAllReduce& operator=(const ShmAllReduce&) = delete;
 
-  // In place over `count` elements; op is Sum, Avg, Max or Min. On one host each rank
+  // In place over `count` elements; op is Sum, Mean, Max or Min. On one host each rank
   // divides its own reduced slice while it is still in cache, so an average costs no
   // extra pass over the data.
   void run(void* data, std::size_t count, DType dtype, ReduceOp op);

@@ -4,7 +4,7 @@
 // contiguous, so channel c is N planes of S values. Forward reads x twice (mean, then the
 // centred sum of squares, which stays accurate where E[x^2] - E[x]^2 would cancel) and
 // writes y once; backward reads grad_y and x twice and writes grad_x once.
-#include "core/cuda/device_guard.h"
+#include "dtrain/core/cuda/device_guard.h"
 #include "tensor/cuda/cuda_backend.h"
 
 #include <algorithm>

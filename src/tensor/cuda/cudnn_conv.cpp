@@ -7,7 +7,7 @@
 // deterministic algorithms so that a run repeats bit for bit as on the CPU. f32 uses only
 // FMA kernels unless TF32 is allowed (tf32.h): cuDNN's default math would let Ampere and
 // later GPUs round f32 convolutions to TF32. Workspace comes from the device's block cache.
-#include "core/cuda/device_guard.h"
+#include "dtrain/core/cuda/device_guard.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/library_check.h"
 #include "tensor/cuda/tf32.h"

@@ -2,7 +2,7 @@
 // optimizer updates, mirroring cpu/elementwise.cpp: the math is the functors of
 // functors.h (host-device), the iteration is strided_kernel.cuh; this file only chooses
 // element types.
-#include "core/cuda/device_guard.h"
+#include "dtrain/core/cuda/device_guard.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/strided_kernel.cuh"
 #include "tensor/functors.h"

@@ -13,7 +13,7 @@
 // parallel (an embedding's gradient gathers many tokens into few rows). With repeated
 // indices the floating sums then come in no fixed order: results may differ from the
 // CPU's, and from run to run, in the last bits. Integer sums are exact.
-#include "core/cuda/device_guard.h"
+#include "dtrain/core/cuda/device_guard.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/kernel_utils.cuh"
 #include "tensor/kernel_layout.h"

@@ -1,5 +1,5 @@
 // DTRAIN_CUBLAS_CHECK(call) and DTRAIN_CUDNN_CHECK(call): the cuBLAS and cuDNN
-// counterparts of DTRAIN_CUDA_CHECK (core/cuda/check.h). A failed status becomes a
+// counterparts of DTRAIN_CUDA_CHECK (dtrain/core/cuda/check.h). A failed status becomes a
 // dtrain::Error naming the call, the status and the library's message; nothing exits.
 #pragma once
 

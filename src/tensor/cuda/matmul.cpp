@@ -5,7 +5,7 @@
 // dimension, and a transposed view (unit row stride) as 'T' with its column stride. As
 // on the CPU (cpu/matmul.cpp), operands are read in place with any batch stride, 0 for a
 // broadcast included, and copied only when neither of their last two dims is unit-stride.
-#include "core/cuda/device_guard.h"
+#include "dtrain/core/cuda/device_guard.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/library_check.h"
 #include "tensor/cuda/tf32.h"

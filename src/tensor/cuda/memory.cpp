@@ -4,8 +4,8 @@
 // pinned memory do not wait: on the compute stream (copy_from_host_async) or on a copy
 // stream beside it (copy_from_host_beside, for Upload); either keeps its source alive
 // until its event completes.
-#include "core/cuda/check.h"
-#include "core/cuda/device_guard.h"
+#include "dtrain/core/cuda/check.h"
+#include "dtrain/core/cuda/device_guard.h"
 #include "tensor/cuda/cuda_backend.h"
 
 #include <spdlog/spdlog.h>

@@ -3,7 +3,7 @@
 // blocks are cached like device memory. A block in the cache is never still being read by a
 // copy: an asynchronous upload keeps its source storage alive until the copy is done
 // (CudaBackend::queue_upload), and only then is the block freed into the cache.
-#include "core/cuda/check.h"
+#include "dtrain/core/cuda/check.h"
 #include "dtrain/core/environment.h"
 #include "tensor/backend.h"
 #include "tensor/caching_allocator.h"

@@ -6,7 +6,7 @@
 // atomics and match the CPU bit for bit. Max backward has only the indices, no window
 // geometry, so it scatters with atomicAdd: where windows overlap (stride < kernel) the
 // adds to one element land in any order, which changes only the rounding.
-#include "core/cuda/device_guard.h"
+#include "dtrain/core/cuda/device_guard.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/kernel_utils.cuh"
 #include "tensor/kernel_layout.h"

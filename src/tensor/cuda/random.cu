@@ -6,7 +6,7 @@
 //
 // nvcc fuses a multiply followed by an add into one fma, which rounds once where the CPU
 // rounds twice; the draws spell those steps with explicitly rounded intrinsics instead.
-#include "core/cuda/device_guard.h"
+#include "dtrain/core/cuda/device_guard.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/kernel_utils.cuh"
 #include "tensor/philox.h"

@@ -14,7 +14,7 @@
 // are too few outputs to fill the GPU, the reduced range is cut into `splits` chunks
 // (gridDim.y), whose accumulators a second kernel merges in order. The schedule depends
 // only on the shapes, so results are reproducible run to run.
-#include "core/cuda/device_guard.h"
+#include "dtrain/core/cuda/device_guard.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/kernel_utils.cuh"
 #include "tensor/cuda/offset_calculator.h"

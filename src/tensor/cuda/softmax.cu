@@ -10,7 +10,7 @@
 // tree. For the last dim (inner == 1) the lanes run along threadIdx.x, reading a row's
 // contiguous elements together; otherwise the rows do, since neighbouring rows (columns
 // c, c + 1) are neighbours in memory.
-#include "core/cuda/device_guard.h"
+#include "dtrain/core/cuda/device_guard.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/kernel_utils.cuh"
 #include "tensor/functors.h"

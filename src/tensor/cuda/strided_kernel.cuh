@@ -5,7 +5,7 @@
 // (a grid-stride loop covers any size), its operands located by offset_calculator.h.
 #pragma once
 
-#include "core/cuda/check.h"
+#include "dtrain/core/cuda/check.h"
 #include "dtrain/tensor/tensor.h"
 #include "tensor/cuda/offset_calculator.h"
 

@@ -1,6 +1,6 @@
 // DTRAIN_CUDA_CHECK turns a CUDA status into a dtrain::Error naming the call and the
 // error; runs without a device (it needs only the runtime library).
-#include "core/cuda/check.h"
+#include "dtrain/core/cuda/check.h"
 
 #include "dtrain/core/error.h"
 

@@ -1,7 +1,7 @@
 // A program outside the dtrain tree, built against an installed dtrain through
-// find_package(dtrain): one training step of a small MLP.
-#include "dtrain/layers/models.h"
-#include "dtrain/optim/sgd.h"
+// find_package(dtrain): one training step of a small MLP. It includes the umbrella header,
+// so the installed headers are known to be complete and to compile together.
+#include "dtrain/dtrain.h"
 
 #include <cstdio>
 

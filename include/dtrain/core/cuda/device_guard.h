@@ -1,8 +1,9 @@
 // Makes a CUDA device current for a scope and restores the previous one, so that a call
 // on cuda:1 neither runs on nor leaves behind the wrong device for the caller's thread.
+// For CUDA-built translation units only, like dtrain/core/cuda/check.h.
 #pragma once
 
-#include "core/cuda/check.h"
+#include "dtrain/core/cuda/check.h"
 
 namespace dtrain::cuda {
 

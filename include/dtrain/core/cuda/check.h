@@ -1,6 +1,8 @@
 // DTRAIN_CUDA_CHECK(call): every CUDA runtime status becomes a dtrain::Error naming the
-// call, the error's name and code and the runtime's message; nothing exits. Private to
-// the layers (src/), since it needs the CUDA toolkit's headers.
+// call, the error's name and code and the runtime's message; nothing exits.
+// For CUDA-built translation units only (the files under cuda/ folders): it includes the
+// CUDA runtime's headers, which a CPU-only build or consumer does not have, and so is not
+// in dtrain/dtrain.h. A consumer that includes it links CUDA::cudart itself.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,0 +1,49 @@
+// DataParallelStrategy: synchronous data parallelism as a Strategy. Every rank of the
+// communicator holds a replica (dist::DataParallel: rank 0's state broadcast, gradients
+// averaged by bucketed all-reduce overlapped with backward), reads shard `rank` of
+// `size` of the data, and takes the same update. Under gradient accumulation the
+// micro-batches before an update's last run inside no_sync(), so only the last backward
+// communicates. Evaluation sums are all-reduced.
+#pragma once
+
+#include "dtrain/dist/data_parallel.h"
+#include "dtrain/dist/strategy.h"
+
+namespace dtrain::dist {
+
+struct DataParallelStrategyOptions {
+  DataParallelOptions data_parallel = {};
+  // Replace BatchNorm layers by SyncBatchNorm (statistics over the global batch).
+  bool sync_batch_norm = false;
+};
+
+class DataParallelStrategy final : public Strategy {
+ public:
+  // `comm`: the replicas (normally dist::world()). For a model on CUDA, DataParallel builds
+  // an NCCL communicator over it for the gradients.
+  DataParallelStrategy(CommunicatorPtr comm, Device device, DataParallelStrategyOptions options = {});
+
+  std::string name() const override { return "data_parallel"; }
+  std::shared_ptr<nn::Module> prepare(std::shared_ptr<nn::Module> model) override;
+  Shard data_shard() const override { return {comm_->rank(), comm_->size()}; }
+  bool reports() const override { return comm_->rank() == 0; }
+  void reduce_sums(Tensor& sums) override;
+  std::optional<double> replica_divergence() override;
+  nn::StateDict checkpoint_state() const override;
+
+  // The wrapper, after prepare().
+  DataParallel& data_parallel();
+  const CommunicatorPtr& communicator() const { return comm_; }
+
+ protected:
+  void forward_backward(const MicroBatch& batch, double weight, bool last, const StepConfig& config,
+                        StepStats& stats) override;
+  void exchange_gradients() override;
+
+ private:
+  CommunicatorPtr comm_;
+  DataParallelStrategyOptions options_;
+  std::unique_ptr<DataParallel> ddp_;
+};
+
+}  // namespace dtrain::dist

@@ -1,0 +1,75 @@
+// Every public dtrain header, for programs that want the whole library in one include.
+// The layers' own code never includes this (tools/check_layering.py forbids it: it reaches
+// every layer). By layer, bottom up:
+//   core      Device, Error and the checks, environment, logging, the thread pool
+//   tensor    Tensor, Storage, shapes, dtypes (f16/bf16), ops, the device stream, Upload
+//   autograd  Variable, differentiable functions, autocast, gradient checks
+//   layers    Module, Sequential, the layers, init, ready-made models
+//   optim     Optimizer, SGD, Adam/AdamW, LR schedules, gradient clipping, loss scaling
+//   data      Dataset, MNIST, Subset, TensorDataset, samplers, DataLoader
+//   dist      Communicator, NCCL, DataParallel, Strategy, SyncBatchNorm
+//   train     Trainer (the training loop), progress, metrics log
+// Left out: dtrain/core/cuda/ (CUDA helpers that need the CUDA toolkit's headers). The
+// lint test layering.umbrella fails when a public header is missing here.
+#pragma once
+
+#include "dtrain/config.h"
+
+#include "dtrain/core/device.h"
+#include "dtrain/core/environment.h"
+#include "dtrain/core/error.h"
+#include "dtrain/core/host_device.h"
+#include "dtrain/core/log.h"
+#include "dtrain/core/parallel.h"
+
+#include "dtrain/tensor/dtype.h"
+#include "dtrain/tensor/half.h"
+#include "dtrain/tensor/ops.h"
+#include "dtrain/tensor/shape.h"
+#include "dtrain/tensor/storage.h"
+#include "dtrain/tensor/stream.h"
+#include "dtrain/tensor/tensor.h"
+#include "dtrain/tensor/upload.h"
+
+#include "dtrain/autograd/autocast.h"
+#include "dtrain/autograd/functions.h"
+#include "dtrain/autograd/grad_check.h"
+#include "dtrain/autograd/variable.h"
+
+#include "dtrain/layers/activation.h"
+#include "dtrain/layers/conv.h"
+#include "dtrain/layers/embedding.h"
+#include "dtrain/layers/init.h"
+#include "dtrain/layers/layers.h"
+#include "dtrain/layers/linear.h"
+#include "dtrain/layers/models.h"
+#include "dtrain/layers/module.h"
+#include "dtrain/layers/normalization.h"
+#include "dtrain/layers/pooling.h"
+#include "dtrain/layers/sequential.h"
+
+#include "dtrain/optim/adam.h"
+#include "dtrain/optim/clip_grad.h"
+#include "dtrain/optim/loss_scaler.h"
+#include "dtrain/optim/lr_schedule.h"
+#include "dtrain/optim/optimizer.h"
+#include "dtrain/optim/sgd.h"
+
+#include "dtrain/data/dataloader.h"
+#include "dtrain/data/dataset.h"
+#include "dtrain/data/distributed_sampler.h"
+#include "dtrain/data/mnist.h"
+#include "dtrain/data/sampler.h"
+#include "dtrain/data/subset.h"
+#include "dtrain/data/tensor_dataset.h"
+
+#include "dtrain/dist/communicator.h"
+#include "dtrain/dist/data_parallel.h"
+#include "dtrain/dist/data_parallel_strategy.h"
+#include "dtrain/dist/nccl.h"
+#include "dtrain/dist/strategy.h"
+#include "dtrain/dist/sync_batch_norm.h"
+
+#include "dtrain/train/metrics_log.h"
+#include "dtrain/train/progress.h"
+#include "dtrain/train/trainer.h"

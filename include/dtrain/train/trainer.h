@@ -1,0 +1,150 @@
+// Trainer: the one training loop, for every distribution strategy. It owns what every
+// trainer program needs: this rank's data loaders (its strategy's shard of each dataset),
+// the epoch loop, the learning rate per global update, gradient accumulation, clipping,
+// mixed precision and the loss scaler, sharded evaluation, progress, JSON-lines metrics,
+// target accuracy, and callbacks at step and epoch boundaries (where checkpoints and
+// TensorBoard hook in). How a step is distributed is the strategy's business.
+//
+//   auto strategy = dist::default_strategy(dist::world(), device);
+//   auto model = strategy->prepare(nn::lenet_cnn());
+//   optim::SGD sgd(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+//   train::Trainer trainer(strategy, {.train = train_set, .test = test_set, .batch_size = 64},
+//                          {.epochs = 3});
+//   auto schedule = optim::CosineLr(0.05, trainer.updates_per_epoch() * 3);
+//   train::FitResult r = trainer.fit(sgd, &schedule);
+//
+// Step statistics (loss, correct count) are accumulated on the model's device; on a GPU
+// they are read only when the progress line is due and at the end of an epoch, so a step
+// queues its kernels without waiting for the previous one.
+#pragma once
+
+#include "dtrain/data/dataloader.h"
+#include "dtrain/dist/strategy.h"
+#include "dtrain/optim/loss_scaler.h"
+#include "dtrain/optim/lr_schedule.h"
+#include "dtrain/train/metrics_log.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dtrain::train {
+
+struct TrainerData {
+  std::shared_ptr<const data::Dataset> train;
+  std::shared_ptr<const data::Dataset> test;  // may be null: no evaluation
+  // Samples per optimizer update over all ranks; split into shards x accumulate equal
+  // micro-batches (an error otherwise).
+  std::int64_t batch_size = 64;
+  std::int64_t eval_batch_size = 500;  // per rank
+  std::uint64_t seed = 1;              // the training order of every epoch
+  int workers = 1;                     // loader threads per rank
+};
+
+struct TrainerOptions {
+  int epochs = 1;
+  int accumulate = 1;  // micro-batches per optimizer update (gradient accumulation)
+  double clip_grad_norm = 0;
+  double label_smoothing = 0;  // training loss only
+  std::optional<DType> autocast = std::nullopt;
+  // Dynamic loss scaling (for f16); disabled by default.
+  optim::LossScalerOptions loss_scaler = {.enabled = false};
+  // > 0: stop after the first epoch whose test accuracy reaches it (every rank stops, since
+  // every rank sees the same all-reduced accuracy).
+  double target_accuracy = 0;
+  bool check_replicas = false;  // report the replicas' largest difference after each epoch
+  std::filesystem::path metrics = {};  // JSON lines, written by the reporting rank
+  bool verbose = true;                 // progress and epoch lines on the reporting rank
+  std::FILE* out = stdout;
+};
+
+// What one epoch did, as the reporting rank prints it.
+struct EpochSummary {
+  int epoch = 0;  // 1-based
+  double train_loss = 0;      // mean over this rank's updates with a finite loss
+  double train_accuracy = 0;  // on this rank's samples
+  double test_loss = 0;       // over the whole test set (all shards)
+  double test_accuracy = 0;
+  std::int64_t samples = 0;   // over all shards
+  std::int64_t updates = 0;
+  double samples_per_s = 0;   // over all shards
+  double seconds = 0;
+  std::optional<double> replica_divergence = std::nullopt;
+};
+
+struct FitResult {
+  std::vector<EpochSummary> epochs;
+  double test_accuracy = 0;  // after the last epoch run
+  bool reached_target = false;
+  double seconds = 0;  // from the first step to the end of the last evaluation
+};
+
+// At the end of each optimizer update. `stats` is on the device: reading it waits.
+struct StepEvent {
+  int epoch = 0;                 // 1-based
+  std::int64_t step = 0;         // update within the epoch, 1-based
+  std::int64_t global_step = 0;  // updates since the start, 1-based
+  double lr = 0;
+  const dist::StepStats* stats = nullptr;
+};
+
+// Sums (not means) over every shard.
+struct EvalResult {
+  double loss_sum = 0;
+  std::int64_t correct = 0;
+  std::int64_t samples = 0;
+  double loss() const { return samples ? loss_sum / static_cast<double>(samples) : 0; }
+  double accuracy() const { return samples ? static_cast<double>(correct) / static_cast<double>(samples) : 0; }
+};
+
+class Trainer {
+ public:
+  // The strategy must have prepared its model. Builds this rank's loaders; throws when the
+  // batch does not split into shards x accumulate micro-batches or an option is invalid.
+  Trainer(std::shared_ptr<dist::Strategy> strategy, TrainerData data, TrainerOptions options);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  std::int64_t updates_per_epoch() const;
+  std::int64_t micro_batch_size() const { return micro_batch_; }  // per rank
+
+  void on_step_end(std::function<void(const StepEvent&)> callback);
+  void on_epoch_end(std::function<void(const EpochSummary&)> callback);
+
+  // Trains for options.epochs (or until the target accuracy), evaluating after each epoch
+  // when there is a test set. `schedule` gives the learning rate of each global update
+  // (null keeps the optimizer's). The optimizer must be over the strategy's module.
+  FitResult fit(optim::Optimizer& optimizer, const optim::LrSchedule* schedule = nullptr);
+  // The test set's sums over all shards (collective), in eval mode without gradients.
+  EvalResult evaluate();
+
+  optim::LossScaler& scaler() { return scaler_; }
+  dist::Strategy& strategy() { return *strategy_; }
+
+ private:
+  EpochSummary train_epoch(optim::Optimizer& optimizer, const optim::LrSchedule* schedule, int epoch);
+  void report(const EpochSummary& summary) const;
+
+  std::shared_ptr<dist::Strategy> strategy_;
+  TrainerData data_;
+  TrainerOptions options_;
+  std::int64_t micro_batch_ = 0;
+  std::unique_ptr<data::DataLoader> train_loader_, test_loader_;
+  std::unique_ptr<MetricsLog> metrics_;  // on the reporting rank, when options.metrics is set
+  optim::LossScaler scaler_;
+  dist::StepConfig train_config_, eval_config_;
+  std::vector<std::function<void(const StepEvent&)>> step_callbacks_;
+  std::vector<std::function<void(const EpochSummary&)>> epoch_callbacks_;
+  std::int64_t global_step_ = 0;
+};
+
+// Number of rows of `logits` (N, C) whose argmax equals `labels` (N), as an i64 scalar on
+// the logits' device.
+Tensor count_correct(const Tensor& logits, const Tensor& labels);
+
+}  // namespace dtrain::train

@@ -1,0 +1,280 @@
+#include "dtrain/train/trainer.h"
+
+#include "dtrain/data/distributed_sampler.h"
+#include "dtrain/data/subset.h"
+#include "dtrain/tensor/upload.h"
+#include "dtrain/train/progress.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+
+namespace dtrain::train {
+
+Tensor count_correct(const Tensor& logits, const Tensor& labels) {
+  return sum(eq(argmax(logits, 1), labels.to(DType::i64)).to(DType::i64));
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// An epoch's running sums, kept on the model's device so that adding a step's numbers
+// never waits for the step. A non-finite loss adds 0 and is counted apart: with a loss
+// scaler that is a skipped step, without one it is divergence.
+class RunningSums {
+ public:
+  explicit RunningSums(Device device)
+      : loss_sum_(Tensor::zeros({}, {DType::f64, device})),
+        finite_(Tensor::zeros({}, {DType::i64, device})),
+        correct_(Tensor::zeros({}, {DType::i64, device})),
+        zero_(Tensor::zeros({}, {DType::f64, device})) {}
+
+  void add(const dist::StepStats& s) {
+    ++updates_;
+    samples_ += s.samples;
+    if (s.correct.defined()) correct_ = dtrain::add(correct_, s.correct);
+    if (!s.loss.defined()) return;
+    const Tensor loss = s.loss.to(DType::f64);
+    const Tensor finite = eq(mul(loss, 0.0), zero_);  // inf * 0 and NaN * 0 are NaN
+    loss_sum_ = dtrain::add(loss_sum_, where(finite, loss, zero_));
+    finite_ = dtrain::add(finite_, finite.to(DType::i64));
+    has_loss_ = true;
+  }
+
+  // Reading waits for the device.
+  std::int64_t finite_updates() const { return has_loss_ ? finite_.item<std::int64_t>() : 0; }
+  std::int64_t nonfinite_updates() const { return has_loss_ ? updates_ - finite_updates() : 0; }
+  double mean_loss() const {
+    const std::int64_t n = finite_updates();
+    return n > 0 ? loss_sum_.item() / static_cast<double>(n) : 0;
+  }
+  double accuracy() const {
+    return samples_ > 0 ? static_cast<double>(correct_.item<std::int64_t>()) / static_cast<double>(samples_) : 0;
+  }
+  std::int64_t samples() const { return samples_; }
+  std::int64_t updates() const { return updates_; }
+
+ private:
+  Tensor loss_sum_, finite_, correct_, zero_;
+  std::int64_t updates_ = 0, samples_ = 0;
+  bool has_loss_ = false;
+};
+
+// A batch whose upload to the device was queued ahead of the step that uses it: on a GPU
+// the copy overlaps the previous step's kernels (upload.h); on the CPU it is the batch.
+struct Staged {
+  Upload inputs, targets;
+  Staged(const data::Batch& b, Device device) : inputs(b.inputs, device), targets(b.targets, device) {}
+};
+
+}  // namespace
+
+Trainer::Trainer(std::shared_ptr<dist::Strategy> strategy, TrainerData data, TrainerOptions options)
+    : strategy_(std::move(strategy)), data_(std::move(data)), options_(std::move(options)),
+      scaler_(options_.loss_scaler) {
+  DTRAIN_CHECK(strategy_ != nullptr, "Trainer: no strategy given");
+  strategy_->module();  // prepared
+  DTRAIN_CHECK(data_.train != nullptr, "Trainer: no training set given");
+  DTRAIN_CHECK(options_.epochs >= 1, "Trainer: epochs must be >= 1, got {}", options_.epochs);
+  DTRAIN_CHECK(options_.accumulate >= 1, "Trainer: accumulate must be >= 1, got {}", options_.accumulate);
+  DTRAIN_CHECK(data_.eval_batch_size >= 1, "Trainer: eval_batch_size must be >= 1, got {}", data_.eval_batch_size);
+  const dist::Strategy::Shard shard = strategy_->data_shard();
+  const std::int64_t parts = static_cast<std::int64_t>(shard.count) * options_.accumulate;
+  DTRAIN_CHECK(data_.batch_size >= parts && data_.batch_size % parts == 0,
+               "batch size {}: must be divisible by the {} ranks x {} accumulation steps", data_.batch_size,
+               shard.count, options_.accumulate);
+  micro_batch_ = data_.batch_size / parts;
+
+  const bool pin = strategy_->device().is_cuda();  // batches upload while the GPU computes
+  auto sampler = std::make_shared<data::DistributedSampler>(data_.train->size(), shard.index, shard.count, data_.seed);
+  train_loader_ = std::make_unique<data::DataLoader>(
+      data_.train, data::DataLoaderOptions{.batch_size = micro_batch_, .workers = data_.workers, .pin_memory = pin},
+      sampler);
+  if (data_.test) {
+    test_loader_ = std::make_unique<data::DataLoader>(
+        data::Subset::shard(data_.test, shard.index, shard.count),
+        data::DataLoaderOptions{.batch_size = data_.eval_batch_size, .workers = data_.workers, .pin_memory = pin});
+  }
+  if (strategy_->reports() && !options_.metrics.empty()) metrics_ = std::make_unique<MetricsLog>(options_.metrics);
+
+  const double smoothing = options_.label_smoothing;
+  train_config_ = {.loss = [smoothing](const Variable& out, const Tensor& y) { return cross_entropy(out, y, smoothing); },
+                   .correct = count_correct,
+                   .autocast = options_.autocast,
+                   .scaler = scaler_.enabled() ? &scaler_ : nullptr,
+                   .clip_grad_norm = options_.clip_grad_norm};
+  eval_config_ = {.loss = [](const Variable& out, const Tensor& y) { return cross_entropy(out, y); },
+                  .correct = count_correct,
+                  .autocast = options_.autocast};
+}
+
+Trainer::~Trainer() = default;
+
+std::int64_t Trainer::updates_per_epoch() const {
+  // A last, shorter update takes the micro-batches that are left.
+  return (train_loader_->num_batches() + options_.accumulate - 1) / options_.accumulate;
+}
+
+void Trainer::on_step_end(std::function<void(const StepEvent&)> callback) {
+  step_callbacks_.push_back(std::move(callback));
+}
+
+void Trainer::on_epoch_end(std::function<void(const EpochSummary&)> callback) {
+  epoch_callbacks_.push_back(std::move(callback));
+}
+
+EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSchedule* schedule, int epoch) {
+  const auto start = Clock::now();
+  nn::Module& model = strategy_->module();
+  model.train();
+  const Device device = strategy_->device();
+  const std::int64_t updates = updates_per_epoch();
+  const int shards = strategy_->data_shard().count;
+  const bool unscaled = train_config_.scaler == nullptr;
+  // On the CPU reading a step's loss costs nothing, so divergence stops the very step; on a
+  // GPU the sums are read only when the progress line is due and at the end.
+  const bool read_each_step = device.is_cpu();
+  Progress progress(fmt::format("epoch {}/{}", epoch, options_.epochs), updates,
+                    options_.verbose && strategy_->reports(), options_.out);
+  progress.set_sample_scale(shards);
+  RunningSums sums(device);
+  train_loader_->set_epoch(epoch - 1);
+
+  auto it = train_loader_->begin();
+  const auto end = train_loader_->end();
+  std::optional<Staged> next;
+  if (it != end) next.emplace(*it, device);
+  std::vector<Staged> staged;
+  std::vector<dist::MicroBatch> micro;
+  double shown_loss = 0;
+  while (next) {
+    staged.push_back(std::move(*next));
+    next.reset();
+    if (++it != end) next.emplace(*it, device);  // queued before this step's kernels
+    if (next && static_cast<int>(staged.size()) < options_.accumulate) continue;
+
+    micro.clear();
+    for (Staged& s : staged) micro.push_back({s.inputs.get(), s.targets.get()});
+    if (schedule) optimizer.set_lr(schedule->lr_at(global_step_));
+    const dist::StepStats stats = strategy_->train_step(micro, optimizer, train_config_);
+    staged.clear();
+    ++global_step_;
+    sums.add(stats);
+    const std::int64_t step = sums.updates();
+    DTRAIN_CHECK(!unscaled || !stats.grad_norm || std::isfinite(*stats.grad_norm),
+                 "training diverged at step {}: gradient norm {} (lower the learning rate?)", global_step_,
+                 *stats.grad_norm);
+    if (stats.loss.defined() && (read_each_step || progress.due(step) || step == updates)) {
+      shown_loss = stats.loss.item();
+      DTRAIN_CHECK(!unscaled || sums.nonfinite_updates() == 0,
+                   "training diverged {} step {}: loss {} (lower the learning rate?)",
+                   read_each_step ? "at" : "by", global_step_, shown_loss);
+    }
+    progress.update(step, shown_loss, stats.samples);
+    for (const auto& callback : step_callbacks_) {
+      callback({.epoch = epoch, .step = step, .global_step = global_step_, .lr = optimizer.lr(), .stats = &stats});
+    }
+  }
+  progress.finish();
+
+  EpochSummary summary;
+  summary.epoch = epoch;
+  summary.train_loss = sums.mean_loss();
+  summary.train_accuracy = sums.accuracy();
+  summary.updates = sums.updates();
+  summary.samples = sums.samples() * shards;
+  summary.seconds = seconds_since(start);
+  summary.samples_per_s = summary.seconds > 0 ? static_cast<double>(summary.samples) / summary.seconds : 0;
+  return summary;
+}
+
+EvalResult Trainer::evaluate() {
+  DTRAIN_CHECK(test_loader_ != nullptr, "Trainer: evaluate() needs a test set");
+  nn::Module& model = strategy_->module();
+  const bool was_training = model.is_training();
+  model.eval();
+  NoGradGuard no_grad;
+  const Device device = strategy_->device();
+  Tensor loss_sum = Tensor::zeros({}, {DType::f64, device});
+  Tensor correct = Tensor::zeros({}, {DType::i64, device});
+  std::int64_t samples = 0;
+  for (const data::Batch& batch : *test_loader_) {
+    const dist::MicroBatch b{batch.inputs.to(device, /*non_blocking=*/true),
+                             batch.targets.to(device, /*non_blocking=*/true)};
+    const dist::EvalSums s = strategy_->eval_step(b, eval_config_);
+    if (s.loss_sum.defined()) loss_sum = add(loss_sum, s.loss_sum);
+    if (s.correct.defined()) correct = add(correct, s.correct);
+    samples += s.samples;
+  }
+  model.train(was_training);
+  // One read per evaluation, then the sums of every shard.
+  Tensor totals = Tensor::from_vector<double>(
+      {loss_sum.item(), static_cast<double>(correct.item<std::int64_t>()), static_cast<double>(samples)}, {3});
+  strategy_->reduce_sums(totals);
+  const auto v = totals.to_vector<double>();
+  return {v[0], static_cast<std::int64_t>(v[1]), static_cast<std::int64_t>(v[2])};
+}
+
+void Trainer::report(const EpochSummary& s) const {
+  if (!strategy_->reports()) return;
+  if (options_.verbose) {
+    std::string test = test_loader_ ? fmt::format(", test loss {:.4f}, test accuracy {:.2f}%", s.test_loss,
+                                                  100 * s.test_accuracy)
+                                    : "";
+    std::string replicas =
+        s.replica_divergence ? fmt::format(", replica max diff {:.3g}", *s.replica_divergence) : "";
+    fmt::print(options_.out, "epoch {}/{}: train loss {:.4f}, train accuracy {:.2f}%{}, {:.0f} samples/s, {:.1f} s{}\n",
+               s.epoch, options_.epochs, s.train_loss, 100 * s.train_accuracy, test, s.samples_per_s, s.seconds,
+               replicas);
+    std::fflush(options_.out);
+  }
+  if (!metrics_) return;
+  std::vector<std::pair<std::string, double>> values{{"epoch", s.epoch},
+                                                     {"train_loss", s.train_loss},
+                                                     {"train_accuracy", s.train_accuracy}};
+  if (test_loader_) values.insert(values.end(), {{"test_loss", s.test_loss}, {"test_accuracy", s.test_accuracy}});
+  values.insert(values.end(), {{"samples_per_s", s.samples_per_s}, {"seconds", s.seconds}});
+  if (s.replica_divergence) values.emplace_back("replica_max_diff", *s.replica_divergence);
+  metrics_->write("epoch", values);
+}
+
+FitResult Trainer::fit(optim::Optimizer& optimizer, const optim::LrSchedule* schedule) {
+  FitResult result;
+  // Time to accuracy runs from the first step to the end of the evaluation that reached
+  // the target: evaluation is part of knowing that it was reached.
+  const auto start = Clock::now();
+  for (int epoch = 1; epoch <= options_.epochs; ++epoch) {
+    EpochSummary summary = train_epoch(optimizer, schedule, epoch);
+    if (test_loader_) {
+      const EvalResult e = evaluate();
+      summary.test_loss = e.loss();
+      summary.test_accuracy = e.accuracy();
+    }
+    if (options_.check_replicas) summary.replica_divergence = strategy_->replica_divergence();
+    report(summary);
+    for (const auto& callback : epoch_callbacks_) callback(summary);
+    result.epochs.push_back(summary);
+    result.test_accuracy = summary.test_accuracy;
+    // Every rank has the same all-reduced accuracy, so all of them stop together.
+    result.reached_target = options_.target_accuracy > 0 && summary.test_accuracy >= options_.target_accuracy;
+    if (result.reached_target) break;
+  }
+  result.seconds = seconds_since(start);
+  if (strategy_->reports() && options_.verbose) {
+    if (test_loader_) fmt::print(options_.out, "final test accuracy: {:.2f}%\n", 100 * result.test_accuracy);
+    if (options_.target_accuracy > 0) {
+      fmt::print(options_.out, "{} {:.2f}% test accuracy {} {} epoch(s){} {:.1f} s\n",
+                 result.reached_target ? "reached" : "did not reach", 100 * options_.target_accuracy,
+                 result.reached_target ? "after" : "in", result.epochs.size(), result.reached_target ? " in" : ",",
+                 result.seconds);
+    }
+    std::fflush(options_.out);
+  }
+  return result;
+}
+
+}  // namespace dtrain::train

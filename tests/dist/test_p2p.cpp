@@ -1,0 +1,330 @@
+// Point-to-point messages (isend/irecv/batch_isend_irecv) at any world size: 1 (the local
+// communicator: no peer, but a batch to itself) and 2 or 4 under mpirun. As in
+// test_communicator.cpp, every message of a test is exchanged before its checks, so that a
+// failing check on one rank cannot leave another waiting.
+#include "dtrain/dist/communicator.h"
+#include "support/test_support.h"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <thread>
+#include <vector>
+
+using namespace dtrain;
+using namespace std::chrono_literals;
+using dist::CommunicatorPtr;
+using dist::P2POp;
+using Catch::Matchers::Contains;
+
+namespace {
+
+CommunicatorPtr comm() {
+  static CommunicatorPtr c = dist::world({.timeout = std::chrono::seconds(60)});
+  return c;
+}
+
+// What `rank` sends with `tag`: its length depends on the tag, so that a message that met
+// the wrong receive would fail on its size, and its values on both.
+Tensor payload(int rank, int tag, std::int64_t n) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    v[static_cast<std::size_t>(i)] = static_cast<float>(rank * 1000 + tag * 10 + i % 7);
+  }
+  return Tensor::from_vector(v, {n});
+}
+
+std::int64_t length_for(int tag) { return 3 + 2 * tag; }
+
+void require_equal(const Tensor& actual, const Tensor& expected) {
+  REQUIRE(actual.shape() == expected.shape());
+  std::vector<float> a = actual.to_vector<float>(), b = expected.to_vector<float>();
+  auto [pa, pb] = std::mismatch(a.begin(), a.end(), b.begin());
+  if (pa != a.end()) FAIL("element " << (pa - a.begin()) << " of " << a.size() << ": " << *pa << " vs " << *pb);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+TEST_CASE("isend and irecv pair up by tag, in whatever order they are issued and waited on", "[cpu][dist]") {
+  CommunicatorPtr c = comm();
+  const int n = c->size();
+  if (n == 1) {
+    Tensor t = Tensor::zeros({3});
+    CHECK_THROWS_WITH(c->isend(t, 0), Contains("isend: no peer"));
+    CHECK_THROWS_WITH(c->irecv(t, dist::kAnySource), Contains("irecv: no peer"));
+    return;
+  }
+  const int right = (c->rank() + 1) % n, left = (c->rank() + n - 1) % n;
+  constexpr int kTags = 6;
+  constexpr int kRepeated = 7;  // a tag sent three times: those must arrive in order
+  std::vector<Tensor> received(kTags);
+  std::vector<dist::RecvWorkPtr> receives(kTags);
+  // Receives in reverse tag order, sends in tag order, then three messages with one tag.
+  for (int tag = kTags - 1; tag >= 0; --tag) {
+    received[static_cast<std::size_t>(tag)] = Tensor::zeros({length_for(tag)});
+    receives[static_cast<std::size_t>(tag)] = c->irecv(received[static_cast<std::size_t>(tag)], left, tag);
+  }
+  std::vector<dist::WorkPtr> sends;
+  std::vector<Tensor> outgoing;  // alive until the sends are waited on
+  for (int tag = 0; tag < kTags; ++tag) {
+    outgoing.push_back(payload(c->rank(), tag, length_for(tag)));
+    sends.push_back(c->isend(outgoing.back(), right, tag));
+  }
+  std::vector<Tensor> repeated;
+  std::vector<dist::RecvWorkPtr> repeated_receives;
+  for (int k = 0; k < 3; ++k) {
+    outgoing.push_back(payload(c->rank(), k, 4));
+    sends.push_back(c->isend(outgoing.back(), right, kRepeated));
+    repeated.push_back(Tensor::zeros({4}));
+    repeated_receives.push_back(c->irecv(repeated.back(), left, kRepeated));
+  }
+  // Waited on in yet another order: odd tags first.
+  for (int tag = 1; tag < kTags; tag += 2) receives[static_cast<std::size_t>(tag)]->wait();
+  for (int tag = 0; tag < kTags; tag += 2) receives[static_cast<std::size_t>(tag)]->wait();
+  for (auto it = repeated_receives.rbegin(); it != repeated_receives.rend(); ++it) (*it)->wait();
+  for (auto& s : sends) s->wait();
+
+  for (int tag = 0; tag < kTags; ++tag) {
+    INFO("tag " << tag);
+    const auto& work = receives[static_cast<std::size_t>(tag)];
+    CHECK(work->source() == left);
+    CHECK(work->tag() == tag);
+    require_equal(received[static_cast<std::size_t>(tag)], payload(left, tag, length_for(tag)));
+  }
+  for (int k = 0; k < 3; ++k) {
+    INFO("message " << k << " with tag " << kRepeated);
+    require_equal(repeated[static_cast<std::size_t>(k)], payload(left, k, 4));
+  }
+}
+
+TEST_CASE("a receive from kAnySource reports who sent the message and with which tag", "[cpu][dist]") {
+  CommunicatorPtr c = comm();
+  const int n = c->size();
+  if (n == 1) return;  // no sender: the local communicator refuses (see above)
+  if (c->rank() != 0) {
+    c->send(Tensor::full({5}, c->rank()), 0, 100 + c->rank());
+    c->barrier();
+    return;
+  }
+  // Rank 0 serves the others, in whatever order their messages come.
+  std::vector<Tensor> inbox;
+  std::vector<dist::RecvWorkPtr> works;
+  for (int k = 1; k < n; ++k) {
+    inbox.push_back(Tensor::zeros({5}));
+    works.push_back(c->irecv(inbox.back(), dist::kAnySource, dist::kAnyTag));
+  }
+  for (auto& w : works) w->wait();
+  c->barrier();
+
+  std::set<int> senders;
+  for (std::size_t k = 0; k < works.size(); ++k) {
+    const int source = works[k]->source();
+    INFO("message " << k << " from " << source);
+    senders.insert(source);
+    CHECK(works[k]->tag() == 100 + source);
+    require_equal(inbox[k], Tensor::full({5}, source));
+  }
+  std::set<int> expected;
+  for (int r = 1; r < n; ++r) expected.insert(r);
+  CHECK(senders == expected);
+}
+
+TEST_CASE("a posted receive takes its message while nobody waits on it", "[cpu][dist]") {
+  // A message far above MPI's eager limit: its send completes only once the receive has
+  // matched it. Rank 1 waits in a barrier, not on its receive; if the receive were only
+  // matched by wait(), rank 0's blocking send would never return and the barrier would
+  // time out.
+  CommunicatorPtr c = comm();
+  if (c->size() == 1) return;
+  constexpr std::int64_t kLength = 1 << 20;  // 4 MB
+  Tensor inbox = Tensor::zeros({kLength});
+  dist::RecvWorkPtr pending;
+  if (c->rank() == 1) pending = c->irecv(inbox, 0, 3);
+  if (c->rank() == 0) c->send(payload(0, 3, kLength), 1, 3);
+  c->barrier();
+  if (pending) pending->wait();
+  if (c->rank() == 1) require_equal(inbox, payload(0, 3, kLength));
+}
+
+TEST_CASE("batch_isend_irecv passes large messages around a ring without deadlock", "[cpu][dist]") {
+  // Every rank sends right and receives left, messages far above the eager limit: with
+  // blocking sends issued first this deadlocks; as one batch it completes. A rank's
+  // message to itself is part of the batch too (at one rank, the whole ring).
+  CommunicatorPtr c = comm();
+  const int n = c->size(), rank = c->rank();
+  const int right = (rank + 1) % n, left = (rank + n - 1) % n;
+  constexpr std::int64_t kLength = 1 << 19;  // 2 MB
+  const Tensor to_right = payload(rank, 1, kLength), to_self = payload(rank, 2, 9);
+  Tensor from_left = Tensor::zeros({kLength}), from_self = Tensor::zeros({9});
+  std::vector<P2POp> ops = {P2POp::send(to_right, right, 1), P2POp::recv(from_left, left, 1),
+                            P2POp::recv(from_self, rank, 2), P2POp::send(to_self, rank, 2)};
+  std::vector<dist::WorkPtr> works = c->batch_isend_irecv(ops);
+  REQUIRE(works.size() == ops.size());
+  for (auto& w : works) w->wait();
+  CHECK(c->batch_isend_irecv({}).empty());
+
+  require_equal(from_left, payload(left, 1, kLength));
+  require_equal(from_self, to_self);
+}
+
+TEST_CASE("irecv of a message of the wrong size fails naming both sizes and leaves the tensor", "[cpu][dist]") {
+  CommunicatorPtr c = comm();
+  if (c->size() == 1) return;
+  Tensor small = Tensor::full({4}, -1.0);
+  Tensor next = Tensor::zeros({4});
+  bool failed_as_expected = false;
+  if (c->rank() == 0) {
+    c->send(Tensor::zeros({5}), 1, 9);
+    c->send(Tensor::full({4}, 6.0), 1, 9);  // the one after it still arrives
+  }
+  if (c->rank() == 1) {
+    auto wrong = c->irecv(small, 0, 9);
+    try {
+      wrong->wait();
+    } catch (const Error& e) {
+      failed_as_expected =
+          std::string(e.what()).find("irecv: expected 16 bytes (4 x f32) from rank 0 with tag 9, got 20 bytes") !=
+          std::string::npos;
+      INFO(e.what());
+    }
+    c->recv(next, 0, 9);
+  }
+  c->barrier();
+  if (c->rank() == 1) {
+    CHECK(failed_as_expected);
+    require_equal(small, Tensor::full({4}, -1.0));
+    require_equal(next, Tensor::full({4}, 6.0));
+  }
+}
+
+TEST_CASE("messages pass while an all-reduce waits for them on the communication thread", "[cpu][dist]") {
+  // Rank 0 starts a large all-reduce, which runs on its communication thread and waits for
+  // rank 1; rank 1 joins it only after a round trip of messages with rank 0. Were messages
+  // queued behind the all-reduce (one FIFO thread), rank 0's send would never go out and
+  // both ranks would wait until the timeout.
+  CommunicatorPtr c = comm();
+  if (c->size() == 1) return;
+  constexpr std::int64_t kLength = 1 << 21;  // 8 MB
+  Tensor big = Tensor::full({kLength}, c->rank() + 1.0);
+  Tensor ping = Tensor::full({3}, 42.0), pong = Tensor::zeros({3});
+  if (c->rank() == 0) {
+    dist::WorkPtr reduction = c->all_reduce_async(big);
+    c->isend(ping, 1, 5)->wait();
+    c->irecv(pong, 1, 6)->wait();
+    reduction->wait();
+  } else if (c->rank() == 1) {
+    c->recv(pong, 0, 5);
+    Tensor doubled = mul(pong, 2.0);
+    c->send(doubled, 0, 6);
+    c->all_reduce(big);
+  } else {
+    c->all_reduce(big);
+  }
+  const int n = c->size();
+  require_equal(big.slice(0, 0, 5), Tensor::full({5}, n * (n + 1) / 2.0));
+  require_equal(pong, Tensor::full({3}, c->rank() == 0 ? 84.0 : c->rank() == 1 ? 42.0 : 0.0));
+}
+
+TEST_CASE("point-to-point refuses bad peers, tags and tensors naming the operation", "[cpu][dist]") {
+  CommunicatorPtr c = comm();
+  const int n = c->size(), rank = c->rank();
+  Tensor v = Tensor::zeros({3});
+  if (n == 1) {
+    CHECK_THROWS_WITH(c->batch_isend_irecv({P2POp::send(v, 0, 1)}),
+                      Contains("batch_isend_irecv: the send with tag 1 has no receive with that tag"));
+    Tensor wide = Tensor::zeros({4});
+    CHECK_THROWS_WITH(c->batch_isend_irecv({P2POp::send(v, 0), P2POp::recv(wide, 0)}),
+                      Contains("batch_isend_irecv: expected 16 bytes (4 x f32) from rank 0 with tag 0, got 12 bytes"));
+    return;
+  }
+  const int other = (rank + 1) % n;
+  CHECK_THROWS_WITH(c->isend(v, rank), Contains("isend: dst " + std::to_string(rank) + " is this rank"));
+  CHECK_THROWS_WITH(c->irecv(v, n), Contains("irecv: src " + std::to_string(n) + " is out of range"));
+  CHECK_THROWS_WITH(c->isend(v, dist::kAnySource), Contains("isend: dst kAnySource is only for irecv and recv"));
+  CHECK_THROWS_WITH(c->isend(v, other, dist::kAnyTag), Contains("isend: tag must be >= 0, got -1"));
+  CHECK_THROWS_WITH(c->irecv(v, other, -5), Contains("irecv: tag must be >= 0 or kAnyTag, got -5"));
+  CHECK_THROWS_WITH(c->batch_isend_irecv({P2POp::recv(v, dist::kAnySource)}),
+                    Contains("batch_isend_irecv: src kAnySource is only for irecv and recv"));
+  Tensor transposed = Tensor::zeros({3, 4}).t();
+  CHECK_THROWS_WITH(c->isend(transposed, other), Contains("isend: expected a contiguous tensor"));
+}
+
+// OnTimeout::Throw, with a communicator of its own: the failure leaves it unusable, and the
+// tests' communicator goes on.
+
+TEST_CASE("under OnTimeout::Throw an irecv whose sender never comes fails with the timeout", "[cpu][dist]") {
+  CommunicatorPtr c = comm();
+  if (c->size() == 1) return;  // a single rank has nothing to wait for
+  CommunicatorPtr fragile = dist::world(
+      {.timeout = 1s, .all_reduce = dist::AllReduceAlgorithm::Mpi, .on_timeout = dist::OnTimeout::Throw});
+  std::string error, later;
+  double waited = 0;
+  if (c->rank() == 0) {
+    Tensor t = Tensor::zeros({4});
+    const auto start = std::chrono::steady_clock::now();
+    auto work = fragile->irecv(t, 1, 77);  // rank 1 never sends it
+    try {
+      work->wait();
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    waited = seconds_since(start);
+    try {
+      fragile->barrier();
+    } catch (const Error& e) {
+      later = e.what();
+    }
+  }
+  c->barrier();
+  if (c->rank() == 0) {
+    CHECK_THAT(error, Contains("irecv (16 bytes, tag 77) waited 1.") &&
+                          Contains(" s for rank 1; the communicator is now unusable"));
+    CHECK(waited >= 1.0);
+    CHECK(waited < 10.0);
+    CHECK_THAT(later, Contains("barrier: the communicator is unusable: irecv (16 bytes, tag 77) waited"));
+  }
+}
+
+TEST_CASE("under OnTimeout::Throw a stalled all-reduce fails its wait() and the communicator refuses more",
+          "[cpu][dist]") {
+  // Rank 0's all-reduce waits for the others, which join only after it has failed (so that
+  // it then ends, and its communicator can be shut down).
+  CommunicatorPtr c = comm();
+  if (c->size() == 1) return;
+  CommunicatorPtr fragile = dist::world(
+      {.timeout = 1s, .all_reduce = dist::AllReduceAlgorithm::Mpi, .on_timeout = dist::OnTimeout::Throw});
+  Tensor t = Tensor::ones({4});
+  std::string error, later;
+  double waited = 0;
+  if (c->rank() == 0) {
+    const auto start = std::chrono::steady_clock::now();
+    auto work = fragile->all_reduce_async(t);
+    try {
+      work->wait();
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    waited = seconds_since(start);
+    try {
+      fragile->isend(t, 1);
+    } catch (const Error& e) {
+      later = e.what();
+    }
+  }
+  c->barrier();
+  if (c->rank() != 0) fragile->all_reduce(t);  // ends rank 0's stalled MPI_Allreduce
+  c->barrier();
+  if (c->rank() == 0) {
+    CHECK_THAT(error, Contains("all_reduce (#1, 16 bytes) waited 1.") &&
+                          Contains(" s for all ranks; the communicator is now unusable"));
+    CHECK(waited >= 1.0);
+    CHECK(waited < 10.0);
+    CHECK_THAT(later, Contains("isend: the communicator is unusable: all_reduce (#1, 16 bytes) waited"));
+  } else {
+    require_equal(t, Tensor::full({4}, static_cast<double>(c->size())));
+  }
+}

@@ -1,0 +1,2 @@
+#include "ops/local.h"
+#include "local.h"

@@ -1,0 +1,3 @@
+#include "dtrain/dtrain.h"
+#include "dtrain/tensor/tensor.h"
+#include "tensor/backend.h"

@@ -1,0 +1,9 @@
+#pragma once
+#include "dtrain/config.h"
+#include "dtrain/core/error.h"
+#include "dtrain/core/cuda/check.h"
+#include "dtrain/tensor/tensor.h"
+#include "dtrain/tensor/storage.h"
+#include "dtrain/tensor/gone.h"
+#include "dtrain/autograd/variable.h"
+#include "dtrain/data/dataset.h"

@@ -1,0 +1,3 @@
+#pragma once
+#include "dtrain/core/error.h"
+#include "tensor/backend.h"

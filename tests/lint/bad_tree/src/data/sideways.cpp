@@ -1,0 +1,1 @@
+#include "dtrain/layers/module.h"

@@ -1,0 +1,1 @@
+#include "dtrain/dtrain.h"

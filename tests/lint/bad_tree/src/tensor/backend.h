@@ -1,0 +1,2 @@
+#pragma once
+#include "dtrain/core/error.h"

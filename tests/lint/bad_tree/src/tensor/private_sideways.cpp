@@ -1,0 +1,2 @@
+#include "dtrain/core/error.h"
+#include "core/cuda/check.h"

@@ -1,0 +1,1 @@
+#include "../core/cuda/check.h"

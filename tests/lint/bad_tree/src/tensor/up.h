@@ -1,0 +1,2 @@
+#pragma once
+#include "dtrain/layers/module.h"
