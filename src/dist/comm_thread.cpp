@@ -156,7 +156,9 @@ void CommThread::run_worker() {
   prctl(PR_SET_TIMERSLACK, 5'000UL, 0UL, 0UL, 0UL);
   std::unique_lock lock(mutex_);
   for (;;) {
-    work_cv_.wait(lock, [&] { return (running_ == nullptr && !queue_.empty()) || (stopping_ && queue_.empty()); });
+    work_cv_.wait(lock, [&] {
+      return (running_ == nullptr && !queue_.empty() && !halted_) || (stopping_ && queue_.empty());
+    });
     if (queue_.empty()) return;
     run_front(lock);
   }
@@ -180,7 +182,10 @@ void CommThread::run_watchdog() {
       // The owner fails its other parts first, so that a waiter that learns of the failure
       // finds the whole communicator failed. The task goes on running (MPI cannot cancel
       // it); its waiters get the error unless it has ended meanwhile.
+      // Nothing starts from here on: a task that started while on_timeout_ runs (the stalled
+      // one having ended meanwhile) would have no watchdog, and its waiter could hang.
       std::shared_ptr<Task> stalled = running_;
+      halted_ = true;
       lock.unlock();
       on_timeout_(report);
       lock.lock();
@@ -190,6 +195,7 @@ void CommThread::run_watchdog() {
       fail_locked(report);
       lock.unlock();
       done_cv_.notify_all();
+      work_cv_.notify_one();  // a stopping worker waits for the queue it can no longer run
       return;
     }
     // Sleeps until the running task's deadline; an operation that starts meanwhile has a

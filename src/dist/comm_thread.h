@@ -94,6 +94,7 @@ class CommThread {
   bool stopping_ = false;       // no more submissions; the worker leaves when the queue is empty
   bool watchdog_stop_ = false;  // set once nothing runs any more
   std::string failure_;         // Throw: the report of the timeout; then nothing more runs
+  bool halted_ = false;         // Throw: a timeout is being reported; no task may start
   std::thread worker_;
   std::thread watchdog_;
 };

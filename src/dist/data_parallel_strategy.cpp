@@ -49,7 +49,8 @@ void DataParallelStrategy::reduce_sums(Tensor& sums) { comm_->all_reduce(sums, R
 std::optional<double> DataParallelStrategy::replica_divergence() { return data_parallel().check_replicas(); }
 
 nn::StateDict DataParallelStrategy::checkpoint_state() const {
-  // The replicas are identical: rank 0 saves for all.
+  // The replicas' parameters are identical: rank 0 saves for all (its buffers too; see the
+  // header).
   return comm_->rank() == 0 ? Strategy::checkpoint_state() : nn::StateDict{};
 }
 

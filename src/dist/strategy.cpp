@@ -4,6 +4,8 @@
 #include "dtrain/dist/data_parallel_strategy.h"
 #include "dtrain/optim/clip_grad.h"
 
+#include <cmath>
+
 namespace dtrain::dist {
 namespace {
 
@@ -36,10 +38,15 @@ StepStats Strategy::train_step(std::span<const MicroBatch> micro, optim::Optimiz
   DTRAIN_CHECK(config.loss != nullptr, "{} strategy: StepConfig::loss is not set", name());
   optimizer.zero_grad();
   StepStats stats;
-  // Each micro-batch's loss is weighted so that the summed gradients are those of the
-  // update's mean loss; one micro-batch keeps its loss as it is (bit-identical numbers).
-  const double weight = 1.0 / static_cast<double>(micro.size());
+  // Each micro-batch's loss is weighted by its share of the update's samples, so that the
+  // summed gradients are those of the mean loss over the update (a shorter last
+  // micro-batch counts for what it holds); one micro-batch keeps its loss as it is.
+  std::int64_t total = 0;
+  for (const MicroBatch& b : micro) total += b.inputs.size(0);
   for (std::size_t i = 0; i < micro.size(); ++i) {
+    const double weight = micro.size() == 1 || total == 0
+                              ? 1.0
+                              : static_cast<double>(micro[i].inputs.size(0)) / static_cast<double>(total);
     forward_backward(micro[i], weight, i + 1 == micro.size(), config, stats);
   }
   exchange_gradients();
@@ -62,6 +69,9 @@ void Strategy::update(optim::Optimizer& optimizer, const StepConfig& config, Ste
   if (config.clip_grad_norm > 0) {
     if (config.scaler) config.scaler->unscale(optimizer);  // clip the true gradients
     stats.grad_norm = optim::clip_grad_norm(optimizer.params(), config.clip_grad_norm);
+    // Without a scaler an inf/NaN norm is divergence: leave the parameters as they were,
+    // for the caller to report (the scaler skips such a step by itself).
+    if (!config.scaler && !std::isfinite(*stats.grad_norm)) return;
   }
   if (config.scaler) {
     config.scaler->step(optimizer);  // skipped when a gradient is inf or NaN

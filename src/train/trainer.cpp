@@ -36,32 +36,39 @@ class RunningSums {
   void add(const dist::StepStats& s) {
     ++updates_;
     samples_ += s.samples;
-    if (s.correct.defined()) correct_ = dtrain::add(correct_, s.correct);
+    if (s.correct.defined()) {
+      correct_ = dtrain::add(correct_, s.correct);
+      counted_ += s.samples;
+    }
     if (!s.loss.defined()) return;
     const Tensor loss = s.loss.to(DType::f64);
     const Tensor finite = eq(mul(loss, 0.0), zero_);  // inf * 0 and NaN * 0 are NaN
     loss_sum_ = dtrain::add(loss_sum_, where(finite, loss, zero_));
     finite_ = dtrain::add(finite_, finite.to(DType::i64));
-    has_loss_ = true;
+    ++losses_;
   }
 
-  // Reading waits for the device.
-  std::int64_t finite_updates() const { return has_loss_ ? finite_.item<std::int64_t>() : 0; }
-  std::int64_t nonfinite_updates() const { return has_loss_ ? updates_ - finite_updates() : 0; }
-  double mean_loss() const {
-    const std::int64_t n = finite_updates();
-    return n > 0 ? loss_sum_.item() / static_cast<double>(n) : 0;
-  }
-  double accuracy() const {
-    return samples_ > 0 ? static_cast<double>(correct_.item<std::int64_t>()) / static_cast<double>(samples_) : 0;
-  }
-  std::int64_t samples() const { return samples_; }
+  // This rank's updates with a non-finite loss so far (reading waits for the device).
+  std::int64_t nonfinite() const { return losses_ - finite_.item<std::int64_t>(); }
   std::int64_t updates() const { return updates_; }
+  std::int64_t samples() const { return samples_; }
+
+  // The epoch's sums over every rank (a collective): [loss sum, finite losses, non-finite
+  // losses, correct, samples counted for accuracy].
+  std::vector<double> totals(dist::Strategy& strategy) const {
+    const auto finite = finite_.item<std::int64_t>();
+    Tensor t = Tensor::from_vector<double>({loss_sum_.item(), static_cast<double>(finite),
+                                            static_cast<double>(losses_ - finite),
+                                            static_cast<double>(correct_.item<std::int64_t>()),
+                                            static_cast<double>(counted_)},
+                                           {5});
+    strategy.reduce_sums(t);
+    return t.to_vector<double>();
+  }
 
  private:
   Tensor loss_sum_, finite_, correct_, zero_;
-  std::int64_t updates_ = 0, samples_ = 0;
-  bool has_loss_ = false;
+  std::int64_t updates_ = 0, samples_ = 0, counted_ = 0, losses_ = 0;
 };
 
 // A batch whose upload to the device was queued ahead of the step that uses it: on a GPU
@@ -82,6 +89,12 @@ Trainer::Trainer(std::shared_ptr<dist::Strategy> strategy, TrainerData data, Tra
   DTRAIN_CHECK(options_.epochs >= 1, "Trainer: epochs must be >= 1, got {}", options_.epochs);
   DTRAIN_CHECK(options_.accumulate >= 1, "Trainer: accumulate must be >= 1, got {}", options_.accumulate);
   DTRAIN_CHECK(data_.eval_batch_size >= 1, "Trainer: eval_batch_size must be >= 1, got {}", data_.eval_batch_size);
+  DTRAIN_CHECK(options_.clip_grad_norm >= 0, "Trainer: clip_grad_norm must be >= 0 (0: off), got {}",
+               options_.clip_grad_norm);
+  DTRAIN_CHECK(options_.target_accuracy >= 0 && options_.target_accuracy <= 1,
+               "Trainer: target_accuracy must lie in [0, 1] (0: off), got {}", options_.target_accuracy);
+  DTRAIN_CHECK(options_.target_accuracy == 0 || data_.test != nullptr,
+               "Trainer: target_accuracy {} needs a test set to measure it", options_.target_accuracy);
   const dist::Strategy::Shard shard = strategy_->data_shard();
   const std::int64_t parts = static_cast<std::int64_t>(shard.count) * options_.accumulate;
   DTRAIN_CHECK(data_.batch_size >= parts && data_.batch_size % parts == 0,
@@ -157,10 +170,10 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
     if (++it != end) next.emplace(*it, device);  // queued before this step's kernels
     if (next && static_cast<int>(staged.size()) < options_.accumulate) continue;
 
-    micro.clear();
     for (Staged& s : staged) micro.push_back({s.inputs.get(), s.targets.get()});
     if (schedule) optimizer.set_lr(schedule->lr_at(global_step_));
     const dist::StepStats stats = strategy_->train_step(micro, optimizer, train_config_);
+    micro.clear();  // the batches' memory goes back before the next update's
     staged.clear();
     ++global_step_;
     sums.add(stats);
@@ -168,26 +181,35 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
     DTRAIN_CHECK(!unscaled || !stats.grad_norm || std::isfinite(*stats.grad_norm),
                  "training diverged at step {}: gradient norm {} (lower the learning rate?)", global_step_,
                  *stats.grad_norm);
-    if (stats.loss.defined() && (read_each_step || progress.due(step) || step == updates)) {
+    const bool due = progress.due(step);
+    if (stats.loss.defined() && (read_each_step || due || step == updates)) {
       shown_loss = stats.loss.item();
-      DTRAIN_CHECK(!unscaled || sums.nonfinite_updates() == 0,
-                   "training diverged {} step {}: loss {} (lower the learning rate?)",
+      DTRAIN_CHECK(!unscaled || sums.nonfinite() == 0, "training diverged {} step {}: loss {} (lower the learning rate?)",
                    read_each_step ? "at" : "by", global_step_, shown_loss);
     }
-    progress.update(step, shown_loss, stats.samples);
+    if (due) progress.update(step, shown_loss, stats.samples);
+    else progress.count(stats.samples);
     for (const auto& callback : step_callbacks_) {
       callback({.epoch = epoch, .step = step, .global_step = global_step_, .lr = optimizer.lr(), .stats = &stats});
     }
   }
   progress.finish();
 
+  // The seconds are this rank's training time; the totals' collective comes after it.
+  const double seconds = seconds_since(start);
+  const std::vector<double> t = sums.totals(*strategy_);  // loss sum, finite, non-finite, correct, counted
   EpochSummary summary;
   summary.epoch = epoch;
-  summary.train_loss = sums.mean_loss();
-  summary.train_accuracy = sums.accuracy();
+  summary.nonfinite_updates = static_cast<std::int64_t>(t[2]);
+  DTRAIN_CHECK(!unscaled || summary.nonfinite_updates == 0,
+               "training diverged in epoch {}: {} update(s) over the ranks had a non-finite loss (lower the "
+               "learning rate?)",
+               epoch, summary.nonfinite_updates);
+  summary.train_loss = t[1] > 0 ? t[0] / t[1] : 0;
+  summary.train_accuracy = t[4] > 0 ? t[3] / t[4] : 0;
   summary.updates = sums.updates();
   summary.samples = sums.samples() * shards;
-  summary.seconds = seconds_since(start);
+  summary.seconds = seconds;
   summary.samples_per_s = summary.seconds > 0 ? static_cast<double>(summary.samples) / summary.seconds : 0;
   return summary;
 }
@@ -225,11 +247,15 @@ void Trainer::report(const EpochSummary& s) const {
     std::string test = test_loader_ ? fmt::format(", test loss {:.4f}, test accuracy {:.2f}%", s.test_loss,
                                                   100 * s.test_accuracy)
                                     : "";
-    std::string replicas =
+    std::string notes =
         s.replica_divergence ? fmt::format(", replica max diff {:.3g}", *s.replica_divergence) : "";
+    if (train_config_.scaler && s.nonfinite_updates > 0) {
+      notes += fmt::format(", {} update(s) skipped for inf/NaN (loss scale {:g})", s.nonfinite_updates,
+                              scaler_.scale_value());
+    }
     fmt::print(options_.out, "epoch {}/{}: train loss {:.4f}, train accuracy {:.2f}%{}, {:.0f} samples/s, {:.1f} s{}\n",
                s.epoch, options_.epochs, s.train_loss, 100 * s.train_accuracy, test, s.samples_per_s, s.seconds,
-               replicas);
+               notes);
     std::fflush(options_.out);
   }
   if (!metrics_) return;
@@ -239,6 +265,10 @@ void Trainer::report(const EpochSummary& s) const {
   if (test_loader_) values.insert(values.end(), {{"test_loss", s.test_loss}, {"test_accuracy", s.test_accuracy}});
   values.insert(values.end(), {{"samples_per_s", s.samples_per_s}, {"seconds", s.seconds}});
   if (s.replica_divergence) values.emplace_back("replica_max_diff", *s.replica_divergence);
+  if (train_config_.scaler) {
+    values.insert(values.end(), {{"skipped_updates", static_cast<double>(s.nonfinite_updates)},
+                                 {"loss_scale", scaler_.scale_value()}});
+  }
   metrics_->write("epoch", values);
 }
 

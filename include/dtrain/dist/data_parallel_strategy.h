@@ -3,7 +3,12 @@
 // averaged by bucketed all-reduce overlapped with backward), reads shard `rank` of
 // `size` of the data, and takes the same update. Under gradient accumulation the
 // micro-batches before an update's last run inside no_sync(), so only the last backward
-// communicates. Evaluation sums are all-reduced.
+// all-reduces gradients (SyncBatchNorm layers, when asked for, still all-reduce their
+// statistics in every forward and backward). Evaluation sums are all-reduced.
+//
+// Buffers (BatchNorm running statistics) are broadcast from rank 0 once, at prepare();
+// without SyncBatchNorm each replica then updates its own, as PyTorch DDP with
+// broadcast_buffers=false: rank 0's are the ones a checkpoint saves.
 #pragma once
 
 #include "dtrain/dist/data_parallel.h"

@@ -51,7 +51,7 @@ struct MicroBatch {
 // What one optimizer update did on this rank. The tensors are scalars on the model's
 // device; reading them waits for the step.
 struct StepStats {
-  Tensor loss;               // f32: the mean of the micro-batches' losses (undefined where no loss is computed)
+  Tensor loss;               // f32: the update's mean loss (undefined where no loss is computed)
   Tensor correct;            // i64: correct outputs over the micro-batches (undefined without CorrectFn)
   std::int64_t samples = 0;  // this rank's samples in the update
   std::optional<double> grad_norm = {};  // the global gradient norm before clipping, when clipping
@@ -94,10 +94,11 @@ class Strategy {
   virtual bool reports() const = 0;
 
   // One optimizer update from this rank's micro-batches (at least one; more is gradient
-  // accumulation): forward and loss of each, scaled by 1 / micro.size() so that the
-  // gradients are those of the mean loss, backward, the gradient exchange, and update().
-  // Without a scaler, a non-finite loss or gradient norm is not an error here: the caller
-  // decides (the Trainer stops with "diverged").
+  // accumulation): forward and loss of each, weighted by its share of the update's samples
+  // so that the gradients are those of the mean loss, backward, the gradient exchange, and
+  // update(). Without a scaler, a non-finite loss or gradient norm is not an error here:
+  // the caller decides (the Trainer stops with "diverged"); a non-finite norm (clipping)
+  // skips the optimizer step.
   virtual StepStats train_step(std::span<const MicroBatch> micro, optim::Optimizer& optimizer,
                                const StepConfig& config);
   // Forward and loss of one batch in eval mode without gradients (the caller sets the

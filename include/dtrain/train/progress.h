@@ -20,6 +20,8 @@ class Progress {
 
   // After step `step` (1-based) that processed `samples` samples with loss `loss`.
   void update(std::int64_t step, double loss, std::int64_t samples);
+  // Counts a step's samples without printing (for a step after which due() was false).
+  void count(std::int64_t samples) { samples_ += samples * sample_scale_; }
   // Whether update(step, ...) would print: a loop whose loss lives on a GPU reads it only
   // then. False when disabled.
   bool due(std::int64_t step) const;

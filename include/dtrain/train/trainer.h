@@ -14,8 +14,16 @@
 //   train::FitResult r = trainer.fit(sgd, &schedule);
 //
 // Step statistics (loss, correct count) are accumulated on the model's device; on a GPU
-// they are read only when the progress line is due and at the end of an epoch, so a step
-// queues its kernels without waiting for the previous one.
+// they are read only when the progress line is due and at the end of an epoch, so the loop
+// adds no wait of its own between steps (what still waits on a GPU: the loss scaler's
+// inf/NaN check, clipping's norm, and the CUDA index ops' range check in cross-entropy).
+//
+// Failure: an error (divergence, a bad batch, a callback's exception) is thrown on the rank
+// that meets it. Divergence in the middle of an epoch is seen from the rank's own loss, so
+// under data parallelism the other ranks may already be in the next collective: a program
+// ends the job with dist::abort_job (as train_mnist does), or the communicator's watchdog
+// does after its timeout. At the end of an epoch the training sums are added up over the
+// ranks, so every rank sees the same divergence and stops together.
 #pragma once
 
 #include "dtrain/data/dataloader.h"
@@ -35,8 +43,8 @@
 namespace dtrain::train {
 
 struct TrainerData {
-  std::shared_ptr<const data::Dataset> train;
-  std::shared_ptr<const data::Dataset> test;  // may be null: no evaluation
+  std::shared_ptr<const data::Dataset> train = nullptr;
+  std::shared_ptr<const data::Dataset> test = nullptr;  // null: no evaluation
   // Samples per optimizer update over all ranks; split into shards x accumulate equal
   // micro-batches (an error otherwise).
   std::int64_t batch_size = 64;
@@ -48,13 +56,13 @@ struct TrainerData {
 struct TrainerOptions {
   int epochs = 1;
   int accumulate = 1;  // micro-batches per optimizer update (gradient accumulation)
-  double clip_grad_norm = 0;
-  double label_smoothing = 0;  // training loss only
+  double clip_grad_norm = 0;    // > 0: clip the gradients' global L2 norm to this
+  double label_smoothing = 0;  // training loss only, in [0, 1)
   std::optional<DType> autocast = std::nullopt;
   // Dynamic loss scaling (for f16); disabled by default.
   optim::LossScalerOptions loss_scaler = {.enabled = false};
-  // > 0: stop after the first epoch whose test accuracy reaches it (every rank stops, since
-  // every rank sees the same all-reduced accuracy).
+  // In (0, 1]: stop after the first epoch whose test accuracy reaches it (every rank stops,
+  // since every rank sees the same all-reduced accuracy). Needs a test set.
   double target_accuracy = 0;
   bool check_replicas = false;  // report the replicas' largest difference after each epoch
   std::filesystem::path metrics = {};  // JSON lines, written by the reporting rank
@@ -65,12 +73,15 @@ struct TrainerOptions {
 // What one epoch did, as the reporting rank prints it.
 struct EpochSummary {
   int epoch = 0;  // 1-based
-  double train_loss = 0;      // mean over this rank's updates with a finite loss
-  double train_accuracy = 0;  // on this rank's samples
+  double train_loss = 0;      // mean over every rank's updates with a finite loss
+  double train_accuracy = 0;  // over every rank's training samples
+  // Updates whose loss was inf or NaN, summed over the ranks: with a loss scaler, steps it
+  // skipped (mixed precision overflow); without one the Trainer stops as diverged.
+  std::int64_t nonfinite_updates = 0;
   double test_loss = 0;       // over the whole test set (all shards)
   double test_accuracy = 0;
-  std::int64_t samples = 0;   // over all shards
-  std::int64_t updates = 0;
+  std::int64_t samples = 0;   // over all shards (a DistributedSampler's padding included)
+  std::int64_t updates = 0;   // per rank
   double samples_per_s = 0;   // over all shards
   double seconds = 0;
   std::optional<double> replica_divergence = std::nullopt;
@@ -83,7 +94,8 @@ struct FitResult {
   double seconds = 0;  // from the first step to the end of the last evaluation
 };
 
-// At the end of each optimizer update. `stats` is on the device: reading it waits.
+// At the end of each optimizer update. `stats` is on the device (reading it waits) and
+// valid only during the callback.
 struct StepEvent {
   int epoch = 0;                 // 1-based
   std::int64_t step = 0;         // update within the epoch, 1-based

@@ -47,34 +47,49 @@ std::vector<int> world_ranks_of(MPI_Comm comm) {
 }
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicatorOptions& options) : comm_(comm), options_(options) {
-  check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-  MPI_Comm_rank(comm_, &rank_);
-  MPI_Comm_size(comm_, &size_);
-  world_ranks_ = world_ranks_of(comm_);
-  check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host_), "MPI_Comm_split_type");
-  std::vector<int> host_world = world_ranks_of(host_);
+MpiCommunicator::State::~State() {
+  (void)ring.release();
+  (void)shm.release();
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicatorOptions& options)
+    : state_(std::make_unique<State>()), options_(options) {
+  State& state = *state_;
+  state.comm = comm;
+  check(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  MPI_Comm_rank(comm, &rank_);
+  MPI_Comm_size(comm, &size_);
+  state.size = size_;
+  world_ranks_ = world_ranks_of(comm);
+  check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &state.host), "MPI_Comm_split_type");
+  std::vector<int> host_world = world_ranks_of(state.host);
   single_host_ = host_world.size() == static_cast<std::size_t>(size_);
   std::erase(host_world, world_ranks_[static_cast<std::size_t>(rank_)]);
   host_peers_ = host_world.empty() ? "no rank" : describe_ranks(host_world) + " on this host";
   int* tag_ub = nullptr;
   int found = 0;
-  check(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_ub, &found), "MPI_Comm_get_attr(MPI_TAG_UB)");
+  check(MPI_Comm_get_attr(comm, MPI_TAG_UB, &tag_ub, &found), "MPI_Comm_get_attr(MPI_TAG_UB)");
   if (found) tag_ub_ = *tag_ub;
   // A timeout in one part fails the other (Throw), before the stalled operation's waiter
   // learns of it. Under AbortJob the CommThread ends the job itself. Both parts live until
-  // shutdown() has stopped them, so each may call the other.
+  // shutdown() has stopped them, so each may call the other; the thread reaches the engine
+  // through link_, which abandon() disarms before it may leave the thread running.
   const bool abort = options_.on_timeout == OnTimeout::AbortJob;
   thread_ = std::make_unique<CommThread>(
       options_.timeout,
-      abort ? CommThread::TimeoutHandler() : [this](const std::string& report) { p2p_->fail(report); },
+      abort ? CommThread::TimeoutHandler()
+            : [link = link_](const std::string& report) {
+                std::lock_guard lock(link->mutex);
+                if (link->p2p != nullptr) link->p2p->fail(report);
+              },
       options_.on_timeout);
   p2p_ = std::make_unique<P2pEngine>(
-      comm_, options_.timeout, [this](int r) { return peer(r); },
+      comm, options_.timeout, [this](int r) { return peer(r); },
       [this, abort](const std::string& report) {
         if (abort) abort_job(report + "; aborting the job");
         else thread_->fail(report);
       });
+  link_->p2p = p2p_.get();  // no timeout can fire yet: nothing was submitted
   track(this);
 }
 
@@ -96,14 +111,14 @@ void MpiCommunicator::shutdown() {
   }
   // Under the watchdog like any operation: MPI_Win_free synchronizes the host's ranks.
   try {
-    thread_->run({"shutdown", 0, "all ranks"}, [this] {
+    thread_->run({"shutdown", 0, "all ranks"}, [state = state_.get()] {
       int finalized = 0;
       MPI_Finalized(&finalized);
       if (finalized) return;  // the application finalized MPI first: its objects are gone
-      shm_.reset();
-      ring_.reset();
-      MPI_Comm_free(&host_);
-      MPI_Comm_free(&comm_);
+      state->shm.reset();
+      state->ring.reset();
+      MPI_Comm_free(&state->host);
+      MPI_Comm_free(&state->comm);
     });
   } catch (const Error&) {
     abandon();  // it timed out under OnTimeout::Throw
@@ -114,16 +129,21 @@ void MpiCommunicator::shutdown() {
 }
 
 // Freeing MPI objects is collective (MPI_Win_free waits for the host's ranks), and after a
-// failure the peers may be gone: they are left to MPI_Finalize. The algorithm objects are
-// released rather than destroyed, since a stalled collective may still be inside one.
+// failure the peers may be gone: they are left to MPI_Finalize (~State frees none). A
+// collective still stalled keeps its thread and the State it uses, both leaked.
 void MpiCommunicator::abandon() {
-  (void)ring_.release();
-  (void)shm_.release();
+  {
+    // The thread's watchdog stays armed while a collective runs; from now on its report
+    // reaches nobody (the engine is failed already, and goes next).
+    std::lock_guard lock(link_->mutex);
+    link_->p2p = nullptr;
+  }
   if (thread_->wait_idle(options_.timeout)) {
-    thread_.reset();
+    thread_.reset();  // nothing runs, and a failed thread starts nothing more
   } else {
     spdlog::error("dist: a failed communicator's collective is still stalled; its thread is left to it");
     (void)thread_.release();  // blocked in MPI: it must outlive the communicator
+    (void)state_.release();   // and so must what it uses
   }
   p2p_.reset();
 }
@@ -164,25 +184,24 @@ std::pair<OpInfo, std::function<void()>> MpiCommunicator::prepare_all_reduce(con
   if (algorithm == AllReduceAlgorithm::Auto) algorithm = choose_all_reduce(t.nbytes(), single_host_);
   if (algorithm == AllReduceAlgorithm::Mpi) mpi_count(t.numel(), "all_reduce");
   return {OpInfo{"all_reduce", t.nbytes(), waiting_for(algorithm)},
-          [this, t, op, algorithm] { all_reduce_now(t, op, algorithm); }};
+          [state = state_.get(), t, op, algorithm] { all_reduce_now(*state, t, op, algorithm); }};
 }
 
-void MpiCommunicator::all_reduce_now(const Tensor& t, ReduceOp op, AllReduceAlgorithm algorithm) {
+void MpiCommunicator::all_reduce_now(State& state, const Tensor& t, ReduceOp op, AllReduceAlgorithm algorithm) {
   void* data = t.raw_data();
   const auto count = static_cast<std::size_t>(t.numel());
-  const int ranks = size_;
   if (algorithm == AllReduceAlgorithm::Ring) {
-    if (!ring_) ring_ = std::make_unique<RingAllReduce>(comm_);
-    ring_->run(data, count, t.dtype(), op);
+    if (!state.ring) state.ring = std::make_unique<RingAllReduce>(state.comm);
+    state.ring->run(data, count, t.dtype(), op);
   } else if (algorithm == AllReduceAlgorithm::SharedMemory) {
-    if (!shm_) shm_ = std::make_unique<ShmAllReduce>(comm_, host_, kShmChunkBytes);
-    shm_->run(data, count, t.dtype(), op);  // averages by itself
+    if (!state.shm) state.shm = std::make_unique<ShmAllReduce>(state.comm, state.host, kShmChunkBytes);
+    state.shm->run(data, count, t.dtype(), op);  // averages by itself
     return;
   } else {
-    check(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), datatype(t.dtype()), reduce_op(op), comm_),
+    check(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), datatype(t.dtype()), reduce_op(op), state.comm),
           "MPI_Allreduce");
   }
-  if (op == ReduceOp::Mean) divide(data, count, t.dtype(), ranks);
+  if (op == ReduceOp::Mean) divide(data, count, t.dtype(), state.size);
 }
 
 // ---- the other collectives ----------------------------------------------------
@@ -195,9 +214,10 @@ void MpiCommunicator::broadcast(Tensor& t, int root) {
   check_rank(root, size_, "broadcast", "root");
   int count = mpi_count(t.numel(), "broadcast");
   thread("broadcast")
-      .run({"broadcast", t.nbytes(), root == rank_ ? std::string("all ranks") : peer(root)}, [this, t, root, count] {
-        check(MPI_Bcast(t.raw_data(), count, datatype(t.dtype()), root, comm_), "MPI_Bcast");
-      });
+      .run({"broadcast", t.nbytes(), root == rank_ ? std::string("all ranks") : peer(root)},
+           [comm = state_->comm, t, root, count] {
+             check(MPI_Bcast(t.raw_data(), count, datatype(t.dtype()), root, comm), "MPI_Bcast");
+           });
 }
 
 void MpiCommunicator::all_gather(const Tensor& in, Tensor& out) {
@@ -206,9 +226,9 @@ void MpiCommunicator::all_gather(const Tensor& in, Tensor& out) {
   check_gather_shapes(in, out, size_, "all_gather");
   int count = mpi_count(in.numel(), "all_gather");
   mpi_count(out.numel(), "all_gather");
-  thread("all_gather").run({"all_gather", out.nbytes(), "all ranks"}, [this, in, out, count] {
+  thread("all_gather").run({"all_gather", out.nbytes(), "all ranks"}, [comm = state_->comm, in, out, count] {
     MPI_Datatype type = datatype(in.dtype());
-    check(MPI_Allgather(in.raw_data(), count, type, out.raw_data(), count, type, comm_), "MPI_Allgather");
+    check(MPI_Allgather(in.raw_data(), count, type, out.raw_data(), count, type, comm), "MPI_Allgather");
   });
 }
 
@@ -220,7 +240,7 @@ void MpiCommunicator::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op)
   int count = mpi_count(out.numel(), "reduce_scatter");
   mpi_count(in.numel(), "reduce_scatter");
   thread("reduce_scatter")
-      .run({"reduce_scatter", in.nbytes(), "all ranks"}, [comm = comm_, ranks = size_, in, out, op, count] {
+      .run({"reduce_scatter", in.nbytes(), "all ranks"}, [comm = state_->comm, ranks = size_, in, out, op, count] {
         check(MPI_Reduce_scatter_block(in.raw_data(), out.raw_data(), count, datatype(in.dtype()), reduce_op(op), comm),
               "MPI_Reduce_scatter_block");
         if (op == ReduceOp::Mean) divide(out.raw_data(), static_cast<std::size_t>(count), out.dtype(), ranks);
@@ -276,9 +296,9 @@ void MpiCommunicator::recv(Tensor& t, int src, int tag) {
 // ---- synchronization --------------------------------------------------------------
 
 void MpiCommunicator::barrier() {
-  thread("barrier").run({"barrier", 0, "all ranks"}, [this] {
+  thread("barrier").run({"barrier", 0, "all ranks"}, [comm = state_->comm] {
     MPI_Request request;
-    check(MPI_Ibarrier(comm_, &request), "MPI_Ibarrier");
+    check(MPI_Ibarrier(comm, &request), "MPI_Ibarrier");
     wait_all(&request, 1, "MPI_Ibarrier");
   });
 }
@@ -288,7 +308,7 @@ std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   // The body owns what it writes: under OnTimeout::Throw this call may return (throwing)
   // while the body still runs.
   auto child = std::make_shared<std::shared_ptr<Communicator>>();
-  thread("split").run({"split", 0, "all ranks"}, [comm = comm_, options = options_, color, key, child] {
+  thread("split").run({"split", 0, "all ranks"}, [comm = state_->comm, options = options_, color, key, child] {
     MPI_Comm split;
     check(MPI_Comm_split(comm, color, key, &split), "MPI_Comm_split");
     *child = std::make_shared<MpiCommunicator>(split, options);

@@ -8,7 +8,9 @@
 // OnTimeout::Throw: a timeout in either part fails the other too, so the communicator
 // refuses every later call. Shutting a failed communicator down frees no MPI object (the
 // peers may be gone, and freeing is collective); a collective that still has not ended
-// one timeout later is left running with what it uses (its thread and algorithm objects).
+// one timeout later is left running with what it uses (its thread and the State), so the
+// bodies that run on the thread use only the State and what they captured by value,
+// never the communicator itself.
 #pragma once
 
 #include "dist/comm_thread.h"
@@ -21,6 +23,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,12 +59,30 @@ class MpiCommunicator final : public Communicator, public Resource {
   void shutdown() override;
 
  private:
+  // What the comm thread's bodies use: it outlives the communicator when a stalled body
+  // is left running (see the failure note at the top).
+  struct State {
+    MPI_Comm comm = MPI_COMM_NULL;
+    MPI_Comm host = MPI_COMM_NULL;  // the ranks of comm that share this host's memory
+    int size = 1;
+    // Created on first use, on the comm thread (their constructors are collective). Only
+    // the shutdown body frees them and the communicators: otherwise they are left to
+    // MPI_Finalize (freeing is collective, and MPI may be finalized already).
+    std::unique_ptr<RingAllReduce> ring;
+    std::unique_ptr<ShmAllReduce> shm;
+    ~State();
+  };
+  // Lets the CommThread's timeout handler reach the P2pEngine until abandon() disarms it:
+  // a thread left to a stalled collective outlives the engine and the communicator.
+  struct TimeoutLink {
+    std::mutex mutex;
+    P2pEngine* p2p = nullptr;
+  };
+
   CommThread& thread(const char* op);
   // Checks the arguments and returns what all_reduce runs on the comm thread.
   std::pair<OpInfo, std::function<void()>> prepare_all_reduce(const Tensor& t, ReduceOp op);
-  // The bodies that run on the comm thread. After their blocking MPI calls they use
-  // nothing of `this` but the algorithm objects (see the failure note at the top).
-  void all_reduce_now(const Tensor& t, ReduceOp op, AllReduceAlgorithm algorithm);
+  static void all_reduce_now(State& state, const Tensor& t, ReduceOp op, AllReduceAlgorithm algorithm);
   // Checks one message and describes it for the P2pEngine; `in_batch` allows this rank as
   // the peer and refuses the wildcards.
   P2pEngine::Message message(const char* op, P2POp::Kind kind, const Tensor& t, int peer, int tag,
@@ -72,17 +93,15 @@ class MpiCommunicator final : public Communicator, public Resource {
   std::string peer(int rank) const;  // "rank 3", as a rank of MPI_COMM_WORLD
   std::string waiting_for(AllReduceAlgorithm algorithm) const;
 
-  MPI_Comm comm_ = MPI_COMM_NULL;
-  MPI_Comm host_ = MPI_COMM_NULL;  // the ranks of comm_ that share this host's memory
+  // Left to a stalled body by abandon() (leaked, with the thread): the bodies hold it raw.
+  std::unique_ptr<State> state_;
+  std::shared_ptr<TimeoutLink> link_ = std::make_shared<TimeoutLink>();
   int rank_ = 0;
   int size_ = 1;
   std::vector<int> world_ranks_;  // MPI_COMM_WORLD rank of each rank, for messages
   std::string host_peers_;        // the other ranks on this host, for messages
   bool single_host_ = true;
   CommunicatorOptions options_;
-  // Created on first use, on the comm thread (their constructors are collective).
-  std::unique_ptr<RingAllReduce> ring_;
-  std::unique_ptr<ShmAllReduce> shm_;
   int tag_ub_ = 32767;  // MPI's largest tag here (MPI_TAG_UB; the standard's minimum until read)
   std::unique_ptr<CommThread> thread_;
   std::unique_ptr<P2pEngine> p2p_;

@@ -1,7 +1,10 @@
 #include "dist/mpi/mpi_runtime.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
 #include <vector>
 
@@ -25,8 +28,16 @@ void finalize_at_exit() {
     std::lock_guard lock(registry_mutex());
     alive = registry();
   }
-  // Newest first: a communicator split from another goes before its parent.
-  for (auto it = alive.rbegin(); it != alive.rend(); ++it) (*it)->shutdown();
+  // Newest first: a communicator split from another goes before its parent. An exception
+  // leaving an exit handler would call std::terminate: a failed shutdown is reported and
+  // the rest go on.
+  for (auto it = alive.rbegin(); it != alive.rend(); ++it) {
+    try {
+      (*it)->shutdown();
+    } catch (const std::exception& e) {
+      spdlog::error("dist: closing a communicator at exit failed: {}", e.what());
+    }
+  }
   MPI_Finalize();
 }
 }  // namespace

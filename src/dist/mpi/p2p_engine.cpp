@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <exception>
 
 #include <pthread.h>
@@ -16,7 +17,7 @@ namespace dtrain::dist::mpi {
 
 class P2pEngine::Op final : public RecvWork {
  public:
-  Op(P2pEngine& engine, const Message& m, std::chrono::steady_clock::time_point since)
+  Op(P2pEngine& engine, const Message& m, std::chrono::steady_clock::time_point now)
       : engine(engine),
         name(m.op),
         kind(m.kind),
@@ -26,7 +27,7 @@ class P2pEngine::Op final : public RecvWork {
         count(static_cast<int>(m.tensor.numel())),
         type(datatype(m.tensor.dtype())),
         bytes(m.tensor.nbytes()),
-        since(since),
+        since(m.kind == P2POp::Kind::Send ? now : kNotStarted),
         source_(m.peer),
         tag_(m.tag) {}
 
@@ -47,10 +48,16 @@ class P2pEngine::Op final : public RecvWork {
   const int count;
   const MPI_Datatype type;
   const std::size_t bytes;
-  const std::chrono::steady_clock::time_point since;
+  static constexpr auto kNotStarted = std::chrono::steady_clock::time_point::max();
   // The rest is written under the engine's mutex, and read by wait()'s caller once done.
+  // When the timeout counts from: a send's call; a receive's first wait() or match.
+  std::chrono::steady_clock::time_point since;
   MPI_Request request = MPI_REQUEST_NULL;
   bool matched = false;  // a receive whose message MPI_Imrecv is receiving
+  // A message of the wrong size: received into `discard`, then the receive fails with
+  // `mismatch` (the tensor stays as it was).
+  std::vector<std::byte> discard;
+  std::exception_ptr mismatch;
   int source_;
   int tag_;
   std::exception_ptr error;
@@ -123,12 +130,16 @@ std::vector<RecvWorkPtr> P2pEngine::post(const std::vector<Message>& messages) {
     DTRAIN_CHECK(failure_.empty(), "{}: the communicator is unusable: {}", op, failure_);
     DTRAIN_CHECK(!closed_, "{}: the communicator is shut down", op);
     const auto now = std::chrono::steady_clock::now();
+    const std::size_t first = pending_.size();
     for (const Message& m : messages) {
       auto message = std::make_shared<Op>(*this, m, now);
       if (m.kind == P2POp::Kind::Send) {
         const int rc = MPI_Isend(m.tensor.raw_data(), message->count, message->type, m.peer, m.tag, comm_,
                                  &message->request);
-        if (auto error = mpi_error(op, rc, "MPI_Isend")) std::rethrow_exception(error);
+        if (auto error = mpi_error(op, rc, "MPI_Isend")) {
+          withdraw_locked(first, error);
+          std::rethrow_exception(error);
+        }
       }
       pending_.push_back(message);
       works.push_back(std::move(message));
@@ -136,6 +147,21 @@ std::vector<RecvWorkPtr> P2pEngine::post(const std::vector<Message>& messages) {
   }
   wake_.notify_one();
   return works;
+}
+
+// The caller gets no Work for a batch that throws, so its messages posted so far are
+// failed with the same error: the receives (nothing matched them yet: matching needs
+// mutex_) are withdrawn, the sends already issued are abandoned to MPI, which may still
+// deliver them, with their tensors kept alive.
+void P2pEngine::withdraw_locked(std::size_t first, const std::exception_ptr& error) {
+  for (std::size_t i = first; i < pending_.size(); ++i) {
+    Op& op = *pending_[i];
+    if (op.request != MPI_REQUEST_NULL) abandoned_.push_back(pending_[i]);
+    else op.tensor = Tensor();
+    op.error = error;
+    op.done.store(true, std::memory_order_release);
+  }
+  pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(first), pending_.end());
 }
 
 void P2pEngine::fail(const std::string& report) {
@@ -179,18 +205,22 @@ P2pEngine::Pass P2pEngine::progress_locked() {
       op->request = MPI_REQUEST_NULL;
       finish_locked(*op, mpi_error(op->name, rc, "MPI_Test"));
     } else if (flag) {
-      finish_locked(*op, nullptr);
+      finish_locked(*op, op->mismatch);
     }
   }
   const std::size_t waiting = pending_.size();
   std::erase_if(pending_, [](const std::shared_ptr<Op>& op) { return op->done.load(std::memory_order_relaxed); });
   pass.progressed = pass.progressed || pending_.size() != waiting;
 
-  // Every message has the same timeout, so the oldest is the first to run out. Reported
-  // once: the thread that finds it handles it (handle_timeout).
+  // Every message has the same timeout, so the one whose clock started first is the first
+  // to run out; a receive nobody waits for and no message matched has no clock yet (it
+  // cannot stall anybody). Reported once: the thread that finds it handles it.
   if (!pending_.empty() && !timing_out_) {
-    const std::shared_ptr<Op>& oldest = pending_.front();
-    const std::chrono::duration<double> waited = std::chrono::steady_clock::now() - oldest->since;
+    const std::shared_ptr<Op>& oldest = *std::min_element(
+        pending_.begin(), pending_.end(), [](const auto& a, const auto& b) { return a->since < b->since; });
+    const auto now = std::chrono::steady_clock::now();
+    const std::chrono::duration<double> waited =
+        oldest->since == Op::kNotStarted ? std::chrono::duration<double>(0) : now - oldest->since;
     if (waited >= timeout_) {
       pass.timeout = fmt::format("{} ({} bytes, {}) waited {:.1f} s for {}", oldest->name, oldest->bytes,
                                  describe_tag(oldest->wanted_tag), waited.count(), describe_peer(oldest->peer));
@@ -254,24 +284,41 @@ bool P2pEngine::match_receives_locked() {
   return matched;
 }
 
-// The probed message is this receive's: receive it if its size fits, else drain it and
-// fail naming both sizes (the tensor stays as it was).
+// The probed message is this receive's: receive it if its size fits, else receive it into
+// a discard buffer (as any message, under the timeout: the sender may die mid-transfer) and
+// then fail naming both sizes (the tensor stays as it was).
 void P2pEngine::accept_locked(Op& op, MPI_Message message, const MPI_Status& status) {
   op.source_ = status.MPI_SOURCE;
   op.tag_ = status.MPI_TAG;
-  int incoming = 0;
-  MPI_Get_count(&status, op.type, &incoming);
-  if (incoming != op.count) {
-    int bytes = 0;
-    MPI_Get_count(&status, MPI_BYTE, &bytes);
-    std::vector<std::byte> discard(static_cast<std::size_t>(bytes));
-    MPI_Mrecv(discard.data(), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE);
-    finish_locked(op, std::make_exception_ptr(Error(fmt::format(
-                          "{}: expected {} bytes ({} x {}) from {} with tag {}, got {} bytes", op.name, op.bytes,
-                          op.count, dtype_name(op.tensor.dtype()), peer_name_(op.source_), op.tag_, bytes))));
+  if (op.since == Op::kNotStarted) op.since = std::chrono::steady_clock::now();
+  // In bytes, as MPI_Count: MPI_Get_count's int is MPI_UNDEFINED beyond 2 GiB.
+  MPI_Count incoming = 0;
+  if (const int rc = MPI_Get_elements_x(&status, MPI_BYTE, &incoming); rc != MPI_SUCCESS) {
+    finish_locked(op, mpi_error(op.name, rc, "MPI_Get_elements_x"));  // the message stays unreceived
     return;
   }
-  const int rc = MPI_Imrecv(op.tensor.raw_data(), op.count, op.type, &message, &op.request);
+  const bool fits = incoming == static_cast<MPI_Count>(op.bytes);
+  if (!fits) {
+    op.mismatch = std::make_exception_ptr(Error(fmt::format(
+        "{}: expected {} bytes ({} x {}) from {} with tag {}, got {} bytes", op.name, op.bytes, op.count,
+        dtype_name(op.tensor.dtype()), peer_name_(op.source_), op.tag_, static_cast<long long>(incoming))));
+    op.tensor = Tensor();  // left as it was: the message goes to discard
+    op.discard.resize(static_cast<std::size_t>(incoming));
+  }
+  // A discard of any size as whole chunks of a contiguous type (a count is an int).
+  constexpr int kChunk = 1 << 20;
+  MPI_Datatype chunk = MPI_DATATYPE_NULL;
+  if (!fits && incoming > INT_MAX) {
+    MPI_Type_contiguous(kChunk, MPI_BYTE, &chunk);
+    MPI_Type_commit(&chunk);
+    op.discard.resize(static_cast<std::size_t>((incoming + kChunk - 1) / kChunk) * kChunk);
+  }
+  const int rc = fits ? MPI_Imrecv(op.tensor.raw_data(), op.count, op.type, &message, &op.request)
+                 : chunk != MPI_DATATYPE_NULL
+                     ? MPI_Imrecv(op.discard.data(), static_cast<int>(op.discard.size() / kChunk), chunk, &message,
+                                  &op.request)
+                     : MPI_Imrecv(op.discard.data(), static_cast<int>(incoming), MPI_BYTE, &message, &op.request);
+  if (chunk != MPI_DATATYPE_NULL) MPI_Type_free(&chunk);  // MPI keeps it until the receive ends
   if (auto error = mpi_error(op.name, rc, "MPI_Imrecv")) {
     op.request = MPI_REQUEST_NULL;
     finish_locked(op, error);
@@ -283,6 +330,7 @@ void P2pEngine::accept_locked(Op& op, MPI_Message message, const MPI_Status& sta
 void P2pEngine::finish_locked(Op& op, std::exception_ptr error) {
   op.error = std::move(error);
   op.tensor = Tensor();  // MPI is done with it
+  op.discard = {};
   op.done.store(true, std::memory_order_release);
 }
 
@@ -326,6 +374,7 @@ void P2pEngine::wait_until(std::unique_lock<std::mutex>& lock, std::size_t bytes
 
 void P2pEngine::wait_for(Op& op) {
   std::unique_lock lock(mutex_);
+  if (op.since == Op::kNotStarted) op.since = std::chrono::steady_clock::now();
   wait_until(lock, op.bytes, [&] { return op.done.load(std::memory_order_relaxed); });
 }
 
@@ -339,15 +388,23 @@ void P2pEngine::run_progress_thread() {
     // Nobody waits on these messages yet: polling every millisecond costs about 2% of a
     // core while a receive is pending (measured; every 200 us, as a waiter does: 10%).
     Backoff backoff(Backoff::kSpin, kIdlePoll);
-    while (!stopping_ && !pending_.empty() && waiters_ == 0) {
-      Pass pass = progress_locked();
-      if (!pass.timeout.empty()) {
-        handle_timeout(lock, pass);
-        continue;
+    try {
+      while (!stopping_ && !pending_.empty() && waiters_ == 0) {
+        Pass pass = progress_locked();
+        if (!pass.timeout.empty()) {
+          handle_timeout(lock, pass);
+          continue;
+        }
+        lock.unlock();
+        if (!pass.progressed) backoff.pause();
+        lock.lock();
       }
-      lock.unlock();
-      if (!pass.progressed) backoff.pause();
-      lock.lock();
+    } catch (const std::exception& e) {
+      // Out of memory, or the owner's timeout handler: an exception here would end the
+      // process (std::terminate); the messages fail with it instead.
+      if (!lock.owns_lock()) lock.lock();
+      spdlog::error("dist: the point-to-point progress thread failed: {}", e.what());
+      fail_locked(fmt::format("the point-to-point progress thread failed: {}", e.what()), nullptr);
     }
   }
 }

@@ -14,11 +14,13 @@
 // wildcard source and tag) has found none, so receives match in issue order as MPI's own
 // receives do.
 //
-// Timeout: when a message is not done within the timeout after it was issued, on_timeout
-// first receives "<op> (N bytes, tag T) waited S s for <peer>" (the communicator aborts
-// the job or fails its collectives, per its OnTimeout); then that message fails with the
-// report and "; the communicator is now unusable", every other pending message fails too,
-// and the engine takes no more.
+// Timeout: when a message is not done within the timeout, on_timeout first receives
+// "<op> (N bytes, tag T) waited S s for <peer>" (the communicator aborts the job or fails
+// its collectives, per its OnTimeout); then that message fails with the report and "; the
+// communicator is now unusable", every other pending message fails too, and the engine
+// takes no more. A send is timed from its call; a receive from its first wait() or from
+// when its message arrived, whichever came first, so that a receive posted early and not
+// waited on (a mailbox from kAnySource) can stay pending for as long as it needs.
 #pragma once
 
 #include "dtrain/dist/communicator.h"
@@ -58,7 +60,9 @@ class P2pEngine {
   P2pEngine& operator=(const P2pEngine&) = delete;
 
   // Issues the messages in order, sends right away; one Work per message (for a send, its
-  // source() and tag() are its own destination and tag).
+  // source() and tag() are its own destination and tag). When a send cannot be issued it
+  // throws, and the messages of the call issued before it fail with the same error (see
+  // withdraw_locked).
   std::vector<RecvWorkPtr> post(const std::vector<Message>& messages);
 
   // Fails every pending message and refuses new ones: `report` is why (another part of
@@ -81,6 +85,8 @@ class P2pEngine {
   bool match_receives_locked();  // whether a receive found its message
   void accept_locked(Op& op, MPI_Message message, const MPI_Status& status);
   void finish_locked(Op& op, std::exception_ptr error);
+  // Fails pending_[first...] (a batch post() could not issue whole) with `error`.
+  void withdraw_locked(std::size_t first, const std::exception_ptr& error);
   void fail_locked(const std::string& report, const Op* timed_out);
   void handle_timeout(std::unique_lock<std::mutex>& lock, const Pass& pass);
   // Drives the loop until `done` holds (with mutex_ held), as one of the waiters.
