@@ -11,12 +11,16 @@
 // Ordering: between one sender and one receiver, messages with the same tag match the
 // receives in the order both were issued (MPI's rule; with several threads, the order in
 // which the calls happened). Messages with different tags, from different senders, and
-// collectives have no order among each other. A receive from kAnySource (or with kAnyTag)
-// takes the earliest message that fits when no receive issued before it could take it.
-// NCCL has no tags and no any-source receive; see dtrain/dist/nccl.h.
+// collectives have no order among each other (MPI; on NCCL a pending receive holds up
+// every later message of the rank, whatever its peer). A receive from kAnySource (or with
+// kAnyTag) takes the earliest message that fits when no receive issued before it could
+// take it. NCCL has no tags and no any-source receive; see dtrain/dist/nccl.h.
 //
-// Failure: each operation runs under the communicator's timeout (point to point: counted
-// from the call). When an operation is not done within it, the rank reports which
+// Failure: each operation runs under the communicator's timeout. Point to point: a send
+// is timed from its call, a receive from its first wait() or from when its message
+// arrived, whichever comes first (MPI), so a receive posted long before its message and
+// not waited on (a mailbox from kAnySource) never times out; on NCCL every message is
+// timed from its call. When an operation is not done within it, the rank reports which
 // operation it was in and which peers it was waiting for, and then by default the whole
 // job is aborted (MPI_Abort), so a dead or stalled rank never leaves the others hanging
 // silently. A program that embeds the library can choose OnTimeout::Throw instead.

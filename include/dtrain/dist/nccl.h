@@ -30,6 +30,21 @@
 //   does a rank that issues a send and then a receive (or a blocking send) while its peer
 //   does the same: issue paired messages together with batch_isend_irecv, one NCCL group,
 //   or order the pairs (even ranks send first, odd ranks receive first).
+// - Unlike MPI, a rank's messages do not pass each other: they share one NCCL
+//   communicator and one stream, so each waits for the ones issued before it, whatever
+//   their peers. A receive from rank A that is still pending holds up every later message
+//   of this rank, to or from any other rank, until A's message arrives (so a receive
+//   posted ahead as a mailbox blocks the rest; use an MPI communicator for that).
+// - The collectives and the messages are two NCCL communicators on one GPU, and NCCL does
+//   not guarantee that two communicators' kernels run at the same time: when ranks issue
+//   collectives and messages in different orders (rank 0 an all-reduce then a send, rank
+//   1 the matching receive then the all-reduce), each rank's first kernel can wait for the
+//   other's and the job deadlocks until the timeout (NCCL's documentation, "Using
+//   multiple NCCL communicators concurrently"). Issue them in the same order on every
+//   rank, or wait() for one kind before issuing the other.
+// - Not thread-safe: a communicator is used by one thread at a time (its operations
+//   share one CUDA event for the compute stream, barrier() creates its token on first
+//   use, and the watchdog expects operations in the order they were queued).
 //
 // Failure: a watchdog thread per NCCL communicator polls the operations in flight; one
 // that is not done within the timeout, or an asynchronous NCCL error (a peer died), aborts

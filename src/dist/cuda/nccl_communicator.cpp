@@ -121,11 +121,19 @@ class NcclCommunicator final : public Communicator {
     // rest of backward's kernels, nor a pipeline's activations. (Numerically lower is higher.)
     int least = 0, greatest = 0;
     DTRAIN_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    for (Lane* lane : {&collectives_, &messages_}) {
-      DTRAIN_CUDA_CHECK(cudaStreamCreateWithPriority(&lane->stream, cudaStreamNonBlocking, greatest));
+    try {
+      for (Lane* lane : {&collectives_, &messages_}) {
+        DTRAIN_CUDA_CHECK(cudaStreamCreateWithPriority(&lane->stream, cudaStreamNonBlocking, greatest));
+      }
+      DTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
+    } catch (...) {
+      // No destructor runs for a constructor that throws.
+      for (Lane* lane : {&collectives_, &messages_}) {
+        if (lane->stream != nullptr) cudaStreamDestroy(lane->stream);
+      }
+      throw;
     }
     compute_ = static_cast<cudaStream_t>(device_stream(Device::cuda(device_)));
-    DTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
   }
 
   // Waits for the operations in flight (a communicator is destroyed between steps, not
@@ -245,9 +253,10 @@ class NcclCommunicator final : public Communicator {
     rethrow_failure();
     cuda::DeviceGuard guard(device_);
     // Every rank of the parent must be done queueing on it: ncclCommSplit is collective.
-    ncclComm_t parent = collectives_.watchdog->comm();
     ncclComm_t child = nullptr;
-    DTRAIN_NCCL_CHECK(ncclCommSplit(parent, color, key, &child, nullptr), parent);
+    DTRAIN_NCCL_CHECK(collectives_.watchdog->with_comm(
+                          [&](ncclComm_t parent) { return ncclCommSplit(parent, color, key, &child, nullptr); }),
+                      nullptr);
     return std::make_shared<NcclCommunicator>(child, device_, options_);
   }
 
@@ -302,8 +311,7 @@ class NcclCommunicator final : public Communicator {
     cuda::DeviceGuard guard(device_);
     DTRAIN_CUDA_CHECK(cudaEventRecord(compute_ready_, compute_));
     DTRAIN_CUDA_CHECK(cudaStreamWaitEvent(lane.stream, compute_ready_, 0));
-    ncclComm_t comm = lane.watchdog->comm();
-    DTRAIN_NCCL_CHECK(call(comm, lane.stream), comm);
+    DTRAIN_NCCL_CHECK(lane.watchdog->with_comm([&](ncclComm_t comm) { return call(comm, lane.stream); }), nullptr);
     auto done = std::make_shared<nccl::Event>();
     DTRAIN_CUDA_CHECK(cudaEventRecord(done->get(), lane.stream));
     lane.watchdog->track(std::move(what), done);

@@ -7,6 +7,7 @@
 namespace dtrain::dist::nccl {
 namespace {
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
+constexpr auto kAbortGrace = std::chrono::seconds(5);
 }  // namespace
 
 void throw_error(ncclResult_t status, const char* call, ncclComm_t comm, std::source_location where) {
@@ -57,8 +58,13 @@ void Watchdog::track(std::string what, std::shared_ptr<Event> done) {
   in_flight_.push_back({std::move(what), std::move(done), std::chrono::steady_clock::now()});
 }
 
-void Watchdog::rethrow_async_error() const {
+void Watchdog::throw_if_aborted() const {
   if (aborted_.load(std::memory_order_acquire)) throw Error(fmt::format("nccl: {}", failure_));
+}
+
+void Watchdog::rethrow_async_error() const {
+  std::lock_guard lock(comm_mutex_);
+  throw_if_aborted();
   ncclResult_t async = ncclSuccess;
   DTRAIN_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async), comm_);
   if (async != ncclSuccess && async != ncclInProgress) throw_error(async, "an earlier NCCL operation", comm_);
@@ -106,12 +112,20 @@ void Watchdog::run() {
 // (AbortJob) the whole job ends (MPI_Abort), as for the MPI backend's timeout. Under
 // Throw, or without MPI, the process goes on, and the failure is what every later use of
 // this communicator throws.
+//
+// The abort waits for a call in progress on another thread (with_comm), which must not
+// find comm_ freed under it; but a call blocked inside NCCL (connecting to a dead peer)
+// never returns, and ending such a call is what ncclCommAbort from another thread is for.
+// So after kAbortGrace it aborts anyway: that call then returns an error, and the caller
+// touches comm_ no more.
 void Watchdog::fail(const std::string& message) {
-  ncclCommAbort(comm_);
+  std::unique_lock lock(comm_mutex_, kAbortGrace);
   const bool abort = policy_ == OnTimeout::AbortJob;
   failure_ = fmt::format("rank {} of {}: {}; {}", rank_, size_, message,
                          abort ? "aborting the job" : "the communicator is now unusable");
   aborted_.store(true, std::memory_order_release);
+  ncclCommAbort(comm_);
+  if (lock.owns_lock()) lock.unlock();
   if (abort) abort_job("nccl " + failure_);
 }
 

@@ -54,7 +54,6 @@ class Watchdog {
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  ncclComm_t comm() const { return comm_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
 
@@ -63,6 +62,15 @@ class Watchdog {
   // Throws when NCCL has reported an asynchronous error for this communicator, or when the
   // watchdog has aborted it.
   void rethrow_async_error() const;
+  // Returns call(comm), an NCCL call on the communicator, which fail() does not abort (and
+  // free) meanwhile; throws the failure instead once it has. (A mutex per NCCL call: NCCL
+  // calls cost microseconds.)
+  template <class Call>
+  ncclResult_t with_comm(Call&& call) {
+    std::lock_guard lock(comm_mutex_);
+    throw_if_aborted();
+    return call(comm_);
+  }
 
  private:
   struct InFlight {
@@ -72,6 +80,7 @@ class Watchdog {
   };
   void run();
   void fail(const std::string& message);
+  void throw_if_aborted() const;
 
   ncclComm_t comm_;
   int device_;
@@ -83,8 +92,11 @@ class Watchdog {
   std::condition_variable wake_;
   std::deque<InFlight> in_flight_;  // completes in order: one stream
   bool stopping_ = false;
-  std::string failure_;              // written once, before aborted_ is set
-  std::atomic<bool> aborted_{false};  // comm_ was aborted (and freed) by fail()
+  // Held by every use of comm_ outside run() and by fail() around its abort, so that a
+  // call never finds comm_ freed (see fail() for a call that NCCL never returns from).
+  mutable std::timed_mutex comm_mutex_;
+  std::string failure_;               // written once, before aborted_ is set
+  std::atomic<bool> aborted_{false};  // comm_ is aborted (and freed) by fail()
   std::thread thread_;
 };
 
