@@ -1,6 +1,8 @@
 // Softmax, losses and dropout.
 #include "dtrain/autograd/functions.h"
 
+#include <cmath>
+
 namespace dtrain {
 
 Variable softmax(const Variable& x, std::int64_t dim) {
@@ -28,8 +30,9 @@ Variable cross_entropy(const Variable& logits, const Tensor& labels, double labe
                "cross_entropy: label_smoothing {} outside [0, 1)", label_smoothing);
   const std::int64_t n = logits.size(0);
   const std::int64_t c = logits.size(1);
-  // Labels on the CPU are checked here, for this op's message; labels on a GPU are checked
-  // by gather's range check, so that the loss never makes the host wait for the device.
+  // Labels on the CPU are checked here. Labels on a GPU are not read back (that would make
+  // every step wait for the device): an out-of-range label there matches no class, and the
+  // loss becomes NaN.
   if (n > 0 && labels.device().is_cpu()) {
     auto low = min(labels).item();
     auto high = max(labels).item();
@@ -37,20 +40,29 @@ Variable cross_entropy(const Variable& logits, const Tensor& labels, double labe
                  c, low < 0 ? low : high);
   }
   Tensor logp = log_softmax(logits.data(), 1);
-  Tensor index = labels.reshape({n, 1});
-  Tensor picked = gather(logp, 1, index);
+  // The label's column as a mask (N, C): element-wise ops only, with no index range check
+  // (which would wait for the device). Each row's sum of the masked log-probabilities is
+  // its picked one exactly (the other terms are zeros).
+  const Tensor classes = Tensor::arange(0, static_cast<double>(c), 1, {DType::i64, logp.device()}).reshape({1, c});
+  const Tensor hit = eq(labels.to(DType::i64).reshape({n, 1}), classes);
+  const Tensor zero = Tensor::zeros({}, logp.options());
   const double eps = label_smoothing;
   // The loss stays on the logits' device, summed in f64 and rounded once.
-  Tensor total = sum(picked).to(DType::f64);
+  Tensor total = sum(sum(where(hit, logp, zero), {1})).to(DType::f64);
   if (eps > 0) total = add(mul(total, 1 - eps), mul(sum(logp).to(DType::f64), eps / static_cast<double>(c)));
   const double count = static_cast<double>(std::max<std::int64_t>(n, 1));
-  Tensor loss = div(neg(total), Tensor::scalar(count, total.options())).to(logits.dtype());
+  Tensor loss = div(neg(total), Tensor::scalar(count, total.options()));
+  if (!labels.device().is_cpu()) {
+    // A row without a hit had a label outside [0, C).
+    const Tensor all_matched = eq(sum(hit.to(DType::i64)), Tensor::scalar(static_cast<double>(n), {DType::i64, logp.device()}));
+    loss = where(all_matched, loss, Tensor::scalar(std::nan(""), loss.options()));
+  }
+  loss = loss.to(logits.dtype());
   // d loss / d logits = (softmax - target) / N with target = (1 - eps) onehot + eps / C.
-  return Variable(loss, {logits}, [logp, index, eps, n, c](std::vector<Variable>& in, const Tensor& g) {
+  return Variable(loss, {logits}, [logp, hit, eps, n, c](std::vector<Variable>& in, const Tensor& g) {
     Tensor grad = exp(logp);
     if (eps > 0) grad = add(grad, -eps / static_cast<double>(c));
-    Tensor onehot = Tensor::full({n, 1}, -(1 - eps), grad.options());
-    grad = add(grad, scatter_add(grad.shape(), 1, index, onehot));
+    grad = add(grad, mul(hit.to(grad.dtype()), -(1 - eps)));
     in[0].add_grad(mul(grad, div(g, static_cast<double>(std::max<std::int64_t>(n, 1)))));
   });
 }

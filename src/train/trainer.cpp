@@ -184,8 +184,9 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
     const bool due = progress.due(step);
     if (stats.loss.defined() && (read_each_step || due || step == updates)) {
       shown_loss = stats.loss.item();
-      DTRAIN_CHECK(!unscaled || sums.nonfinite() == 0, "training diverged {} step {}: loss {} (lower the learning rate?)",
-                   read_each_step ? "at" : "by", global_step_, shown_loss);
+      DTRAIN_CHECK(!unscaled || sums.nonfinite() == 0, "training diverged {} step {}: loss {} (lower the learning rate?{})",
+                   read_each_step ? "at" : "by", global_step_, shown_loss,
+                   read_each_step ? "" : " on a GPU a label outside the model's classes makes the loss NaN too");
     }
     if (due) progress.update(step, shown_loss, stats.samples);
     else progress.count(stats.samples);

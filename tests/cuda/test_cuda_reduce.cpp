@@ -251,6 +251,16 @@ TEST_CASE("CUDA softmax and cross-entropy gradients through autograd", "[cuda]")
       }
     }
   }
+  // A label outside [0, C) on the GPU is not read back (no host wait): the loss is NaN.
+  {
+    const Tensor logits = input({4, 3}, 34, DType::f32);
+    for (std::int64_t bad : {-1, 3}) {
+      INFO("label " << bad);
+      const Tensor labels = Tensor::from_vector<std::int64_t>({0, bad, 2, 1}, {4});
+      CHECK(std::isnan(run(logits, labels, 0, kGpu).loss.item()));
+      CHECK_THROWS_WITH(run(logits, labels, 0, Device::cpu()), Catch::Contains("labels must lie in [0, 3)"));
+    }
+  }
   // softmax and log_softmax as autograd functions, with a non-trivial upstream gradient.
   for (bool log : {false, true}) {
     INFO((log ? "log_softmax" : "softmax") << " through autograd");

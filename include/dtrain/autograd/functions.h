@@ -78,6 +78,8 @@ Variable softmax(const Variable& x, std::int64_t dim);
 Variable log_softmax(const Variable& x, std::int64_t dim);
 // Mean over the batch of -log softmax(logits)[label], logits (N, C), labels (N) i64, with
 // label smoothing eps: target = (1 - eps) * onehot + eps / C. Fused log-softmax + NLL.
+// Labels outside [0, C) are an error on the CPU; on a GPU they are not read back (that
+// would make the host wait for every step) and make the loss NaN.
 Variable cross_entropy(const Variable& logits, const Tensor& labels, double label_smoothing = 0);
 Variable mse_loss(const Variable& prediction, const Variable& target);  // mean squared error
 // Inverted dropout: zeroes each element with probability p and scales the rest by 1/(1-p).

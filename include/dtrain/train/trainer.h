@@ -15,8 +15,8 @@
 //
 // Step statistics (loss, correct count) are accumulated on the model's device; on a GPU
 // they are read only when the progress line is due and at the end of an epoch, so the loop
-// adds no wait of its own between steps (what still waits on a GPU: the loss scaler's
-// inf/NaN check, clipping's norm, and the CUDA index ops' range check in cross-entropy).
+// adds no wait of its own between steps (what still waits on a GPU, where configured: the
+// loss scaler's inf/NaN check and clipping's norm).
 //
 // Failure: an error (divergence, a bad batch, a callback's exception) is thrown on the rank
 // that meets it. Divergence in the middle of an epoch is seen from the rank's own loss, so
