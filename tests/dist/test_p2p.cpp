@@ -20,6 +20,17 @@ using Catch::Matchers::Matches;
 
 namespace {
 
+// What `f` throws as a dtrain::Error, or "" when it returns.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 CommunicatorPtr comm() {
   static CommunicatorPtr c = dist::world({.timeout = std::chrono::seconds(60)});
   return c;
@@ -222,11 +233,7 @@ TEST_CASE("irecv of a message of the wrong size fails naming both sizes and leav
   }
   if (c->rank() == 1) {
     auto wrong = c->irecv(small, 0, 9);
-    try {
-      wrong->wait();
-    } catch (const Error& e) {
-      error = e.what();
-    }
+    error = error_of([&] { wrong->wait(); });
     c->recv(next, 0, 9);
   }
   c->barrier();
@@ -303,17 +310,9 @@ TEST_CASE("under OnTimeout::Throw an irecv whose sender never comes fails with t
     Tensor t = Tensor::zeros({4});
     const auto start = std::chrono::steady_clock::now();
     auto work = fragile->irecv(t, 1, 77);  // rank 1 never sends it
-    try {
-      work->wait();
-    } catch (const Error& e) {
-      error = e.what();
-    }
+    error = error_of([&] { work->wait(); });
     waited = seconds_since(start);
-    try {
-      fragile->barrier();
-    } catch (const Error& e) {
-      later = e.what();
-    }
+    later = error_of([&] { fragile->barrier(); });
   }
   c->barrier();
   if (c->rank() == 0) {
@@ -343,11 +342,7 @@ TEST_CASE("a receive nobody waits on outlives the timeout: its clock starts at i
   }
   c->barrier();  // rank 0 waits here for rank 1, not on its receive
   if (mailbox) {
-    try {
-      mailbox->wait();
-    } catch (const Error& e) {
-      error = e.what();
-    }
+    error = error_of([&] { mailbox->wait(); });
   }
   c->barrier();
   if (c->rank() == 0) {
@@ -370,17 +365,9 @@ TEST_CASE("under OnTimeout::Throw a stalled all-reduce fails its wait() and the 
   if (c->rank() == 0) {
     const auto start = std::chrono::steady_clock::now();
     auto work = fragile->all_reduce_async(t);
-    try {
-      work->wait();
-    } catch (const Error& e) {
-      error = e.what();
-    }
+    error = error_of([&] { work->wait(); });
     waited = seconds_since(start);
-    try {
-      fragile->isend(t, 1);
-    } catch (const Error& e) {
-      later = e.what();
-    }
+    later = error_of([&] { fragile->isend(t, 1); });
   }
   c->barrier();
   if (c->rank() != 0) fragile->all_reduce(t);  // ends rank 0's stalled MPI_Allreduce
