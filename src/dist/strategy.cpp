@@ -60,7 +60,7 @@ void Strategy::forward_backward(const MicroBatch& batch, double weight, bool las
   Variable weighted = weight == 1 ? loss : mul(loss, weight);
   Variable scaled = config.scaler ? config.scaler->scale(weighted) : weighted;
   scaled.backward();
-  stats.loss = accumulate(stats.loss, weight == 1 ? loss.data() : mul(loss.data(), weight));
+  stats.loss = accumulate(stats.loss, weighted.data());
   if (config.correct) stats.correct = accumulate(stats.correct, config.correct(output.data(), batch.targets));
   stats.samples += batch.inputs.size(0);
 }

@@ -22,6 +22,13 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
+// This rank's sums added up over the ranks that hold shards (a collective).
+std::vector<double> over_ranks(dist::Strategy& strategy, const std::vector<double>& local) {
+  Tensor t = Tensor::from_vector<double>(local, {static_cast<std::int64_t>(local.size())});
+  strategy.reduce_sums(t);
+  return t.to_vector<double>();
+}
+
 // An epoch's running sums, kept on the model's device so that adding a step's numbers
 // never waits for the step. A non-finite loss adds 0 and is counted apart: with a loss
 // scaler that is a skipped step, without one it is divergence.
@@ -57,13 +64,8 @@ class RunningSums {
   // losses, correct, samples counted for accuracy].
   std::vector<double> totals(dist::Strategy& strategy) const {
     const auto finite = finite_.item<std::int64_t>();
-    Tensor t = Tensor::from_vector<double>({loss_sum_.item(), static_cast<double>(finite),
-                                            static_cast<double>(losses_ - finite),
-                                            static_cast<double>(correct_.item<std::int64_t>()),
-                                            static_cast<double>(counted_)},
-                                           {5});
-    strategy.reduce_sums(t);
-    return t.to_vector<double>();
+    return over_ranks(strategy, {loss_sum_.item(), static_cast<double>(finite), static_cast<double>(losses_ - finite),
+                                 static_cast<double>(correct_.item<std::int64_t>()), static_cast<double>(counted_)});
   }
 
  private:
@@ -235,10 +237,8 @@ EvalResult Trainer::evaluate() {
   }
   model.train(was_training);
   // One read per evaluation, then the sums of every shard.
-  Tensor totals = Tensor::from_vector<double>(
-      {loss_sum.item(), static_cast<double>(correct.item<std::int64_t>()), static_cast<double>(samples)}, {3});
-  strategy_->reduce_sums(totals);
-  const auto v = totals.to_vector<double>();
+  const auto v = over_ranks(*strategy_, {loss_sum.item(), static_cast<double>(correct.item<std::int64_t>()),
+                                         static_cast<double>(samples)});
   return {v[0], static_cast<std::int64_t>(v[1]), static_cast<std::int64_t>(v[2])};
 }
 

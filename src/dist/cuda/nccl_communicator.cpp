@@ -307,7 +307,8 @@ class NcclCommunicator final : public Communicator {
   // communicator and stream. Returns the `done` event.
   template <class Call>
   std::shared_ptr<nccl::Event> issue(Lane& lane, std::string what, Call&& call) {
-    rethrow_failure();
+    // A failure of the other lane fails this one too; with_comm checks this lane's own.
+    (&lane == &collectives_ ? messages_ : collectives_).watchdog->rethrow_async_error();
     cuda::DeviceGuard guard(device_);
     DTRAIN_CUDA_CHECK(cudaEventRecord(compute_ready_, compute_));
     DTRAIN_CUDA_CHECK(cudaStreamWaitEvent(lane.stream, compute_ready_, 0));

@@ -64,6 +64,10 @@ void Watchdog::throw_if_aborted() const {
 
 void Watchdog::rethrow_async_error() const {
   std::lock_guard lock(comm_mutex_);
+  rethrow_async_error_locked();
+}
+
+void Watchdog::rethrow_async_error_locked() const {
   throw_if_aborted();
   ncclResult_t async = ncclSuccess;
   DTRAIN_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async), comm_);

@@ -63,12 +63,12 @@ class Watchdog {
   // watchdog has aborted it.
   void rethrow_async_error() const;
   // Returns call(comm), an NCCL call on the communicator, which fail() does not abort (and
-  // free) meanwhile; throws the failure instead once it has. (A mutex per NCCL call: NCCL
-  // calls cost microseconds.)
+  // free) meanwhile; first throws as rethrow_async_error() does, under the same lock. (A
+  // mutex per NCCL call: NCCL calls cost microseconds.)
   template <class Call>
   ncclResult_t with_comm(Call&& call) {
     std::lock_guard lock(comm_mutex_);
-    throw_if_aborted();
+    rethrow_async_error_locked();
     return call(comm_);
   }
 
@@ -81,6 +81,7 @@ class Watchdog {
   void run();
   void fail(const std::string& message);
   void throw_if_aborted() const;
+  void rethrow_async_error_locked() const;  // comm_mutex_ held
 
   ncclComm_t comm_;
   int device_;

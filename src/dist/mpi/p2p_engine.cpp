@@ -169,11 +169,6 @@ void P2pEngine::fail(const std::string& report) {
   fail_locked(report, nullptr);
 }
 
-bool P2pEngine::failed() const {
-  std::lock_guard lock(mutex_);
-  return !failure_.empty();
-}
-
 void P2pEngine::close() {
   std::unique_lock lock(mutex_);
   if (closed_) return;
@@ -359,17 +354,18 @@ void P2pEngine::wait_until(std::unique_lock<std::mutex>& lock, std::size_t bytes
     }
   } leave{*this};
   Backoff backoff(spin_for(bytes));
-  while (!done()) {
-    Pass pass = progress_locked();
-    if (!pass.timeout.empty()) {
-      handle_timeout(lock, pass);
-      continue;
-    }
-    if (done()) break;
-    lock.unlock();
-    if (!pass.progressed) backoff.pause();
-    lock.lock();
+  while (!done()) poll_once(lock, backoff);
+}
+
+void P2pEngine::poll_once(std::unique_lock<std::mutex>& lock, Backoff& backoff) {
+  Pass pass = progress_locked();
+  if (!pass.timeout.empty()) {
+    handle_timeout(lock, pass);
+    return;
   }
+  lock.unlock();
+  if (!pass.progressed) backoff.pause();  // nothing moved: give the core away
+  lock.lock();
 }
 
 void P2pEngine::wait_for(Op& op) {
@@ -389,16 +385,7 @@ void P2pEngine::run_progress_thread() {
     // core while a receive is pending (measured; every 200 us, as a waiter does: 10%).
     Backoff backoff(Backoff::kSpin, kIdlePoll);
     try {
-      while (!stopping_ && !pending_.empty() && waiters_ == 0) {
-        Pass pass = progress_locked();
-        if (!pass.timeout.empty()) {
-          handle_timeout(lock, pass);
-          continue;
-        }
-        lock.unlock();
-        if (!pass.progressed) backoff.pause();
-        lock.lock();
-      }
+      while (!stopping_ && !pending_.empty() && waiters_ == 0) poll_once(lock, backoff);
     } catch (const std::exception& e) {
       // Out of memory, or the owner's timeout handler: an exception here would end the
       // process (std::terminate); the messages fail with it instead.

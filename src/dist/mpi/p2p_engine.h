@@ -23,6 +23,7 @@
 // waited on (a mailbox from kAnySource) can stay pending for as long as it needs.
 #pragma once
 
+#include "dist/backoff.h"
 #include "dtrain/dist/communicator.h"
 
 #include <mpi.h>
@@ -68,7 +69,6 @@ class P2pEngine {
   // Fails every pending message and refuses new ones: `report` is why (another part of
   // the communicator timed out).
   void fail(const std::string& report);
-  bool failed() const;
   // Refuses new messages, fails the receives that no message has matched (MPI holds
   // nothing of them) and waits for the other messages in flight, under the timeout.
   void close();
@@ -89,6 +89,9 @@ class P2pEngine {
   void withdraw_locked(std::size_t first, const std::exception_ptr& error);
   void fail_locked(const std::string& report, const Op* timed_out);
   void handle_timeout(std::unique_lock<std::mutex>& lock, const Pass& pass);
+  // One round of a polling loop (a waiter's or the progress thread's): progress, a timeout
+  // handled, or a pause when nothing moved. Called and returns with `lock` held.
+  void poll_once(std::unique_lock<std::mutex>& lock, Backoff& backoff);
   // Drives the loop until `done` holds (with mutex_ held), as one of the waiters.
   template <class Done>
   void wait_until(std::unique_lock<std::mutex>& lock, std::size_t bytes, Done&& done);
