@@ -2,7 +2,8 @@
 // The layers' own code never includes this (tools/check_layering.py forbids it: it reaches
 // every layer). By layer, bottom up:
 //   core      Device, Error and the checks, environment, logging, the thread pool
-//   tensor    Tensor, Storage, shapes, dtypes (f16/bf16), ops, the device stream, Upload
+//   tensor    Tensor, Storage, shapes, dtypes (f16/bf16), ops, the device stream, Upload,
+//             memory stats
 //   autograd  Variable, differentiable functions, autocast, gradient checks
 //   layers    Module, Sequential, the layers, init, ready-made models
 //   optim     Optimizer, SGD, Adam/AdamW, LR schedules, gradient clipping, loss scaling
@@ -24,6 +25,7 @@
 
 #include "dtrain/tensor/dtype.h"
 #include "dtrain/tensor/half.h"
+#include "dtrain/tensor/memory_stats.h"
 #include "dtrain/tensor/ops.h"
 #include "dtrain/tensor/shape.h"
 #include "dtrain/tensor/storage.h"
@@ -67,6 +69,9 @@
 #include "dtrain/dist/data_parallel.h"
 #include "dtrain/dist/data_parallel_strategy.h"
 #include "dtrain/dist/nccl.h"
+#include "dtrain/dist/pipeline_partition.h"
+#include "dtrain/dist/pipeline_schedule.h"
+#include "dtrain/dist/pipeline_strategy.h"
 #include "dtrain/dist/strategy.h"
 #include "dtrain/dist/sync_batch_norm.h"
 

@@ -8,9 +8,7 @@
 
 namespace dtrain::optim {
 
-double clip_grad_norm(const std::vector<Variable>& params, double max_norm) {
-  DTRAIN_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got {}", max_norm);
-
+double grad_squared_norm(const std::vector<Variable>& params) {
   // One f64 accumulator per device, read once at the end: a single host sync per device
   // rather than one per parameter.
   std::vector<Tensor> sums;
@@ -27,9 +25,12 @@ double clip_grad_norm(const std::vector<Variable>& params, double max_norm) {
   }
   double total = 0;
   for (const Tensor& s : sums) total += s.item();
-  const double norm = std::sqrt(total);
-  if (!std::isfinite(norm) || norm <= max_norm) return norm;
+  return total;
+}
 
+void clip_grads_to_norm(const std::vector<Variable>& params, double norm, double max_norm) {
+  DTRAIN_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got {}", max_norm);
+  if (!std::isfinite(norm) || norm <= max_norm) return;
   const double scale = max_norm / (norm + 1e-6);
   for (const Variable& p : params) {
     if (!p.has_grad()) continue;
@@ -43,6 +44,12 @@ double clip_grad_norm(const std::vector<Variable>& params, double max_norm) {
       handle.set_grad(mul(g, scale));
     }
   }
+}
+
+double clip_grad_norm(const std::vector<Variable>& params, double max_norm) {
+  DTRAIN_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got {}", max_norm);
+  const double norm = std::sqrt(grad_squared_norm(params));
+  clip_grads_to_norm(params, norm, max_norm);
   return norm;
 }
 

@@ -109,6 +109,15 @@ bool LossScaler::step(Optimizer& optimizer) {
   return true;
 }
 
+void LossScaler::mark_nonfinite(Optimizer& optimizer) {
+  if (!enabled_) return;
+  Pending* pending = find(optimizer);
+  DTRAIN_CHECK(pending && !pending->stepped,
+               "LossScaler::mark_nonfinite: call unscale() for this optimizer first, and before step()");
+  pending->nonfinite.clear();
+  pending->found_inf = true;
+}
+
 void LossScaler::update() {
   if (!enabled_) return;
   DTRAIN_CHECK(!pending_.empty(),

@@ -6,6 +6,7 @@
 // - outputs are freshly allocated and contiguous unless a method says otherwise.
 #pragma once
 
+#include "dtrain/tensor/memory_stats.h"
 #include "dtrain/tensor/ops.h"
 #include "dtrain/tensor/tensor.h"
 
@@ -32,6 +33,9 @@ class Backend {
   // ---- memory ----------------------------------------------------------------
   virtual void* allocate(std::size_t nbytes) = 0;
   virtual void deallocate(void* ptr, std::size_t nbytes) = 0;
+  // The counts of the blocks allocate() hands out: see dtrain/tensor/memory_stats.h.
+  virtual MemoryStats memory_stats() const = 0;
+  virtual void reset_peak_memory() = 0;
   // dst = src element by element; same shape, any strides, dtype converted.
   virtual void copy(const Tensor& src, Tensor& dst) = 0;
   // Contiguous transfers between this device and host memory (nbytes each).

@@ -1,5 +1,7 @@
 #include "tensor/caching_allocator.h"
 
+#include <algorithm>
+
 namespace dtrain::detail {
 
 std::size_t CachingAllocator::rounded(std::size_t bytes) {
@@ -17,12 +19,24 @@ void* CachingAllocator::allocate(std::size_t bytes) {
       void* ptr = it->second.back();
       it->second.pop_back();
       cached_ -= size;
+      count_in_use(size);
       return ptr;
     }
   }
-  if (void* ptr = alloc_(size)) return ptr;
-  release();  // cached blocks of other sizes may make room
-  return alloc_(size);
+  void* ptr = alloc_(size);
+  if (ptr == nullptr) {
+    release();  // cached blocks of other sizes may make room
+    ptr = alloc_(size);
+    if (ptr == nullptr) return nullptr;
+  }
+  std::lock_guard lock(mutex_);
+  count_in_use(size);
+  return ptr;
+}
+
+void CachingAllocator::count_in_use(std::size_t size) {
+  in_use_ += size;
+  peak_ = std::max(peak_, in_use_);
 }
 
 void CachingAllocator::deallocate(void* ptr, std::size_t bytes) {
@@ -30,6 +44,7 @@ void CachingAllocator::deallocate(void* ptr, std::size_t bytes) {
   const std::size_t size = rounded(bytes);
   {
     std::lock_guard lock(mutex_);
+    in_use_ -= size;
     if (cached_ + size <= limit_) {
       free_blocks_[size].push_back(ptr);
       cached_ += size;
@@ -54,6 +69,16 @@ void CachingAllocator::release() {
 std::size_t CachingAllocator::cached_bytes() const {
   std::lock_guard lock(mutex_);
   return cached_;
+}
+
+MemoryStats CachingAllocator::stats() const {
+  std::lock_guard lock(mutex_);
+  return {.in_use_bytes = in_use_, .peak_bytes = peak_, .cached_bytes = cached_};
+}
+
+void CachingAllocator::reset_peak() {
+  std::lock_guard lock(mutex_);
+  peak_ = in_use_;
 }
 
 }  // namespace dtrain::detail

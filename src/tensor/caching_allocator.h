@@ -4,8 +4,11 @@
 // the CPU, the page faults of fresh memory (glibc returns large blocks to the kernel on
 // free, and touching a fresh 16 MB block costs ~6 ms of faults here) and, on a GPU, the
 // device-wide synchronisation of cudaMalloc/cudaFree. Freed blocks beyond `limit` bytes
-// go back to the system.
+// go back to the system. It also counts the bytes it has handed out (by rounded size) and
+// their peak, for memory_stats() (dtrain/tensor/memory_stats.h).
 #pragma once
+
+#include "dtrain/tensor/memory_stats.h"
 
 #include <cstddef>
 #include <mutex>
@@ -34,6 +37,9 @@ class CachingAllocator {
   // Returns every cached block to the system.
   void release();
   std::size_t cached_bytes() const;
+  MemoryStats stats() const;
+  // Starts a new high-water mark from the bytes in use now.
+  void reset_peak();
 
  private:
   std::size_t limit_;
@@ -42,6 +48,9 @@ class CachingAllocator {
   mutable std::mutex mutex_;
   std::unordered_map<std::size_t, std::vector<void*>> free_blocks_;  // by rounded size
   std::size_t cached_ = 0;
+  std::size_t in_use_ = 0;  // handed out, by rounded size
+  std::size_t peak_ = 0;    // the most in_use_ since construction or reset_peak()
+  void count_in_use(std::size_t size);  // mutex_ held
 };
 
 }  // namespace dtrain::detail

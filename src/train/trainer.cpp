@@ -103,6 +103,7 @@ Trainer::Trainer(std::shared_ptr<dist::Strategy> strategy, TrainerData data, Tra
                "batch size {}: must be divisible by the {} ranks x {} accumulation steps", data_.batch_size,
                shard.count, options_.accumulate);
   micro_batch_ = data_.batch_size / parts;
+  strategy_->check_micro_batch(micro_batch_);
 
   const bool pin = strategy_->device().is_cuda();  // batches upload while the GPU computes
   auto sampler = std::make_shared<data::DistributedSampler>(data_.train->size(), shard.index, shard.count, data_.seed);

@@ -1,6 +1,7 @@
-// CUDA memory: the block cache hands freed blocks back, and every dtype survives the
-// round trip host -> device -> host bit for bit.
+// CUDA memory: the block cache hands freed blocks back and counts them, and every dtype
+// survives the round trip host -> device -> host bit for bit.
 #include "cuda_test.h"
+#include "dtrain/tensor/memory_stats.h"
 #include "support/test_support.h"
 #include "tensor/backend.h"
 
@@ -29,6 +30,29 @@ TEST_CASE("CUDA allocator reuses a freed block of the same size", "[cuda]") {
   }
   Tensor again = Tensor::empty({256, 1024}, {DType::f32, kGpu});
   CHECK(again.raw_data() == first);
+}
+
+TEST_CASE("CUDA memory_stats counts device blocks, their peak and the cache", "[cuda]") {
+  if (!cuda_ready()) return;
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  reset_peak_memory(kGpu);
+  const MemoryStats before = memory_stats(kGpu);
+  const std::size_t cpu_in_use = memory_stats(Device::cpu()).in_use_bytes;
+  MemoryStats held;
+  {
+    const Tensor t = Tensor::empty({256, 1024}, {DType::f32, kGpu});
+    held = memory_stats(kGpu);
+    CHECK(held.in_use_bytes == before.in_use_bytes + kMiB);
+    const Tensor pinned = Tensor::empty({256, 1024}, {DType::f32, Device::cpu(), /*pinned=*/true});
+    CHECK(memory_stats(Device::cpu()).in_use_bytes == cpu_in_use);  // page-locked memory is not counted
+  }
+  const MemoryStats after = memory_stats(kGpu);
+  CHECK(after.in_use_bytes == before.in_use_bytes);
+  CHECK(after.peak_bytes == before.in_use_bytes + kMiB);
+  // Against `held`: the block may have come from the cache. The device cache has no limit.
+  CHECK(after.cached_bytes == held.cached_bytes + kMiB);
+  reset_peak_memory(kGpu);
+  CHECK(memory_stats(kGpu).peak_bytes == before.in_use_bytes);
 }
 
 TEST_CASE("CUDA round trip keeps every dtype's values", "[cuda]") {

@@ -12,8 +12,9 @@
 //
 // Statistics stay on the model's device (StepStats), so a step on a GPU never waits for the
 // host; reading them (item()) waits for the step. Implementations: LocalStrategy (one
-// process, strategy.h) and DataParallelStrategy (data_parallel_strategy.h); a pipeline
-// overrides train_step and eval_step, a parameter server overrides update().
+// process, strategy.h), DataParallelStrategy (data_parallel_strategy.h) and
+// PipelineStrategy (pipeline_strategy.h, which overrides train_step and eval_step); a
+// parameter server overrides update().
 #pragma once
 
 #include "dtrain/dist/communicator.h"
@@ -71,7 +72,7 @@ class Strategy {
   Strategy(const Strategy&) = delete;
   Strategy& operator=(const Strategy&) = delete;
 
-  virtual std::string name() const = 0;  // "local", "data_parallel"
+  virtual std::string name() const = 0;  // "local", "data_parallel", "pipeline"
 
   // Places, wraps or cuts `model` for this rank and returns the module this rank trains.
   // Call it once, before building the optimizer over the returned module's parameters
@@ -92,6 +93,10 @@ class Strategy {
   virtual Shard data_shard() const = 0;
   // Whether this rank prints progress and writes metrics (one rank per job).
   virtual bool reports() const = 0;
+  // Throws, with the reason, when this rank cannot train on micro-batches of `rows`
+  // samples (a pipeline splits each into its own micro-batches). The Trainer asks before
+  // any work.
+  virtual void check_micro_batch(std::int64_t /*rows*/) const {}
 
   // One optimizer update from this rank's micro-batches (at least one; more is gradient
   // accumulation): forward and loss of each, weighted by its share of the update's samples

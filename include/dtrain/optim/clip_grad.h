@@ -14,4 +14,12 @@ namespace dtrain::optim {
 // caller can skip the step.
 double clip_grad_norm(const std::vector<Variable>& params, double max_norm);
 
+// The two halves of clip_grad_norm, for gradients spread over processes (the stages of a
+// pipeline), whose squared norms are summed across them in between:
+// the sum of the squares of the gradients, in double (inf or NaN when one of them is),
+double grad_squared_norm(const std::vector<Variable>& params);
+// and the scaling of every gradient by max_norm / (norm + 1e-6) when the finite `norm`
+// exceeds max_norm.
+void clip_grads_to_norm(const std::vector<Variable>& params, double norm, double max_norm);
+
 }  // namespace dtrain::optim

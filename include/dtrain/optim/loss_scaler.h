@@ -60,6 +60,11 @@ class LossScaler {
   // per step: a second call before update() throws. Reads one value per device from
   // device memory (the only host synchronisation of a step).
   bool step(Optimizer& optimizer);
+  // After unscale(): counts this step as overflowed for `optimizer` although its own
+  // gradients may be finite, because an inf or NaN turned up in gradients that take part
+  // in the same step elsewhere (another stage of a pipeline). step() then skips, and
+  // update() backs off, as on the stage that found it.
+  void mark_nonfinite(Optimizer& optimizer);
 
   // Ends the step: an inf or NaN seen by any optimizer multiplies the scale by
   // backoff_factor and restarts the count of finite steps; growth_interval finite steps

@@ -11,6 +11,8 @@ class CpuBackend final : public Backend {
  public:
   void* allocate(std::size_t nbytes) override;
   void deallocate(void* ptr, std::size_t nbytes) override;
+  MemoryStats memory_stats() const override;
+  void reset_peak_memory() override;
   void copy(const Tensor& src, Tensor& dst) override;
   void copy_to_host(const void* device_src, void* host_dst, std::size_t nbytes) override;
   void copy_from_host(const void* host_src, void* device_dst, std::size_t nbytes) override;

@@ -38,6 +38,10 @@ void* CpuBackend::allocate(std::size_t nbytes) {
 
 void CpuBackend::deallocate(void* ptr, std::size_t nbytes) { block_cache().deallocate(ptr, nbytes); }
 
+MemoryStats CpuBackend::memory_stats() const { return block_cache().stats(); }
+
+void CpuBackend::reset_peak_memory() { block_cache().reset_peak(); }
+
 void CpuBackend::copy_to_host(const void* src, void* dst, std::size_t nbytes) {
   if (nbytes) std::memcpy(dst, src, nbytes);
 }

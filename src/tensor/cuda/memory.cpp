@@ -64,6 +64,10 @@ void* CudaBackend::allocate(std::size_t nbytes) {
 // Returns the block to the cache without waiting for the stream: see cuda_backend.h.
 void CudaBackend::deallocate(void* ptr, std::size_t nbytes) { cache_.deallocate(ptr, nbytes); }
 
+MemoryStats CudaBackend::memory_stats() const { return cache_.stats(); }
+
+void CudaBackend::reset_peak_memory() { cache_.reset_peak(); }
+
 void CudaBackend::copy_to_host(const void* device_src, void* host_dst, std::size_t nbytes) {
   if (nbytes == 0) return;
   cuda::DeviceGuard guard(device_);

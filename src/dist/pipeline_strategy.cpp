@@ -1,0 +1,300 @@
+#include "dtrain/dist/pipeline_strategy.h"
+
+#include "dist/partition.h"
+#include "dist/pipeline_executor.h"
+#include "dtrain/dist/nccl.h"
+#include "dtrain/dist/pipeline_partition.h"
+#include "dtrain/dist/sync_batch_norm.h"
+#include "dtrain/optim/clip_grad.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <chrono>
+#include <cmath>
+
+namespace dtrain::dist {
+namespace {
+
+// This rank's layers, registered under their names in the whole model, so that its state
+// dict is the model's restricted to the stage.
+class PipelineStage final : public nn::Module {
+ public:
+  void add(const std::string& name, nn::ModulePtr layer) { register_module(name, std::move(layer)); }
+  Variable forward(const Variable&) override {
+    DTRAIN_FAIL("pipeline stage: its forward runs through PipelineStrategy::train_step and eval_step");
+  }
+  std::string describe() const override { return "PipelineStage"; }
+};
+
+// The running sum `total` (undefined at first) plus `value`.
+Tensor accumulate(const Tensor& total, const Tensor& value) { return total.defined() ? add(total, value) : value; }
+
+// Every rank must cut the same model the same way: each compares its description with
+// world rank 0's, and all of them throw when any differs (a collective).
+void check_same_everywhere(const CommunicatorPtr& world, const std::vector<std::int64_t>& mine,
+                           const std::string& what) {
+  Tensor n = Tensor::full({1}, static_cast<double>(mine.size()), {DType::i64});
+  world->all_reduce(n, ReduceOp::Max);
+  std::vector<std::int64_t> padded = mine;
+  padded.resize(static_cast<std::size_t>(n.item<std::int64_t>()), -1);
+  Tensor theirs = Tensor::from_vector<std::int64_t>(padded, {static_cast<std::int64_t>(padded.size())});
+  world->broadcast(theirs, 0);
+  const bool differs = theirs.to_vector<std::int64_t>() != padded;
+  Tensor any = Tensor::full({1}, differs ? 1 : 0, {DType::i64});
+  world->all_reduce(any, ReduceOp::Max);
+  if (any.item() == 0) return;
+  DTRAIN_CHECK(!differs, "pipeline: rank {} has {} [{}], rank 0 has [{}]: every rank must build the same model and cut "
+               "it at the same points", world->rank(), what, fmt::join(padded, ", "),
+               fmt::join(theirs.to_vector<std::int64_t>(), ", "));
+  DTRAIN_FAIL("pipeline: another rank's {} differs from rank 0's (see its message): every rank must build the same "
+              "model and cut it at the same points", what);
+}
+
+}  // namespace
+
+PipelineStrategy::PipelineStrategy(CommunicatorPtr world, Device device, PipelineOptions options)
+    : Strategy(device), world_(std::move(world)), options_(std::move(options)) {
+  DTRAIN_CHECK(world_ != nullptr, "pipeline strategy: no communicator given");
+  const int K = options_.stages;
+  DTRAIN_CHECK(K >= 1, "pipeline strategy: stages must be >= 1, got {}", K);
+  DTRAIN_CHECK(world_->size() % K == 0,
+               "pipeline strategy: {} ranks is not a multiple of the {} stages (ranks = stages x data-parallel "
+               "replicas)",
+               world_->size(), K);
+  check_schedule(options_.schedule, {K, options_.virtual_stages, options_.micro_batches});
+  stage_ = world_->rank() % K;
+  replica_ = world_->rank() / K;
+  replicas_ = world_->size() / K;
+  pipe_ = world_->split(replica_, stage_);
+  replicas_comm_ = world_->split(stage_, replica_);
+}
+
+PipelineStrategy::~PipelineStrategy() = default;
+
+std::shared_ptr<nn::Module> PipelineStrategy::prepare(std::shared_ptr<nn::Module> model) {
+  DTRAIN_CHECK(model != nullptr, "pipeline strategy: prepare() needs a model");
+  DTRAIN_CHECK(module_ == nullptr, "pipeline strategy: prepare() was already called");
+  auto sequential = std::dynamic_pointer_cast<nn::Sequential>(model);
+  DTRAIN_CHECK(sequential != nullptr, "pipeline strategy: the model must be a Sequential to be cut into stages, got {}",
+               model->describe());
+  const int layers = static_cast<int>(sequential->size());
+  const int parts = options_.stages * options_.virtual_stages;
+  DTRAIN_CHECK(parts <= layers,
+               "pipeline strategy: {} stages x {} virtual stages need at least {} layers, the model has {}",
+               options_.stages, options_.virtual_stages, parts, layers);
+  if (!options_.cuts.empty()) {
+    check_cuts(options_.cuts, layers, parts);
+    cuts_ = options_.cuts;
+  } else if (options_.balance == PipelineOptions::Balance::Parameters) {
+    cuts_ = balanced_cuts(parameter_costs(*sequential), parts);
+  } else {
+    // Timed on one rank and shared, so that every rank cuts the same way.
+    DTRAIN_CHECK(options_.profile_input.defined(),
+                 "pipeline strategy: balancing by time needs PipelineOptions::profile_input (a batch of input)");
+    Tensor costs = Tensor::zeros({layers}, {DType::f64});
+    if (world_->rank() == 0) {
+      sequential->to(device_);
+      costs = Tensor::from_vector<double>(measured_costs(*sequential, options_.profile_input.to(device_)), {layers});
+    }
+    world_->broadcast(costs, 0);
+    cuts_ = balanced_cuts(costs.to_vector<double>(), parts);
+  }
+  std::vector<std::int64_t> description{layers, parts};
+  description.insert(description.end(), cuts_.begin(), cuts_.end());
+  for (const double p : parameter_costs(*sequential)) description.push_back(static_cast<std::int64_t>(p));
+  check_same_everywhere(world_, description, "(layers, parts, cut points..., parameters per layer...)");
+
+  // Chunk c holds layers [begin_of(c), end_of(c)); stage s holds chunks s, s + K, ...
+  auto begin_of = [&](int c) { return c == 0 ? 0 : cuts_[static_cast<std::size_t>(c) - 1]; };
+  auto end_of = [&](int c) { return c == parts - 1 ? layers : cuts_[static_cast<std::size_t>(c)]; };
+  // Every rank knows every stage's layers, so all of them refuse together.
+  for (int s = 0; s < options_.stages; ++s) {
+    std::int64_t params = 0;
+    std::vector<std::string> held;
+    for (int c = s; c < parts; c += options_.stages) {
+      for (int i = begin_of(c); i < end_of(c); ++i) {
+        params += (*sequential)[static_cast<std::size_t>(i)]->num_parameters();
+        held.push_back(fmt::format("{}: {}", i, (*sequential)[static_cast<std::size_t>(i)]->describe()));
+      }
+    }
+    DTRAIN_CHECK(params > 0,
+                 "pipeline: stage {} would hold no parameters (layers {}), nothing for its optimizer to train: use "
+                 "fewer stages or other cut points",
+                 s, fmt::join(held, ", "));
+  }
+
+  auto stage = std::make_shared<PipelineStage>();
+  for (int v = 0; v < options_.virtual_stages; ++v) {
+    const int c = v * options_.stages + stage_;
+    for (int i = begin_of(c); i < end_of(c); ++i) {
+      stage->add(std::to_string(i), (*sequential)[static_cast<std::size_t>(i)]);
+    }
+  }
+  sequential.reset();  // the other stages' layers go with the caller's last reference
+  model.reset();
+  stage->to(device_);
+
+  if (replicas_ > 1) {
+    CommunicatorPtr replicas = replicas_comm_;
+    if (options_.data_parallel.sync_batch_norm) {
+      if (device_.is_cuda()) replicas = nccl_communicator(replicas_comm_, device_);
+      convert_sync_batch_norm(*stage, replicas);
+    }
+    ddp_ = std::make_unique<DataParallel>(stage, replicas, options_.data_parallel.data_parallel);
+  }
+  // The chunks, built after any SyncBatchNorm conversion replaced layers of the stage.
+  std::vector<nn::ModulePtr> chunks;
+  std::size_t next = 0;
+  for (int v = 0; v < options_.virtual_stages; ++v) {
+    const int c = v * options_.stages + stage_;
+    auto chunk = std::make_shared<nn::Sequential>();
+    for (int i = begin_of(c); i < end_of(c); ++i) chunk->push_back(stage->children()[next++].second);
+    chunks.push_back(chunk);
+  }
+  PipelineExecutor::Config config{.comm = pipe_,
+                                  .tensor_comm = device_.is_cuda() && pipe_->size() > 1
+                                                     ? nccl_communicator(pipe_, device_)
+                                                     : pipe_,
+                                  .device = device_,
+                                  .schedule = options_.schedule,
+                                  .virtual_stages = options_.virtual_stages,
+                                  .recompute = options_.recompute};
+  executor_ = std::make_unique<PipelineExecutor>(std::move(config), std::move(chunks));
+  module_ = stage;
+  return module_;
+}
+
+void PipelineStrategy::check_micro_batch(std::int64_t rows) const {
+  DTRAIN_CHECK(rows >= options_.micro_batches && rows % options_.micro_batches == 0,
+               "pipeline: a batch of {} samples per pipeline cannot be split into {} equal micro-batches (make the "
+               "batch size a multiple of replicas x accumulation x micro-batches)",
+               rows, options_.micro_batches);
+}
+
+std::vector<MicroBatch> PipelineStrategy::split(std::span<const MicroBatch> batches) const {
+  std::vector<MicroBatch> parts;
+  const int K = options_.stages;
+  for (const MicroBatch& b : batches) {
+    const std::int64_t rows = b.inputs.size(0);
+    // A short last batch is split into as many parts as it has rows, and for the
+    // interleaved schedule a multiple of the stages.
+    std::int64_t n = std::min<std::int64_t>(options_.micro_batches, rows);
+    if (options_.schedule == PipelineSchedule::Interleaved) n -= n % K;
+    DTRAIN_CHECK(n >= 1, "pipeline: a batch of {} samples is too small for the interleaved schedule's {} stages",
+                 rows, K);
+    for (int j = 0; j < n; ++j) {
+      const Range r = slice(static_cast<std::size_t>(rows), j, static_cast<int>(n));
+      const auto start = static_cast<std::int64_t>(r.begin), len = static_cast<std::int64_t>(r.size());
+      parts.push_back({b.inputs.narrow(0, start, len), b.targets.narrow(0, start, len)});
+    }
+  }
+  return parts;
+}
+
+StepStats PipelineStrategy::train_step(std::span<const MicroBatch> micro, optim::Optimizer& optimizer,
+                                       const StepConfig& config) {
+  module();
+  DTRAIN_CHECK(!micro.empty(), "pipeline strategy: train_step needs at least one micro-batch");
+  DTRAIN_CHECK(config.loss != nullptr, "pipeline strategy: StepConfig::loss is not set");
+  const auto start = std::chrono::steady_clock::now();
+  optimizer.zero_grad();
+  const std::vector<MicroBatch> parts = split(micro);
+  std::vector<Tensor> inputs;
+  std::int64_t total = 0;
+  for (const MicroBatch& p : parts) {
+    inputs.push_back(p.inputs);
+    total += p.inputs.size(0);
+  }
+  StepStats stats;
+  stats.samples = total;
+  // As in Strategy::train_step: each part's loss weighted by its share of the samples.
+  auto last = [&](const Variable& output, int m, bool record) {
+    const MicroBatch& part = parts[static_cast<std::size_t>(m)];
+    const double weight = parts.size() == 1 ? 1.0 : static_cast<double>(part.inputs.size(0)) / static_cast<double>(total);
+    Variable loss = config.loss(output, part.targets);
+    Variable weighted = weight == 1 ? loss : mul(loss, weight);
+    if (record) {
+      stats.loss = accumulate(stats.loss, weighted.data());
+      if (config.correct) stats.correct = accumulate(stats.correct, config.correct(output.data(), part.targets));
+    }
+    return config.scaler ? config.scaler->scale(weighted) : weighted;
+  };
+  // With replicas, only each chunk's last backward hands its gradients to the reducer.
+  std::optional<DataParallel::NoSyncGuard> no_sync;
+  PipelineExecutor::BeforeBackwardFn before_backward;
+  if (ddp_) {
+    before_backward = [&](int, bool last_of_chunk) {
+      if (last_of_chunk) no_sync.reset();
+      else if (!no_sync) no_sync.emplace(*ddp_);
+    };
+  }
+  const PipelineExecutor::Timing t = executor_->run(inputs, /*train=*/true, config.autocast, last, before_backward);
+  no_sync.reset();
+  if (ddp_) ddp_->finish_gradient_sync();
+  update(optimizer, config, stats);
+  timing_ = {std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), t.compute_s, t.wait_s};
+  return stats;
+}
+
+void PipelineStrategy::update(optim::Optimizer& optimizer, const StepConfig& config, StepStats& stats) {
+  if (config.clip_grad_norm <= 0 && config.scaler == nullptr) {
+    optimizer.step();
+    return;
+  }
+  if (config.scaler) config.scaler->unscale(optimizer);
+  // The norm over every stage (the replicas of a stage hold the same averaged gradients):
+  // clipping sees the whole model, and an inf or NaN anywhere is seen everywhere.
+  Tensor squared = Tensor::full({1}, optim::grad_squared_norm(optimizer.params()), {DType::f64});
+  pipe_->all_reduce(squared, ReduceOp::Sum);
+  const double norm = std::sqrt(squared.item());
+  if (config.clip_grad_norm > 0) {
+    stats.grad_norm = norm;
+    optim::clip_grads_to_norm(optimizer.params(), norm, config.clip_grad_norm);
+  }
+  if (!config.scaler) {
+    if (std::isfinite(norm)) optimizer.step();  // else diverged: the caller reports it
+    return;
+  }
+  if (!std::isfinite(norm)) config.scaler->mark_nonfinite(optimizer);
+  config.scaler->step(optimizer);
+  config.scaler->update();
+}
+
+EvalSums PipelineStrategy::eval_step(const MicroBatch& batch, const StepConfig& config) {
+  module();
+  DTRAIN_CHECK(config.loss != nullptr, "pipeline strategy: StepConfig::loss is not set");
+  const std::vector<MicroBatch> parts = split(std::span(&batch, 1));
+  std::vector<Tensor> inputs;
+  for (const MicroBatch& p : parts) inputs.push_back(p.inputs);
+  EvalSums sums;
+  auto last = [&](const Variable& output, int m, bool) {
+    const MicroBatch& part = parts[static_cast<std::size_t>(m)];
+    const auto rows = part.inputs.size(0);
+    sums.loss_sum = accumulate(sums.loss_sum, mul(config.loss(output, part.targets).data().to(DType::f64),
+                                                  static_cast<double>(rows)));
+    if (config.correct) sums.correct = accumulate(sums.correct, config.correct(output.data(), part.targets));
+    sums.samples += rows;
+    return Variable();
+  };
+  executor_->run(inputs, /*train=*/false, config.autocast, last);
+  return sums;
+}
+
+void PipelineStrategy::reduce_sums(Tensor& sums) {
+  // Only last stages hold sums; the others add zeros.
+  world_->all_reduce(sums, ReduceOp::Sum);
+}
+
+std::optional<double> PipelineStrategy::replica_divergence() {
+  if (!ddp_) return std::nullopt;
+  Tensor d = Tensor::full({1}, ddp_->check_replicas(), {DType::f64});
+  pipe_->all_reduce(d, ReduceOp::Max);
+  return d.item();
+}
+
+nn::StateDict PipelineStrategy::checkpoint_state() const {
+  return replica_ == 0 ? Strategy::checkpoint_state() : nn::StateDict{};
+}
+
+}  // namespace dtrain::dist
