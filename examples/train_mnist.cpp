@@ -1,11 +1,16 @@
 // train_mnist: trains an MLP or the LeNet-style CNN on MNIST-format data (Fashion-MNIST
 // from Debian's dataset-fashion-mnist package by default) and reports test accuracy.
 // Launched by mpirun it trains data-parallel: the global batch is split across ranks,
-// each rank reads its own shard, gradients are averaged, evaluation is sharded.
+// each rank reads its own shard, gradients are averaged, evaluation is sharded. With
+// --pipeline-stages K the model is cut into K stages on consecutive ranks, fed
+// --micro-batches M per batch, and the ranks form K x (ranks / K) grid: the stages of
+// each pipeline, and data-parallel replicas of each stage.
 //
 //   build/examples/train_mnist --model cnn --epochs 3
 //   mpirun -np 2 build/examples/train_mnist --model cnn --epochs 3
 //   mpirun -np 8 build/examples/train_mnist --device cuda --precision bf16   # a GPU per rank, NCCL
+//   # 2 stages x 2 data-parallel replicas:
+//   mpirun -np 4 build/examples/train_mnist --model mlp --hidden 512,512,512,512 --pipeline-stages 2 --micro-batches 8
 //
 // --precision bf16|f16 runs forward under autocast (16-bit products, f32 everything else;
 // f16 with dynamic loss scaling); on the CPU the 16-bit products are emulated exactly.
@@ -17,6 +22,7 @@
 #include "dtrain/data/mnist.h"
 #include "dtrain/data/subset.h"
 #include "dtrain/dist/nccl.h"
+#include "dtrain/dist/pipeline_strategy.h"
 #include "dtrain/dist/strategy.h"
 #include "dtrain/layers/models.h"
 #include "dtrain/optim/adam.h"
@@ -25,6 +31,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
 #include <optional>
@@ -38,6 +45,7 @@ const char* const kDebianFashionMnist = "/usr/share/datasets/fashion-mnist";
 struct Config {
   std::string data = kDebianFashionMnist;
   std::string model = "cnn";
+  std::vector<std::int64_t> hidden = {512, 512};  // the MLP's hidden widths
   int epochs = 3;
   std::int64_t batch_size = 64;  // global, per update: split across ranks and accumulation steps
   int accumulate = 1;
@@ -59,11 +67,20 @@ struct Config {
   double target_accuracy = 0;  // 0: train every epoch; else stop once test accuracy reaches it
   std::string device = "cpu";
   std::string precision = "fp32";
+  int pipeline_stages = 1;  // 1: no pipeline
+  int micro_batches = 4;
+  std::string pipeline_schedule = "1f1b";
+  int virtual_stages = 2;  // interleaved only
+  std::vector<int> pipeline_cuts;
+  std::string pipeline_balance = "params";
+  bool recompute = false;
 };
 
 void add_flags(CLI::App& app, Config& c) {
   app.add_option("--data", c.data, "directory with the MNIST IDX files (plain or .gz)")->capture_default_str();
   app.add_option("--model", c.model, "mlp or cnn")->check(CLI::IsMember({"mlp", "cnn"}))->capture_default_str();
+  app.add_option("--hidden", c.hidden, "the MLP's hidden layer widths, comma-separated (e.g. 512,512,512,512)")
+      ->delimiter(',')->check(CLI::Range(1, 1 << 16))->capture_default_str();
   app.add_option("--epochs", c.epochs, "passes over the training set")->check(CLI::Range(1, 1000))->capture_default_str();
   app.add_option("--batch-size", c.batch_size, "global samples per optimizer update (split across ranks and --accumulate)")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app.add_option("--accumulate", c.accumulate,
@@ -97,6 +114,23 @@ void add_flags(CLI::App& app, Config& c) {
   app.add_option("--precision", c.precision, "fp32, or bf16/f16 products under autocast (f16 with loss scaling)")
       ->check(CLI::IsMember({"fp32", "bf16", "f16"}))
       ->capture_default_str();
+  app.add_option("--pipeline-stages", c.pipeline_stages,
+                 "cut the model into this many stages on consecutive ranks (the rank count must be a multiple; "
+                 "ranks / stages data-parallel replicas of each stage)")
+      ->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--micro-batches", c.micro_batches, "pipeline: micro-batches per batch of each pipeline")
+      ->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  app.add_option("--pipeline-schedule", c.pipeline_schedule, "pipeline: gpipe, 1f1b or interleaved")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}))->capture_default_str();
+  app.add_option("--virtual-stages", c.virtual_stages, "pipeline, interleaved schedule: model chunks per rank")
+      ->check(CLI::Range(2, 64))->capture_default_str();
+  app.add_option("--pipeline-cuts", c.pipeline_cuts,
+                 "pipeline: layer indices where stages (chunks) begin, comma-separated (default: balanced)")
+      ->delimiter(',');
+  app.add_option("--pipeline-balance", c.pipeline_balance,
+                 "pipeline, without --pipeline-cuts: balance stages by parameter count or by measured time")
+      ->check(CLI::IsMember({"params", "time"}))->capture_default_str();
+  app.add_flag("--recompute", c.recompute, "pipeline: keep only each stage's input, recompute its forward in backward");
   app.add_option("--timeout", c.timeout_s, "seconds a collective may wait for the other ranks before the job is aborted")
       ->check(CLI::PositiveNumber)->capture_default_str();
 }
@@ -142,8 +176,33 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
   const Device device = c.device == "cuda" ? dist::rank_cuda_device() : Device::parse(c.device);
   const std::optional<DType> autocast =
       c.precision == "bf16" ? std::optional(DType::bf16) : c.precision == "f16" ? std::optional(DType::f16) : std::nullopt;
-  auto strategy = dist::default_strategy(comm, device);  // data-parallel under mpirun (NCCL on GPUs)
-  auto model = strategy->prepare(c.model == "mlp" ? nn::mlp(28 * 28, {512, 512}, 10) : nn::lenet_cnn(1, 10));
+  std::shared_ptr<dist::Strategy> strategy;
+  std::shared_ptr<dist::PipelineStrategy> pipeline;
+  if (c.pipeline_stages > 1) {
+    const auto schedule = dist::parse_schedule(c.pipeline_schedule);
+    dist::PipelineOptions options{
+        .stages = c.pipeline_stages,
+        .micro_batches = c.micro_batches,
+        .schedule = schedule,
+        .virtual_stages = schedule == dist::PipelineSchedule::Interleaved ? c.virtual_stages : 1,
+        .cuts = c.pipeline_cuts,
+        .balance = c.pipeline_balance == "time" ? dist::PipelineOptions::Balance::Time
+                                                : dist::PipelineOptions::Balance::Parameters,
+        .recompute = c.recompute};
+    if (options.balance == dist::PipelineOptions::Balance::Time) {
+      // Timed on one micro-batch of the shape training will use.
+      const std::int64_t replicas = std::max(comm->size() / c.pipeline_stages, 1);
+      const std::int64_t rows = std::max<std::int64_t>(c.batch_size / replicas / c.accumulate / c.micro_batches, 1);
+      options.profile_input = Tensor::zeros({rows, 1, 28, 28});
+    }
+    pipeline = std::make_shared<dist::PipelineStrategy>(comm, device, options);
+    strategy = pipeline;
+  } else {
+    strategy = dist::default_strategy(comm, device);  // data-parallel under mpirun (NCCL on GPUs)
+  }
+  std::shared_ptr<nn::Module> whole = c.model == "mlp" ? nn::mlp(28 * 28, c.hidden, 10) : nn::lenet_cnn(1, 10);
+  const std::int64_t parameters = whole->num_parameters();
+  auto model = strategy->prepare(std::move(whole));  // a pipeline keeps this rank's stage
   auto optimizer = make_optimizer(c, model->parameters());
   train::Trainer trainer(strategy, {.train = train_set, .test = test_set, .batch_size = c.batch_size, .seed = c.seed},
                          {.epochs = c.epochs,
@@ -158,12 +217,20 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
   if (strategy->reports()) {
     fmt::print("train_mnist: {} ({} parameters), {} train / {} test examples from {}, {} rank(s) x {} thread(s), "
                "global batch {}{}, {} lr {:g}, on {}{}\n",
-               c.model, model->num_parameters(), train_set->size(), test_set->size(), c.data, comm->size(),
+               c.model, parameters, train_set->size(), test_set->size(), c.data, comm->size(),
                num_threads(), c.batch_size,
                c.accumulate > 1 ? fmt::format(" ({} micro-batches of {} per rank)", c.accumulate,
                                               trainer.micro_batch_size())
                                 : "",
                c.optimizer, c.lr, device.is_cuda() ? "cuda" : "cpu", autocast ? ", " + c.precision + " autocast" : "");
+    if (pipeline) {
+      fmt::print("pipeline: {} stages x {} replica(s), {} micro-batches per batch, schedule {}{}, cut at layers [{}]{}; "
+                 "this stage (the last) holds {} parameters\n",
+                 c.pipeline_stages, pipeline->replicas(), c.micro_batches, c.pipeline_schedule,
+                 c.pipeline_schedule == "interleaved" ? fmt::format(" ({} chunks per rank)", c.virtual_stages) : "",
+                 fmt::join(pipeline->cuts(), ", "), c.recompute ? ", recomputing activations" : "",
+                 model->num_parameters());
+    }
     std::fflush(stdout);
   }
   trainer.fit(*optimizer, schedule.get());

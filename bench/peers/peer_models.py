@@ -33,8 +33,7 @@ def build_model(name):
     from torch import nn
 
     if name == "mlp":
-        return nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
-                             nn.Linear(512, 10)), (1, 28, 28), 10
+        return mlp((512, 512)), (1, 28, 28), 10
     if name == "cnn":  # dtrain's nn::lenet_cnn without dropout
         return nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
                              nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
@@ -48,6 +47,53 @@ def build_model(name):
 
         return torchvision.models.resnet50(num_classes=1000), (3, 224, 224), 1000
     raise ValueError(f"unknown model '{name}' (expected one of {', '.join(MODELS)})")
+
+
+def mlp(hidden, inputs=784, classes=10):
+    """dtrain's nn::mlp: Flatten, then Linear + ReLU for each hidden width, then a Linear to
+    the classes; the same flat layer list, so that pipeline cut indices mean the same."""
+    from torch import nn
+
+    layers, width = [nn.Flatten()], inputs
+    for h in hidden:
+        layers += [nn.Linear(width, h), nn.ReLU()]
+        width = h
+    return nn.Sequential(*layers, nn.Linear(width, classes))
+
+
+def balanced_cuts(sizes, stages):
+    """The stages - 1 cut indices that split a flat layer list with these parameter counts
+    into contiguous, non-empty stages (stage s holds layers [cut[s-1], cut[s])) with the
+    smallest possible largest stage. Of the optimal splits it returns the one in which each
+    stage, first to last, takes as many layers as it can, so that parameter-free layers
+    (activations, pooling) stay with the layer before them."""
+    n = len(sizes)
+    if not 1 <= stages <= n:
+        raise ValueError(f"cannot cut {n} layers into {stages} non-empty stages")
+
+    def greedy(cap):  # the cuts with every stage at most cap, or None
+        cuts, start = [], 0
+        for s in range(stages - 1):
+            end, total, limit = start, 0, n - (stages - 1 - s)  # a layer left for each later stage
+            while end < limit and total + sizes[end] <= cap:
+                total += sizes[end]
+                end += 1
+            if end == start:
+                return None
+            cuts.append(end)
+            start = end
+        return cuts if sum(sizes[start:]) <= cap else None
+
+    # The optimum is the sum of some contiguous run; greedy() succeeds for every cap from it up.
+    caps = sorted({sum(sizes[i:j]) for i in range(n) for j in range(i + 1, n + 1)})
+    lo, hi = 0, len(caps) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if greedy(caps[mid]) is None:
+            lo = mid + 1
+        else:
+            hi = mid
+    return greedy(caps[lo])
 
 
 def resnet18(imagenet_stem, classes):
