@@ -53,6 +53,11 @@ PipelineExecutor::Timing PipelineExecutor::run(const std::vector<Tensor>& inputs
       if (a.kind == PipelineAction::Kind::Backward) ++backwards_left[static_cast<std::size_t>(a.chunk)];
     }
   }
+  // A run that failed part way (an exception) leaves nothing behind for this one.
+  live_.clear();
+  inbox_.clear();
+  outbox_.clear();
+  sends_.clear();
   inputs_ = &inputs;
   autocast_ = autocast;
   timing_ = {};

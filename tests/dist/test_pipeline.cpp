@@ -6,6 +6,7 @@
 // 1e-6 absolute: f32 sums in another order). Checks are CHECKs that do not stop the test,
 // so that every rank takes part in every collective; bad configurations throw on every rank.
 #include "dtrain/autograd/functions.h"
+#include "dtrain/dist/pipeline_partition.h"
 #include "dtrain/dist/pipeline_strategy.h"
 #include "dtrain/layers/linear.h"
 #include "dtrain/layers/models.h"
@@ -163,6 +164,24 @@ TEST_CASE("Pipelined training with recomputation and clipping equals the unpipel
   const Result ref = reference(run.begin, run.end, 0.05);
   CHECK(worst(run.result.grads, ref.grads) < 1e-5);
   CHECK(worst(run.result.params, ref.params) < 1e-5);
+}
+
+TEST_CASE("Stages balanced by measured time train like the unpipelined model", "[dist][mpi][pipeline]") {
+  auto world = dist::world();
+  const std::vector<double> costs = dist::measured_costs(*fresh_model(), global_batch(0).inputs);
+  CHECK(costs.size() == fresh_model()->size());
+  CHECK(std::all_of(costs.begin(), costs.end(), [](double c) { return c > 0 && c < 10; }));
+  // Rank 0 times the layers and shares the costs, so every rank cuts the same way (checked
+  // in prepare(), which would throw otherwise).
+  const Run run = pipelined(world, {.stages = world->size(),
+                                    .balance = dist::PipelineOptions::Balance::Time,
+                                    .profile_input = global_batch(0).inputs});
+  const Result ref = reference(run.begin, run.end);
+  CHECK(worst(run.result.params, ref.params) < 1e-5);
+  CHECK_THROWS_WITH(dist::PipelineStrategy(world, Device::cpu(), {.stages = world->size(),
+                                                                  .balance = dist::PipelineOptions::Balance::Time})
+                        .prepare(fresh_model()),
+                    Catch::Contains("profile_input"));
 }
 
 TEST_CASE("Pipeline stages keep the whole model's parameter names, and only their own", "[dist][mpi][pipeline]") {

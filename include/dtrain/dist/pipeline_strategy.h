@@ -55,7 +55,10 @@ struct PipelineOptions {
   };
   Balance balance = Balance::Parameters;
   Tensor profile_input = {};  // Balance::Time: a batch of the model's input (e.g. one micro-batch)
-  bool recompute = false;     // keep only each chunk's input; recompute its forward in backward
+  // Keep only each chunk's input; recompute its forward in backward (from the same random
+  // numbers, so dropout agrees). BatchNorm's running statistics are then updated twice per
+  // micro-batch, as under PyTorch's activation checkpointing.
+  bool recompute = false;
   DataParallelStrategyOptions data_parallel = {};  // among the replicas of each stage
 };
 
