@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include <chrono>
+#include <map>
 #include <cmath>
 
 namespace dtrain::dist {
@@ -72,22 +73,66 @@ PipelineStrategy::PipelineStrategy(CommunicatorPtr world, Device device, Pipelin
 
 PipelineStrategy::~PipelineStrategy() = default;
 
+int PipelineStrategy::parts() const { return options_.stages * options_.virtual_stages; }
+
+std::pair<int, int> PipelineStrategy::chunk_layers(int c, int layers) const {
+  return {c == 0 ? 0 : cuts_[static_cast<std::size_t>(c) - 1],
+          c == parts() - 1 ? layers : cuts_[static_cast<std::size_t>(c)]};
+}
+
+bool PipelineStrategy::holds(int layer, int layers) const {
+  for (int c = stage_; c < parts(); c += options_.stages) {
+    const auto [begin, end] = chunk_layers(c, layers);
+    if (layer >= begin && layer < end) return true;
+  }
+  return false;
+}
+
+void PipelineStrategy::check_layer_count(int layers) const {
+  DTRAIN_CHECK(module_ == nullptr, "pipeline strategy: prepare() was already called");
+  DTRAIN_CHECK(parts() <= layers,
+               "pipeline strategy: {} stages x {} virtual stages need at least {} layers, the model has {}",
+               options_.stages, options_.virtual_stages, parts(), layers);
+}
+
+void PipelineStrategy::check_stages_have_parameters(int layers, const std::vector<std::int64_t>& params,
+                                                    const std::vector<std::string>& names) const {
+  // Every rank knows every stage's layers, so all of them refuse together.
+  for (int s = 0; s < options_.stages; ++s) {
+    std::int64_t total = 0;
+    std::vector<std::string> held;
+    for (int c = s; c < parts(); c += options_.stages) {
+      const auto [begin, end] = chunk_layers(c, layers);
+      for (int i = begin; i < end; ++i) {
+        total += params[static_cast<std::size_t>(i)];
+        held.push_back(fmt::format("{}: {}", i, names[static_cast<std::size_t>(i)]));
+      }
+    }
+    DTRAIN_CHECK(total > 0,
+                 "pipeline: stage {} would hold no parameters (layers {}), nothing for its optimizer to train: use "
+                 "fewer stages or other cut points",
+                 s, fmt::join(held, ", "));
+  }
+}
+
 std::shared_ptr<nn::Module> PipelineStrategy::prepare(std::shared_ptr<nn::Module> model) {
   DTRAIN_CHECK(model != nullptr, "pipeline strategy: prepare() needs a model");
-  DTRAIN_CHECK(module_ == nullptr, "pipeline strategy: prepare() was already called");
   auto sequential = std::dynamic_pointer_cast<nn::Sequential>(model);
   DTRAIN_CHECK(sequential != nullptr, "pipeline strategy: the model must be a Sequential to be cut into stages, got {}",
                model->describe());
   const int layers = static_cast<int>(sequential->size());
-  const int parts = options_.stages * options_.virtual_stages;
-  DTRAIN_CHECK(parts <= layers,
-               "pipeline strategy: {} stages x {} virtual stages need at least {} layers, the model has {}",
-               options_.stages, options_.virtual_stages, parts, layers);
+  check_layer_count(layers);
+  std::vector<std::int64_t> params;
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < sequential->size(); ++i) {
+    params.push_back((*sequential)[i]->num_parameters());
+    names.push_back((*sequential)[i]->describe());
+  }
   if (!options_.cuts.empty()) {
-    check_cuts(options_.cuts, layers, parts);
+    check_cuts(options_.cuts, layers, parts());
     cuts_ = options_.cuts;
   } else if (options_.balance == PipelineOptions::Balance::Parameters) {
-    cuts_ = balanced_cuts(parameter_costs(*sequential), parts);
+    cuts_ = balanced_cuts(parameter_costs(*sequential), parts());
   } else {
     // Timed on one rank and shared, so that every rank cuts the same way.
     DTRAIN_CHECK(options_.profile_input.defined(),
@@ -98,43 +143,88 @@ std::shared_ptr<nn::Module> PipelineStrategy::prepare(std::shared_ptr<nn::Module
       costs = Tensor::from_vector<double>(measured_costs(*sequential, options_.profile_input.to(device_)), {layers});
     }
     world_->broadcast(costs, 0);
-    cuts_ = balanced_cuts(costs.to_vector<double>(), parts);
+    cuts_ = balanced_cuts(costs.to_vector<double>(), parts());
   }
-  std::vector<std::int64_t> description{layers, parts};
+  std::vector<std::int64_t> description{layers, parts()};
   description.insert(description.end(), cuts_.begin(), cuts_.end());
-  for (const double p : parameter_costs(*sequential)) description.push_back(static_cast<std::int64_t>(p));
+  description.insert(description.end(), params.begin(), params.end());
   check_same_everywhere(world_, description, "(layers, parts, cut points..., parameters per layer...)");
+  check_stages_have_parameters(layers, params, names);
 
-  // Chunk c holds layers [begin_of(c), end_of(c)); stage s holds chunks s, s + K, ...
-  auto begin_of = [&](int c) { return c == 0 ? 0 : cuts_[static_cast<std::size_t>(c) - 1]; };
-  auto end_of = [&](int c) { return c == parts - 1 ? layers : cuts_[static_cast<std::size_t>(c)]; };
-  // Every rank knows every stage's layers, so all of them refuse together.
-  for (int s = 0; s < options_.stages; ++s) {
-    std::int64_t params = 0;
-    std::vector<std::string> held;
-    for (int c = s; c < parts; c += options_.stages) {
-      for (int i = begin_of(c); i < end_of(c); ++i) {
-        params += (*sequential)[static_cast<std::size_t>(i)]->num_parameters();
-        held.push_back(fmt::format("{}: {}", i, (*sequential)[static_cast<std::size_t>(i)]->describe()));
-      }
-    }
-    DTRAIN_CHECK(params > 0,
-                 "pipeline: stage {} would hold no parameters (layers {}), nothing for its optimizer to train: use "
-                 "fewer stages or other cut points",
-                 s, fmt::join(held, ", "));
-  }
-
-  auto stage = std::make_shared<PipelineStage>();
-  for (int v = 0; v < options_.virtual_stages; ++v) {
-    const int c = v * options_.stages + stage_;
-    for (int i = begin_of(c); i < end_of(c); ++i) {
-      stage->add(std::to_string(i), (*sequential)[static_cast<std::size_t>(i)]);
-    }
+  std::map<int, nn::ModulePtr> mine;
+  for (int i = 0; i < layers; ++i) {
+    if (holds(i, layers)) mine[i] = (*sequential)[static_cast<std::size_t>(i)];
   }
   sequential.reset();  // the other stages' layers go with the caller's last reference
   model.reset();
-  stage->to(device_);
+  return build_stage(std::move(mine), layers);
+}
 
+std::shared_ptr<nn::Module> PipelineStrategy::prepare_layers(int layers, const LayerFactory& layer,
+                                                              std::uint64_t seed) {
+  DTRAIN_CHECK(layer != nullptr, "pipeline strategy: prepare_layers() needs a layer factory");
+  check_layer_count(layers);
+  DTRAIN_CHECK(!options_.cuts.empty() || options_.balance == PipelineOptions::Balance::Parameters,
+               "pipeline strategy: balancing by time profiles the whole model on one rank: pass a Sequential to "
+               "prepare(), or give the cut points");
+  if (!options_.cuts.empty()) {
+    check_cuts(options_.cuts, layers, parts());
+    cuts_ = options_.cuts;
+  }
+  // Each layer from its own seed, so its initial values do not depend on which layers a
+  // rank builds; the caller's generator is left as it was.
+  Generator& gen = default_generator();
+  const std::uint64_t saved_seed = gen.seed(), saved_offset = gen.offset();
+  auto make = [&](int i) {
+    gen.set_state(seed + static_cast<std::uint64_t>(i), 0);
+    nn::ModulePtr m = layer(i);
+    DTRAIN_CHECK(m != nullptr, "pipeline strategy: the layer factory returned no layer {}", i);
+    return m;
+  };
+  std::map<int, nn::ModulePtr> mine;
+  std::vector<std::int64_t> description{layers, parts()};
+  if (cuts_.empty()) {
+    // Balancing needs every layer's size: each is built once, one at a time, and only this
+    // rank's are kept.
+    std::vector<std::int64_t> params;
+    std::vector<std::string> names;
+    for (int i = 0; i < layers; ++i) {
+      nn::ModulePtr m = make(i);
+      params.push_back(m->num_parameters());
+      names.push_back(m->describe());
+      mine[i] = std::move(m);
+    }
+    std::vector<double> costs(params.begin(), params.end());
+    cuts_ = balanced_cuts(costs, parts());
+    std::erase_if(mine, [&](const auto& entry) { return !holds(entry.first, layers); });
+    description.insert(description.end(), cuts_.begin(), cuts_.end());
+    description.insert(description.end(), params.begin(), params.end());
+    check_same_everywhere(world_, description, "(layers, parts, cut points..., parameters per layer...)");
+    check_stages_have_parameters(layers, params, names);
+  } else {
+    description.insert(description.end(), cuts_.begin(), cuts_.end());
+    check_same_everywhere(world_, description, "(layers, parts, cut points...)");
+    std::int64_t params = 0;
+    for (int i = 0; i < layers; ++i) {
+      if (!holds(i, layers)) continue;
+      mine[i] = make(i);
+      params += mine[i]->num_parameters();
+    }
+    // Only this rank knows its stage's size: the ranks agree on whether any stage is empty.
+    Tensor fewest = Tensor::full({1}, static_cast<double>(params), {DType::i64});
+    world_->all_reduce(fewest, ReduceOp::Min);
+    DTRAIN_CHECK(params > 0, "pipeline: stage {} would hold no parameters, nothing for its optimizer to train: use "
+                 "other cut points", stage_);
+    DTRAIN_CHECK(fewest.item() > 0, "pipeline: another stage would hold no parameters (see its message)");
+  }
+  gen.set_state(saved_seed, saved_offset);
+  return build_stage(std::move(mine), layers);
+}
+
+std::shared_ptr<nn::Module> PipelineStrategy::build_stage(std::map<int, nn::ModulePtr> layers, int count) {
+  auto stage = std::make_shared<PipelineStage>();
+  for (auto& [index, layer] : layers) stage->add(std::to_string(index), std::move(layer));
+  stage->to(device_);
   if (replicas_ > 1) {
     CommunicatorPtr replicas = replicas_comm_;
     if (options_.data_parallel.sync_batch_norm) {
@@ -143,13 +233,14 @@ std::shared_ptr<nn::Module> PipelineStrategy::prepare(std::shared_ptr<nn::Module
     }
     ddp_ = std::make_unique<DataParallel>(stage, replicas, options_.data_parallel.data_parallel);
   }
-  // The chunks, built after any SyncBatchNorm conversion replaced layers of the stage.
+  // The chunks, from the stage's children (after any SyncBatchNorm conversion replaced
+  // some), in order: chunk v is virtual stage v * K + stage.
   std::vector<nn::ModulePtr> chunks;
   std::size_t next = 0;
-  for (int v = 0; v < options_.virtual_stages; ++v) {
-    const int c = v * options_.stages + stage_;
+  for (int c = stage_; c < parts(); c += options_.stages) {
+    const auto [begin, end] = chunk_layers(c, count);
     auto chunk = std::make_shared<nn::Sequential>();
-    for (int i = begin_of(c); i < end_of(c); ++i) chunk->push_back(stage->children()[next++].second);
+    for (int i = begin; i < end; ++i) chunk->push_back(stage->children().at(next++).second);
     chunks.push_back(chunk);
   }
   PipelineExecutor::Config config{.comm = pipe_,

@@ -8,6 +8,7 @@
 #include "dtrain/autograd/functions.h"
 #include "dtrain/dist/pipeline_partition.h"
 #include "dtrain/dist/pipeline_strategy.h"
+#include "dtrain/layers/activation.h"
 #include "dtrain/layers/linear.h"
 #include "dtrain/layers/models.h"
 #include "dtrain/optim/clip_grad.h"
@@ -55,8 +56,9 @@ struct Result {
 
 // One process, the whole model, the global batch. The loss over rows [begin, end) (the
 // pipeline's replica) at the initial parameters.
-Result reference(std::int64_t begin, std::int64_t end, double clip = 0) {
-  auto model = fresh_model();
+Result reference(std::int64_t begin, std::int64_t end, double clip = 0,
+                 const std::function<std::shared_ptr<nn::Sequential>()>& build = fresh_model) {
+  auto model = build();
   optim::SGD sgd = make_sgd(*model);
   Result r;
   {
@@ -84,9 +86,12 @@ struct Run {
   std::int64_t begin = 0, end = 0;  // this replica's rows
 };
 
-Run pipelined(const dist::CommunicatorPtr& world, dist::PipelineOptions options, double clip = 0) {
+using Prepare = std::function<std::shared_ptr<nn::Module>(dist::PipelineStrategy&)>;
+
+Run pipelined(const dist::CommunicatorPtr& world, dist::PipelineOptions options, double clip = 0,
+              const Prepare& prepare = [](dist::PipelineStrategy& s) { return s.prepare(fresh_model()); }) {
   auto strategy = std::make_shared<dist::PipelineStrategy>(world, Device::cpu(), options);
-  auto stage = strategy->prepare(fresh_model());
+  auto stage = prepare(*strategy);
   optim::SGD sgd = make_sgd(*stage);
   Run run;
   run.last_stage = strategy->stage() == options.stages - 1;
@@ -182,6 +187,43 @@ TEST_CASE("Stages balanced by measured time train like the unpipelined model", "
                                                                   .balance = dist::PipelineOptions::Balance::Time})
                         .prepare(fresh_model()),
                     Catch::Contains("profile_input"));
+}
+
+TEST_CASE("Stages built layer by layer train like the model built whole", "[dist][mpi][pipeline]") {
+  auto world = dist::world();
+  constexpr std::uint64_t kSeed = 77;
+  // fresh_model()'s layers one at a time: Flatten, then Linear and ReLU, ..., Linear.
+  int built = 0;
+  const dist::PipelineStrategy::LayerFactory layer = [&](int i) -> nn::ModulePtr {
+    ++built;
+    if (i == 0) return std::make_shared<nn::Flatten>();
+    if (i == 17) return std::make_shared<nn::Linear>(10, kClasses);
+    if (i % 2 == 0) return std::make_shared<nn::ReLU>();
+    return std::make_shared<nn::Linear>(i == 1 ? kFeatures : 10, 10);
+  };
+  // The reference, built whole from the same layers and seeds.
+  auto whole = [&] {
+    auto model = std::make_shared<nn::Sequential>();
+    for (int i = 0; i < 18; ++i) {
+      default_generator().set_state(kSeed + static_cast<std::uint64_t>(i), 0);
+      model->push_back(layer(i));
+    }
+    return model;
+  };
+  for (const bool cut : {false, true}) {
+    dist::PipelineOptions options{.stages = world->size(), .micro_batches = 4};
+    for (int i = 1; cut && i < world->size(); ++i) options.cuts.push_back(4 * i);
+    built = 0;
+    const Run run = pipelined(world, options, 0,
+                              [&](dist::PipelineStrategy& s) { return s.prepare_layers(18, layer, kSeed); });
+    const int built_here = built;
+    const Result ref = reference(run.begin, run.end, 0, whole);
+    INFO((cut ? "given cuts" : "balanced"));
+    CHECK(worst(run.result.params, ref.params) < 1e-5);
+    // Given the cuts, a rank builds only its own layers; balancing builds each once.
+    if (cut && world->size() > 1) CHECK(built_here == (world->rank() == world->size() - 1 ? 18 - 4 * (world->size() - 1) : 4));
+    if (!cut) CHECK(built_here == 18);
+  }
 }
 
 TEST_CASE("Pipeline stages keep the whole model's parameter names, and only their own", "[dist][mpi][pipeline]") {

@@ -34,7 +34,10 @@
 #include "dtrain/dist/pipeline_schedule.h"
 #include "dtrain/layers/sequential.h"
 
+#include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace dtrain::dist {
@@ -75,6 +78,15 @@ class PipelineStrategy final : public Strategy {
   // returns the stage, whose forward() is not to be called directly (train_step runs it).
   // Collective over the world: checks that every rank cuts the same model the same way.
   std::shared_ptr<nn::Module> prepare(std::shared_ptr<nn::Module> model) override;
+  // The same without ever building the whole model on one rank: `layer(i)` makes layer i
+  // of `layers` (the same layer on every rank, as Sequential's child i would be). Each
+  // layer is made with the default generator seeded with seed + i, so its initial values
+  // do not depend on which layers a rank builds (the caller's generator is restored).
+  // With cut points given, a rank builds only its own layers; balanced by parameters, it
+  // builds each layer once, one at a time, to count them, and keeps its own. Balancing by
+  // time needs prepare(). Collective over the world.
+  using LayerFactory = std::function<nn::ModulePtr(int index)>;
+  std::shared_ptr<nn::Module> prepare_layers(int layers, const LayerFactory& layer, std::uint64_t seed);
   Shard data_shard() const override { return {replica_, replicas_}; }
   // The last stage of replica 0: the only rank that sees the loss.
   bool reports() const override { return replica_ == 0 && stage_ == options_.stages - 1; }
@@ -107,6 +119,15 @@ class PipelineStrategy final : public Strategy {
  private:
   // The micro-batches of one step or evaluation: each batch split into M parts.
   std::vector<MicroBatch> split(std::span<const MicroBatch> batches) const;
+  int parts() const;  // chunks over all ranks: K x V
+  std::pair<int, int> chunk_layers(int chunk, int layers) const;  // [begin, end) of virtual stage `chunk`
+  bool holds(int layer, int layers) const;                       // whether this rank's stage has it
+  void check_layer_count(int layers) const;
+  void check_stages_have_parameters(int layers, const std::vector<std::int64_t>& params,
+                                    const std::vector<std::string>& names) const;
+  // The stage from this rank's layers (by index in the model): DataParallel over the
+  // replicas, the chunks and the executor.
+  std::shared_ptr<nn::Module> build_stage(std::map<int, nn::ModulePtr> layers, int count);
 
   CommunicatorPtr world_, pipe_, replicas_comm_;
   PipelineOptions options_;
