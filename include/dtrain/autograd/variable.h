@@ -43,6 +43,9 @@ class Variable {
   const Tensor& grad() const;  // throws when there is none
   void set_grad(Tensor grad);
   void add_grad(const Tensor& grad);  // accumulates (shape must equal data's)
+  // The same for a gradient the caller gives up (an op's fresh result): a leaf's first
+  // gradient that nothing else refers to becomes its own without a copy.
+  void add_grad(Tensor&& grad);
   void zero_grad();                   // drops the gradient
 
   // Gradient of a scalar output (seed 1) or of any output given its grad_output.
