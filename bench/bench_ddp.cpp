@@ -19,6 +19,7 @@
 #include "dtrain/dist/data_parallel.h"
 #include "dtrain/optim/sgd.h"
 
+#include "bench_main.h"
 #include "bench_models.h"
 #include "bench_stats.h"
 
@@ -167,18 +168,5 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   app.add_flag("--json", config.json, "print JSON lines (the machine, then the result) instead of a table");
   CLI11_PARSE(app, argc, argv);
-  dist::CommunicatorPtr comm;
-  std::string error;
-  try {
-    comm = dist::world();
-    return run(config, comm);
-  } catch (const dtrain::Error& e) {
-    error = e.message();
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  // A rank that fails alone must not leave the others waiting in a collective.
-  if (comm && comm->size() > 1) dist::abort_job("bench_ddp: error: " + error);
-  fmt::print(stderr, "bench_ddp: error: {}\n", error);
-  return 1;
+  return bench::run_on_world("bench_ddp", [&](const dist::CommunicatorPtr& comm) { return run(config, comm); });
 }
