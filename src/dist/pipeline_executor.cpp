@@ -178,7 +178,10 @@ void PipelineExecutor::exchange(const std::vector<Msg>& messages) {
   const bool batch_sends = config_.tensor_comm->backend() == "nccl";
   if (!batch_sends && !ops.empty()) {
     std::vector<WorkPtr> works = config_.tensor_comm->batch_isend_irecv(ops);
-    for (std::size_t i = 0; i < ops.size(); ++i) sends_.emplace_back(works[i], ops[i].tensor);
+    // MPI's engine holds a send's tensor until the message is done (communicator.h), so
+    // an activation is freed as soon as both its send and its backward are: under 1F1B a
+    // stage then holds at most K micro-batches' activations, not all M until the end.
+    for (WorkPtr& w : works) sends_.emplace_back(std::move(w), Tensor());
     ops.clear();
   }
   const std::size_t first_recv = ops.size();

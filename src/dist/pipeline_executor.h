@@ -87,7 +87,7 @@ class PipelineExecutor {
   std::map<Key, Live> live_;
   // Messages: what a pass produced for sending, what arrived, what is in flight.
   std::map<std::tuple<int, int, int>, Tensor> outbox_, inbox_;  // (kind, boundary, micro)
-  std::vector<std::pair<WorkPtr, Tensor>> sends_;
+  std::vector<std::pair<WorkPtr, Tensor>> sends_;  // with the tensor where the transport needs it kept
   // Activation shapes by (boundary, rows): announced (as sender) or learned (receiver).
   std::set<std::pair<int, std::int64_t>> announced_;
   std::map<std::pair<int, std::int64_t>, std::pair<Shape, DType>> learned_;

@@ -127,7 +127,9 @@ class Communicator {
 
   // ---- point to point (see the ordering rules at the top) ----
   // The peer is another rank (or kAnySource for a receive); tags are >= 0 (or kAnyTag for
-  // a receive). The tensor must stay alive and untouched until the work is waited on. A
+  // a receive). The tensor must stay alive and untouched until the work is waited on (on
+  // MPI a send keeps its own reference until the message is done, so only "untouched"
+  // applies to a send's tensor there). A
   // receive's tensor must have the size of the message: a message of another size is an
   // error naming both sizes, and the tensor is left as it was (MPI; NCCL cannot tell).
   virtual WorkPtr isend(const Tensor& t, int dst, int tag = 0) = 0;
