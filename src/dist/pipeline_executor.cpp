@@ -80,7 +80,6 @@ PipelineExecutor::Timing PipelineExecutor::run(const std::vector<Tensor>& inputs
   for (auto& [work, tensor] : sends_) work->wait();
   timing_.wait_s += seconds_since(start);
   sends_.clear();
-  live_.clear();  // forward only: the outputs of the last chunk
   inputs_ = nullptr;
   return timing_;
 }
