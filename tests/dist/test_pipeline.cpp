@@ -11,6 +11,7 @@
 #include "dtrain/layers/activation.h"
 #include "dtrain/layers/linear.h"
 #include "dtrain/layers/models.h"
+#include "dtrain/layers/normalization.h"
 #include "dtrain/optim/clip_grad.h"
 #include "dtrain/optim/sgd.h"
 #include "support/test_support.h"
@@ -224,6 +225,46 @@ TEST_CASE("Stages built layer by layer train like the model built whole", "[dist
     if (cut && world->size() > 1) CHECK(built_here == (world->rank() == world->size() - 1 ? 18 - 4 * (world->size() - 1) : 4));
     if (!cut) CHECK(built_here == 18);
   }
+}
+
+TEST_CASE("A 2 x 2 grid with SyncBatchNorm normalizes each micro-batch over the stage's replicas",
+          "[dist][mpi][pipeline]") {
+  auto world = dist::world();
+  if (world->size() != 4) return;  // a grid of 2 stages x 2 replicas
+  constexpr int kMicro = 2;
+  auto bn_model = [] {
+    manual_seed(9);
+    return std::make_shared<nn::Sequential>(std::vector<nn::ModulePtr>{
+        std::make_shared<nn::Linear>(kFeatures, 10), std::make_shared<nn::BatchNorm1d>(10),
+        std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(10, 10), std::make_shared<nn::BatchNorm1d>(10),
+        std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(10, kClasses)});
+  };
+  dist::PipelineOptions options{.stages = 2, .micro_batches = kMicro, .cuts = {3}};
+  options.data_parallel.sync_batch_norm = true;
+  const Run run = pipelined(world, options, 0, [&](dist::PipelineStrategy& s) { return s.prepare(bn_model()); });
+  // The reference: one process, each update's micro-batch j made of every replica's part j
+  // (what SyncBatchNorm normalizes together), the gradients accumulated with weight 1/M.
+  auto model = bn_model();
+  optim::SGD sgd = make_sgd(*model);
+  const std::int64_t per_replica = kBatch / 2, part = per_replica / kMicro;
+  for (int step = 0; step < kSteps; ++step) {
+    sgd.zero_grad();
+    const dist::MicroBatch b = global_batch(step);
+    for (int j = 0; j < kMicro; ++j) {
+      std::vector<Tensor> xs, ys;
+      for (int r = 0; r < 2; ++r) {
+        const dist::MicroBatch p = rows(b, r * per_replica + j * part, r * per_replica + (j + 1) * part);
+        xs.push_back(p.inputs);
+        ys.push_back(p.targets);
+      }
+      mul(mean_loss(model->forward(Variable(cat(xs, 0))), cat(ys, 0)), 1.0 / kMicro).backward();
+    }
+    sgd.step();
+  }
+  std::map<std::string, Tensor> ref;
+  for (const auto& [name, p] : model->named_parameters()) ref[name] = p.data().clone();
+  CHECK(!run.result.params.empty());
+  CHECK(worst(run.result.params, ref) < 1e-5);
 }
 
 TEST_CASE("Pipeline stages keep the whole model's parameter names, and only their own", "[dist][mpi][pipeline]") {
