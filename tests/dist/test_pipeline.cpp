@@ -13,6 +13,7 @@
 #include "dtrain/layers/models.h"
 #include "dtrain/layers/normalization.h"
 #include "dtrain/optim/clip_grad.h"
+#include "dtrain/optim/loss_scaler.h"
 #include "dtrain/optim/sgd.h"
 #include "support/test_support.h"
 
@@ -170,6 +171,26 @@ TEST_CASE("Pipelined training with recomputation and clipping equals the unpipel
   const Result ref = reference(run.begin, run.end, 0.05);
   CHECK(worst(run.result.grads, ref.grads) < 1e-5);
   CHECK(worst(run.result.params, ref.params) < 1e-5);
+}
+
+TEST_CASE("A pipeline with a loss scaler takes the unpipelined model's steps", "[dist][mpi][pipeline]") {
+  auto world = dist::world();
+  // A power-of-two scale is exact: scaled and unscaled steps agree to rounding. Every stage
+  // sums its squared norm with the others' to agree on whether to step.
+  optim::LossScaler scaler({.init_scale = 1024});
+  auto strategy = std::make_shared<dist::PipelineStrategy>(world, Device::cpu(),
+                                                           dist::PipelineOptions{.stages = world->size(), .micro_batches = 4});
+  auto stage = strategy->prepare(fresh_model());
+  optim::SGD sgd = make_sgd(*stage);
+  const dist::StepConfig config{.loss = mean_loss, .scaler = &scaler};
+  for (int step = 0; step < kSteps; ++step) {
+    const dist::MicroBatch b = global_batch(step);
+    strategy->train_step(std::span(&b, 1), sgd, config);
+  }
+  std::map<std::string, Tensor> params;
+  for (const auto& [name, p] : stage->named_parameters()) params[name] = p.data().clone();
+  CHECK(worst(params, reference(0, kBatch).params) < 1e-5);
+  CHECK(scaler.scale_value() == 1024);  // no step skipped
 }
 
 TEST_CASE("Stages balanced by measured time train like the unpipelined model", "[dist][mpi][pipeline]") {

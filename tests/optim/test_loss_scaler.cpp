@@ -119,6 +119,31 @@ TEST_CASE("LossScaler skips the step on an inf or NaN gradient and backs off", "
   CHECK(sgd.steps() == 1);
 }
 
+TEST_CASE("LossScaler::mark_nonfinite skips a step whose own gradients are finite", "[cpu][optim]") {
+  // Another pipeline stage found an inf: this stage must skip and back off as well.
+  Variable p(Tensor::full({3}, 1.0), true);
+  SGD sgd({p}, {.lr = 0.1});
+  LossScaler scaler({.init_scale = 64});
+  CHECK_THROWS_WITH(scaler.mark_nonfinite(sgd), Catch::Contains("call unscale() for this optimizer first"));
+  p.set_grad(Tensor::full({3}, 64.0));
+  scaler.unscale(sgd);
+  scaler.mark_nonfinite(sgd);
+  CHECK_FALSE(scaler.step(sgd));
+  scaler.update();
+  CHECK(scaler.scale_value() == 32);
+  CHECK(p.data().to_vector<float>() == std::vector<float>{1, 1, 1});
+  // The next step, unmarked, is taken.
+  p.set_grad(Tensor::full({3}, 32.0));
+  CHECK(scaler.step(sgd));
+  scaler.update();
+  CHECK(p.data().to_vector<float>()[0] == Approx(0.9));
+  // After step(), marking is too late.
+  p.set_grad(Tensor::full({3}, 32.0));
+  CHECK(scaler.step(sgd));
+  CHECK_THROWS_WITH(scaler.mark_nonfinite(sgd), Catch::Contains("before step()"));
+  scaler.update();
+}
+
 TEST_CASE("LossScaler detects a gradient that overflows only when unscaled", "[cpu][optim]") {
   // After backoffs the scale may fall below 1; unscaling then multiplies and can overflow.
   Variable w(Tensor::zeros({2}), true);
