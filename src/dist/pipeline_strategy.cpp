@@ -5,14 +5,12 @@
 #include "dtrain/dist/nccl.h"
 #include "dtrain/dist/pipeline_partition.h"
 #include "dtrain/dist/sync_batch_norm.h"
-#include "dtrain/optim/clip_grad.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <chrono>
 #include <map>
-#include <cmath>
 
 namespace dtrain::dist {
 namespace {
@@ -27,9 +25,6 @@ class PipelineStage final : public nn::Module {
   }
   std::string describe() const override { return "PipelineStage"; }
 };
-
-// The running sum `total` (undefined at first) plus `value`.
-Tensor accumulate(const Tensor& total, const Tensor& value) { return total.defined() ? add(total, value) : value; }
 
 // Every rank must cut the same model the same way: each compares its description with
 // world rank 0's, and all of them throw when any differs (a collective).
@@ -132,7 +127,7 @@ std::shared_ptr<nn::Module> PipelineStrategy::prepare(std::shared_ptr<nn::Module
     check_cuts(options_.cuts, layers, parts());
     cuts_ = options_.cuts;
   } else if (options_.balance == PipelineOptions::Balance::Parameters) {
-    cuts_ = balanced_cuts(parameter_costs(*sequential), parts());
+    cuts_ = balanced_cuts(std::vector<double>(params.begin(), params.end()), parts());
   } else {
     // Timed on one rank and shared, so that every rank cuts the same way.
     DTRAIN_CHECK(options_.profile_input.defined(),
@@ -302,14 +297,8 @@ StepStats PipelineStrategy::train_step(std::span<const MicroBatch> micro, optim:
   // As in Strategy::train_step: each part's loss weighted by its share of the samples.
   auto last = [&](const Variable& output, int m, bool record) {
     const MicroBatch& part = parts[static_cast<std::size_t>(m)];
-    const double weight = parts.size() == 1 ? 1.0 : static_cast<double>(part.inputs.size(0)) / static_cast<double>(total);
-    Variable loss = config.loss(output, part.targets);
-    Variable weighted = weight == 1 ? loss : mul(loss, weight);
-    if (record) {
-      stats.loss = accumulate(stats.loss, weighted.data());
-      if (config.correct) stats.correct = accumulate(stats.correct, config.correct(output.data(), part.targets));
-    }
-    return config.scaler ? config.scaler->scale(weighted) : weighted;
+    return weighted_loss(output, part.targets, sample_share(part.inputs.size(0), total, parts.size()), config,
+                         record ? &stats : nullptr);
   };
   // With replicas, only each chunk's last backward hands its gradients to the reducer.
   std::optional<DataParallel::NoSyncGuard> no_sync;
@@ -328,28 +317,10 @@ StepStats PipelineStrategy::train_step(std::span<const MicroBatch> micro, optim:
   return stats;
 }
 
-void PipelineStrategy::update(optim::Optimizer& optimizer, const StepConfig& config, StepStats& stats) {
-  if (config.clip_grad_norm <= 0 && config.scaler == nullptr) {
-    optimizer.step();
-    return;
-  }
-  if (config.scaler) config.scaler->unscale(optimizer);
-  // The norm over every stage (the replicas of a stage hold the same averaged gradients):
-  // clipping sees the whole model, and an inf or NaN anywhere is seen everywhere.
-  Tensor squared = Tensor::full({1}, optim::grad_squared_norm(optimizer.params()), {DType::f64});
+double PipelineStrategy::model_squared_norm(double local) {
+  Tensor squared = Tensor::full({1}, local, {DType::f64});
   pipe_->all_reduce(squared, ReduceOp::Sum);
-  const double norm = std::sqrt(squared.item());
-  if (config.clip_grad_norm > 0) {
-    stats.grad_norm = norm;
-    optim::clip_grads_to_norm(optimizer.params(), norm, config.clip_grad_norm);
-  }
-  if (!config.scaler) {
-    if (std::isfinite(norm)) optimizer.step();  // else diverged: the caller reports it
-    return;
-  }
-  if (!std::isfinite(norm)) config.scaler->mark_nonfinite(optimizer);
-  config.scaler->step(optimizer);
-  config.scaler->update();
+  return squared.item();
 }
 
 EvalSums PipelineStrategy::eval_step(const MicroBatch& batch, const StepConfig& config) {

@@ -9,9 +9,6 @@
 namespace dtrain::dist {
 namespace {
 
-// The running sum `total` (undefined at first) plus `value`.
-Tensor accumulate(const Tensor& total, const Tensor& value) { return total.defined() ? add(total, value) : value; }
-
 // The model's output for `inputs` and its loss, under autocast when configured (the
 // caller's setting stands otherwise).
 std::pair<Variable, Variable> output_and_loss(nn::Module& module, const MicroBatch& batch, const StepConfig& config) {
@@ -44,34 +41,62 @@ StepStats Strategy::train_step(std::span<const MicroBatch> micro, optim::Optimiz
   std::int64_t total = 0;
   for (const MicroBatch& b : micro) total += b.inputs.size(0);
   for (std::size_t i = 0; i < micro.size(); ++i) {
-    const double weight = micro.size() == 1 || total == 0
-                              ? 1.0
-                              : static_cast<double>(micro[i].inputs.size(0)) / static_cast<double>(total);
-    forward_backward(micro[i], weight, i + 1 == micro.size(), config, stats);
+    forward_backward(micro[i], sample_share(micro[i].inputs.size(0), total, micro.size()), i + 1 == micro.size(),
+                     config, stats);
   }
   exchange_gradients();
   update(optimizer, config, stats);
   return stats;
 }
 
+double Strategy::sample_share(std::int64_t rows, std::int64_t total, std::size_t count) {
+  return count == 1 || total == 0 ? 1.0 : static_cast<double>(rows) / static_cast<double>(total);
+}
+
+Variable Strategy::weighted_loss(const Variable& output, const Tensor& targets, double weight,
+                                 const StepConfig& config, StepStats* stats) {
+  Variable loss = config.loss(output, targets);
+  Variable weighted = weight == 1 ? loss : mul(loss, weight);
+  if (stats) {
+    stats->loss = accumulate(stats->loss, weighted.data());
+    if (config.correct) stats->correct = accumulate(stats->correct, config.correct(output.data(), targets));
+  }
+  return config.scaler ? config.scaler->scale(weighted) : weighted;
+}
+
+Tensor Strategy::accumulate(const Tensor& total, const Tensor& value) {
+  return total.defined() ? add(total, value) : value;
+}
+
 void Strategy::forward_backward(const MicroBatch& batch, double weight, bool last, const StepConfig& config,
                                 StepStats& stats) {
-  auto [output, loss] = output_and_loss(*module_, batch, config);
-  Variable weighted = weight == 1 ? loss : mul(loss, weight);
-  Variable scaled = config.scaler ? config.scaler->scale(weighted) : weighted;
+  Variable scaled;
+  {
+    std::optional<AutocastGuard> guard;  // forward and loss only, as in output_and_loss
+    if (config.autocast) guard.emplace(*config.autocast);
+    scaled = weighted_loss(module_->forward(Variable(batch.inputs)), batch.targets, weight, config, &stats);
+  }
   scaled.backward();
-  stats.loss = accumulate(stats.loss, weighted.data());
-  if (config.correct) stats.correct = accumulate(stats.correct, config.correct(output.data(), batch.targets));
   stats.samples += batch.inputs.size(0);
 }
 
 void Strategy::update(optim::Optimizer& optimizer, const StepConfig& config, StepStats& stats) {
-  if (config.clip_grad_norm > 0) {
+  // With the gradients spread over ranks, a scaler's inf/NaN must be seen by all of them:
+  // the summed norm carries it.
+  const bool shared_overflow = config.scaler && gradients_spread();
+  if (config.clip_grad_norm > 0 || shared_overflow) {
     if (config.scaler) config.scaler->unscale(optimizer);  // clip the true gradients
-    stats.grad_norm = optim::clip_grad_norm(optimizer.params(), config.clip_grad_norm);
-    // Without a scaler an inf/NaN norm is divergence: leave the parameters as they were,
-    // for the caller to report (the scaler skips such a step by itself).
-    if (!config.scaler && !std::isfinite(*stats.grad_norm)) return;
+    const double norm = std::sqrt(model_squared_norm(optim::grad_squared_norm(optimizer.params())));
+    if (config.clip_grad_norm > 0) {
+      stats.grad_norm = norm;
+      optim::clip_grads_to_norm(optimizer.params(), norm, config.clip_grad_norm);
+    }
+    if (!std::isfinite(norm)) {
+      // Without a scaler an inf/NaN norm is divergence: leave the parameters as they were,
+      // for the caller to report (the scaler skips such a step by itself).
+      if (!config.scaler) return;
+      if (shared_overflow) config.scaler->mark_nonfinite(optimizer);
+    }
   }
   if (config.scaler) {
     config.scaler->step(optimizer);  // skipped when a gradient is inf or NaN

@@ -114,7 +114,9 @@ class PipelineStrategy final : public Strategy {
   Timing last_timing() const { return timing_; }
 
  protected:
-  void update(optim::Optimizer& optimizer, const StepConfig& config, StepStats& stats) override;
+  // Summed over the pipeline's stages (a stage's replicas hold the same averaged gradients).
+  double model_squared_norm(double local) override;
+  bool gradients_spread() const override { return options_.stages > 1; }
 
  private:
   // The micro-batches of one step or evaluation: each batch split into M parts.

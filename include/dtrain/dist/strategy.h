@@ -133,6 +133,23 @@ class Strategy {
   // The update from the exchanged gradients: unscale and clip as configured, then the
   // optimizer's step (through the scaler when there is one).
   virtual void update(optim::Optimizer& optimizer, const StepConfig& config, StepStats& stats);
+  // This rank's sum of squared gradients, added up over the ranks that hold the other parts
+  // of the model (a pipeline's stages), for clipping by the whole model's norm. A strategy
+  // whose ranks each hold all of the model's gradients returns `local`.
+  virtual double model_squared_norm(double local) { return local; }
+  // Whether the model's gradients are spread over ranks, so that an inf/NaN found by one
+  // rank's loss scaler must skip the step on the others too (through the summed norm).
+  virtual bool gradients_spread() const { return false; }
+
+  // What train_step does with each micro-batch's loss, shared with strategies that run
+  // their own micro-batches: its share of the update's samples (1 for a single one),
+  static double sample_share(std::int64_t rows, std::int64_t total, std::size_t count);
+  // the loss times `weight`, added with the correct count to `stats` (when given), and
+  // returned scaled by the config's scaler, ready for backward;
+  static Variable weighted_loss(const Variable& output, const Tensor& targets, double weight,
+                                const StepConfig& config, StepStats* stats);
+  // and the running sum `total` (undefined at first) plus `value`.
+  static Tensor accumulate(const Tensor& total, const Tensor& value);
 
   std::shared_ptr<nn::Module> module_;
   Device device_;
