@@ -4,13 +4,17 @@
 // each rank reads its own shard, gradients are averaged, evaluation is sharded. With
 // --pipeline-stages K the model is cut into K stages on consecutive ranks, fed
 // --micro-batches M per batch, and the ranks form K x (ranks / K) grid: the stages of
-// each pipeline, and data-parallel replicas of each stage.
+// each pipeline, and data-parallel replicas of each stage. With --strategy ps the last
+// --num-ps ranks are parameter servers and the others workers (--ps-mode sync, async or
+// ssp:K), or the roles come from a TF_CONFIG-style --cluster file / DTRAIN_CLUSTER.
 //
 //   build/examples/train_mnist --model cnn --epochs 3
 //   mpirun -np 2 build/examples/train_mnist --model cnn --epochs 3
 //   mpirun -np 8 build/examples/train_mnist --device cuda --precision bf16   # a GPU per rank, NCCL
 //   # 2 stages x 2 data-parallel replicas:
 //   mpirun -np 4 build/examples/train_mnist --model mlp --hidden 512,512,512,512 --pipeline-stages 2 --micro-batches 8
+//   # 2 workers and 1 parameter server, asynchronous updates:
+//   mpirun -np 3 build/examples/train_mnist --strategy ps --num-ps 1 --ps-mode async
 //
 // --precision bf16|f16 runs forward under autocast (16-bit products, f32 everything else;
 // f16 with dynamic loss scaling); on the CPU the 16-bit products are emulated exactly.
@@ -22,7 +26,9 @@
 #include "dtrain/data/mnist.h"
 #include "dtrain/data/subset.h"
 #include "dtrain/dist/nccl.h"
+#include "dtrain/dist/cluster_spec.h"
 #include "dtrain/dist/pipeline_strategy.h"
+#include "dtrain/dist/ps_strategy.h"
 #include "dtrain/dist/strategy.h"
 #include "dtrain/layers/models.h"
 #include "dtrain/optim/adam.h"
@@ -33,8 +39,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <thread>
 
 namespace {
 
@@ -74,6 +83,12 @@ struct Config {
   std::vector<int> pipeline_cuts;
   std::string pipeline_balance = "params";
   bool recompute = false;
+  std::string strategy = "auto";
+  int num_ps = 0;  // 0: 1, or the cluster spec's
+  std::string ps_mode = "async";
+  std::string cluster;  // a cluster spec file
+  int straggler_delay_ms = 0;
+  int straggler_rank = 1;
 };
 
 void add_flags(CLI::App& app, Config& c) {
@@ -131,6 +146,20 @@ void add_flags(CLI::App& app, Config& c) {
                  "pipeline, without --pipeline-cuts: balance stages by parameter count or by measured time")
       ->check(CLI::IsMember({"params", "time"}))->capture_default_str();
   app.add_flag("--recompute", c.recompute, "pipeline: keep only each stage's input, recompute its forward in backward");
+  app.add_option("--strategy", c.strategy,
+                 "auto (data parallel under mpirun; a pipeline with --pipeline-stages) or ps (parameter servers)")
+      ->check(CLI::IsMember({"auto", "ps"}))->capture_default_str();
+  app.add_option("--num-ps", c.num_ps, "ps: the number of server ranks (the last ones; default 1)")
+      ->check(CLI::Range(1, 1 << 16));
+  app.add_option("--ps-mode", c.ps_mode, "ps: sync, async or ssp:K (a worker waits when it would push a gradient more "
+                 "than K updates stale)")->capture_default_str();
+  app.add_option("--cluster", c.cluster, "ps: the roles as a TF_CONFIG-style JSON file {\"cluster\": {\"worker\": "
+                 "[...], \"ps\": [...]}} (or the DTRAIN_CLUSTER variable)");
+  app.add_option("--straggler-delay-ms", c.straggler_delay_ms,
+                 "slow down one rank on purpose: it sleeps this long after each update (demonstrations, benchmarks)")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--straggler-rank", c.straggler_rank, "the rank that --straggler-delay-ms slows")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--timeout", c.timeout_s, "seconds a collective may wait for the other ranks before the job is aborted")
       ->check(CLI::PositiveNumber)->capture_default_str();
 }
@@ -178,7 +207,27 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
       c.precision == "bf16" ? std::optional(DType::bf16) : c.precision == "f16" ? std::optional(DType::f16) : std::nullopt;
   std::shared_ptr<dist::Strategy> strategy;
   std::shared_ptr<dist::PipelineStrategy> pipeline;
-  if (c.pipeline_stages > 1) {
+  std::optional<dist::PsOptions> ps;
+  const char* cluster_env = std::getenv("DTRAIN_CLUSTER");
+  if (c.strategy == "ps" || !c.cluster.empty() || cluster_env) {
+    DTRAIN_CHECK(c.pipeline_stages == 1, "--strategy ps: parameter servers and --pipeline-stages do not combine");
+    ps.emplace();
+    dist::parse_ps_mode(c.ps_mode, *ps);
+    ps->servers = c.num_ps > 0 ? c.num_ps : 1;
+    if (!c.cluster.empty() || cluster_env) {
+      const std::string source = c.cluster.empty() ? std::string("DTRAIN_CLUSTER") : "--cluster '" + c.cluster + "'";
+      const dist::ClusterSpec spec = c.cluster.empty() ? dist::parse_cluster_spec(cluster_env, source, comm->size())
+                                                       : dist::read_cluster_spec(c.cluster, comm->size());
+      DTRAIN_CHECK(c.num_ps == 0 || c.num_ps == static_cast<int>(spec.ps.size()),
+                   "--num-ps {} contradicts {}, which lists {} ps", c.num_ps, source, spec.ps.size());
+      dist::check_cluster_hosts(spec, source, *comm);
+      ps->servers = static_cast<int>(spec.ps.size());
+    }
+    DTRAIN_CHECK(comm->size() > ps->servers,
+                 "--strategy ps: {} server(s) need at least one worker besides: launch with mpirun -np {} or more",
+                 ps->servers, ps->servers + 1);
+    strategy = std::make_shared<dist::ParameterServerStrategy>(comm, *ps, device);
+  } else if (c.pipeline_stages > 1) {
     const auto schedule = dist::parse_schedule(c.pipeline_schedule);
     dist::PipelineOptions options{
         .stages = c.pipeline_stages,
@@ -223,6 +272,11 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
                                               trainer.micro_batch_size())
                                 : "",
                c.optimizer, c.lr, device.is_cuda() ? "cuda" : "cpu", autocast ? ", " + c.precision + " autocast" : "");
+    if (ps) {
+      fmt::print("parameter servers: {} worker(s) (ranks 0-{}), {} server(s) (ranks {}-{}), mode {}\n",
+                 comm->size() - ps->servers, comm->size() - ps->servers - 1, ps->servers, comm->size() - ps->servers,
+                 comm->size() - 1, dist::ps_mode_name(*ps));
+    }
     if (pipeline) {
       fmt::print("pipeline: {} stages x {} replica(s), {} micro-batches per batch, schedule {}{}, cut at layers [{}]{}; "
                  "this stage (the last) holds {} parameters\n",
@@ -232,6 +286,11 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
                  model->num_parameters());
     }
     std::fflush(stdout);
+  }
+  if (c.straggler_delay_ms > 0 && comm->rank() == c.straggler_rank) {
+    trainer.on_step_end([ms = c.straggler_delay_ms](const train::StepEvent&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    });
   }
   trainer.fit(*optimizer, schedule.get());
   return 0;

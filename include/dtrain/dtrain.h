@@ -65,13 +65,16 @@
 #include "dtrain/data/subset.h"
 #include "dtrain/data/tensor_dataset.h"
 
+#include "dtrain/dist/cluster_spec.h"
 #include "dtrain/dist/communicator.h"
 #include "dtrain/dist/data_parallel.h"
 #include "dtrain/dist/data_parallel_strategy.h"
 #include "dtrain/dist/nccl.h"
+#include "dtrain/dist/parameter_server.h"
 #include "dtrain/dist/pipeline_partition.h"
 #include "dtrain/dist/pipeline_schedule.h"
 #include "dtrain/dist/pipeline_strategy.h"
+#include "dtrain/dist/ps_strategy.h"
 #include "dtrain/dist/strategy.h"
 #include "dtrain/dist/sync_batch_norm.h"
 

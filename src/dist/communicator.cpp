@@ -25,6 +25,10 @@ bool launched_by_mpi_launcher() {
 
 }  // namespace
 
+std::size_t Communicator::wait_any(const std::vector<WorkPtr>&) {
+  DTRAIN_FAIL("wait_any: the {} backend has no wait for any of several messages (MPI has)", backend());
+}
+
 CommunicatorOptions detail::with_environment(CommunicatorOptions options) {
   if (auto seconds = env::get_int("DTRAIN_TIMEOUT")) {
     DTRAIN_CHECK(*seconds > 0 && *seconds <= 10'000'000, "DTRAIN_TIMEOUT={}: expected seconds in [1, 10000000]",

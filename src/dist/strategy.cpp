@@ -117,6 +117,12 @@ EvalSums Strategy::eval_step(const MicroBatch& batch, const StepConfig& config) 
   return sums;
 }
 
+void Strategy::serve(optim::Optimizer&) { DTRAIN_FAIL("{} strategy: every rank trains; none serves", name()); }
+
+std::optional<std::int64_t> Strategy::claim_batch(std::int64_t, std::int64_t) {
+  DTRAIN_FAIL("{} strategy: ranks read fixed shards; no batches are handed out", name());
+}
+
 nn::StateDict Strategy::checkpoint_state() const { return module().state_dict(); }
 
 std::shared_ptr<nn::Module> LocalStrategy::prepare(std::shared_ptr<nn::Module> model) {

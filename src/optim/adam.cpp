@@ -61,4 +61,10 @@ void Adam::step() {
   });
 }
 
+std::unique_ptr<Optimizer> Adam::rebind(std::vector<Variable> params) const {
+  const AdamOptions options{.lr = lr(), .beta1 = beta1_, .beta2 = beta2_, .eps = eps_, .weight_decay = weight_decay_};
+  if (decoupled_) return std::make_unique<AdamW>(std::move(params), options);
+  return std::make_unique<Adam>(std::move(params), options);
+}
+
 }  // namespace dtrain::optim

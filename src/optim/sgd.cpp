@@ -51,4 +51,12 @@ void SGD::step() {
   });
 }
 
+std::unique_ptr<Optimizer> SGD::rebind(std::vector<Variable> params) const {
+  return std::make_unique<SGD>(std::move(params), SgdOptions{.lr = lr(),
+                                                             .momentum = momentum_,
+                                                             .dampening = dampening_,
+                                                             .weight_decay = weight_decay_,
+                                                             .nesterov = nesterov_});
+}
+
 }  // namespace dtrain::optim

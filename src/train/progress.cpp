@@ -33,11 +33,13 @@ double Progress::samples_per_second() const {
 
 std::string Progress::render(bool terminal) const {
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  double eta = step_ > 0 ? elapsed / static_cast<double>(step_) * static_cast<double>(total_ - step_) : 0;
+  // A rank that takes more than its share of handed-out batches passes the total.
+  const std::int64_t left = std::max<std::int64_t>(0, total_ - step_);
+  double eta = step_ > 0 ? elapsed / static_cast<double>(step_) * static_cast<double>(left) : 0;
   std::string bar;
   if (terminal) {
     constexpr int kWidth = 24;
-    int filled = total_ > 0 ? static_cast<int>(kWidth * step_ / total_) : kWidth;
+    int filled = total_ > 0 ? static_cast<int>(kWidth * std::min(step_, total_) / total_) : kWidth;
     bar.assign(1, '[');
     bar.append(static_cast<std::size_t>(filled), '=');
     if (filled < kWidth) bar.append(1, '>').append(static_cast<std::size_t>(kWidth - filled - 1), ' ');
@@ -63,7 +65,7 @@ void Progress::update(std::int64_t step, double loss, std::int64_t samples) {
 
 bool Progress::due(std::int64_t step) const {
   if (!enabled_) return false;
-  if (step >= total_) return true;
+  if (step == total_) return true;
   // A terminal is redrawn at most ~10 times a second (it is slow too); a log gets a line
   // every interval_s.
   const std::chrono::duration<double> since = std::chrono::steady_clock::now() - last_print_;

@@ -1,12 +1,14 @@
 #include "dtrain/train/trainer.h"
 
 #include "dtrain/data/distributed_sampler.h"
+#include "dtrain/data/sampler.h"
 #include "dtrain/data/subset.h"
 #include "dtrain/tensor/upload.h"
 #include "dtrain/train/progress.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -61,11 +63,12 @@ class RunningSums {
   std::int64_t samples() const { return samples_; }
 
   // The epoch's sums over every rank (a collective): [loss sum, finite losses, non-finite
-  // losses, correct, samples counted for accuracy].
+  // losses, correct, samples counted for accuracy, samples].
   std::vector<double> totals(dist::Strategy& strategy) const {
     const auto finite = finite_.item<std::int64_t>();
     return over_ranks(strategy, {loss_sum_.item(), static_cast<double>(finite), static_cast<double>(losses_ - finite),
-                                 static_cast<double>(correct_.item<std::int64_t>()), static_cast<double>(counted_)});
+                                 static_cast<double>(correct_.item<std::int64_t>()), static_cast<double>(counted_),
+                                 static_cast<double>(samples_)});
   }
 
  private:
@@ -151,6 +154,7 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
   const std::int64_t updates = updates_per_epoch();
   const int shards = strategy_->data_shard().count;
   const bool unscaled = train_config_.scaler == nullptr;
+  const bool handed_out = strategy_->hands_out_batches();
   // On the CPU reading a step's loss costs nothing, so divergence stops the very step; on a
   // GPU the sums are read only when the progress line is due and at the end.
   const bool read_each_step = device.is_cpu();
@@ -159,22 +163,16 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
   progress.set_sample_scale(shards);
   RunningSums sums(device);
   train_loader_->set_epoch(epoch - 1);
+  strategy_->begin_epoch(epoch - 1);
 
-  auto it = train_loader_->begin();
-  const auto end = train_loader_->end();
-  std::optional<Staged> next;
-  if (it != end) next.emplace(*it, device);
   std::vector<Staged> staged;
   std::vector<dist::MicroBatch> micro;
   double shown_loss = 0;
-  while (next) {
-    staged.push_back(std::move(*next));
-    next.reset();
-    if (++it != end) next.emplace(*it, device);  // queued before this step's kernels
-    if (next && static_cast<int>(staged.size()) < options_.accumulate) continue;
-
+  // One update from the staged micro-batches; `position`: its global update for the
+  // learning rate schedule.
+  const auto run_update = [&](std::int64_t position) {
     for (Staged& s : staged) micro.push_back({s.inputs.get(), s.targets.get()});
-    if (schedule) optimizer.set_lr(schedule->lr_at(global_step_));
+    if (schedule) optimizer.set_lr(schedule->lr_at(position));
     const dist::StepStats stats = strategy_->train_step(micro, optimizer, train_config_);
     micro.clear();  // the batches' memory goes back before the next update's
     staged.clear();
@@ -196,13 +194,50 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
     for (const auto& callback : step_callbacks_) {
       callback({.epoch = epoch, .step = step, .global_step = global_step_, .lr = optimizer.lr(), .stats = &stats});
     }
+  };
+
+  if (handed_out) {
+    // Batches of the epoch's shuffled order, claimed one at a time, so that a rank that is
+    // free takes the next; the schedule follows the global position of the claimed batch.
+    const std::int64_t n = data_.train->size();
+    const std::int64_t batches = (n + micro_batch_ - 1) / micro_batch_;
+    const std::vector<std::int64_t> order = data::random_permutation(n, data_.seed, epoch - 1);
+    const std::int64_t per_update = static_cast<std::int64_t>(shards) * options_.accumulate;
+    for (;;) {
+      std::int64_t first = -1;
+      for (int k = 0; k < options_.accumulate; ++k) {
+        const std::optional<std::int64_t> b = strategy_->claim_batch(epoch - 1, batches);
+        if (!b) break;
+        if (first < 0) first = *b;
+        const std::int64_t begin = *b * micro_batch_;
+        const std::vector<std::int64_t> indices(order.begin() + begin,
+                                                order.begin() + std::min(n, begin + micro_batch_));
+        staged.emplace_back(data_.train->get_batch(indices), device);
+      }
+      if (staged.empty()) break;
+      run_update(static_cast<std::int64_t>(epoch - 1) * updates + first / per_update);
+    }
+  } else {
+    auto it = train_loader_->begin();
+    const auto end = train_loader_->end();
+    std::optional<Staged> next;
+    if (it != end) next.emplace(*it, device);
+    while (next) {
+      staged.push_back(std::move(*next));
+      next.reset();
+      if (++it != end) next.emplace(*it, device);  // queued before this step's kernels
+      if (next && static_cast<int>(staged.size()) < options_.accumulate) continue;
+      run_update(global_step_);
+    }
   }
   progress.finish();
 
   // The seconds are this rank's training time; the totals' collective comes after it.
   const double seconds = seconds_since(start);
-  const std::vector<double> t = sums.totals(*strategy_);  // loss sum, finite, non-finite, correct, counted
   EpochSummary summary;
+  summary.strategy_report = strategy_->end_epoch();
+  // loss sum, finite, non-finite, correct, counted, samples
+  const std::vector<double> t = sums.totals(*strategy_);
   summary.epoch = epoch;
   summary.nonfinite_updates = static_cast<std::int64_t>(t[2]);
   DTRAIN_CHECK(!unscaled || summary.nonfinite_updates == 0,
@@ -212,7 +247,8 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
   summary.train_loss = t[1] > 0 ? t[0] / t[1] : 0;
   summary.train_accuracy = t[4] > 0 ? t[3] / t[4] : 0;
   summary.updates = sums.updates();
-  summary.samples = sums.samples() * shards;
+  // Handed-out batches differ in number between ranks: their sum; fixed shards are equal.
+  summary.samples = handed_out ? static_cast<std::int64_t>(t[5]) : sums.samples() * shards;
   summary.seconds = seconds;
   summary.samples_per_s = summary.seconds > 0 ? static_cast<double>(summary.samples) / summary.seconds : 0;
   return summary;
@@ -251,6 +287,7 @@ void Trainer::report(const EpochSummary& s) const {
                                     : "";
     std::string notes =
         s.replica_divergence ? fmt::format(", replica max diff {:.3g}", *s.replica_divergence) : "";
+    if (!s.strategy_report.text.empty()) notes += ", " + s.strategy_report.text;
     if (train_config_.scaler && s.nonfinite_updates > 0) {
       notes += fmt::format(", {} update(s) skipped for inf/NaN (loss scale {:g})", s.nonfinite_updates,
                               scaler_.scale_value());
@@ -271,11 +308,16 @@ void Trainer::report(const EpochSummary& s) const {
     values.insert(values.end(), {{"skipped_updates", static_cast<double>(s.nonfinite_updates)},
                                  {"loss_scale", scaler_.scale_value()}});
   }
-  metrics_->write("epoch", values);
+  values.insert(values.end(), s.strategy_report.values.begin(), s.strategy_report.values.end());
+  metrics_->write("epoch", values, s.strategy_report.series);
 }
 
 FitResult Trainer::fit(optim::Optimizer& optimizer, const optim::LrSchedule* schedule) {
   FitResult result;
+  if (!strategy_->trains()) {
+    strategy_->serve(optimizer);
+    return result;
+  }
   // Time to accuracy runs from the first step to the end of the evaluation that reached
   // the target: evaluation is part of knowing that it was reached.
   const auto start = Clock::now();
@@ -296,6 +338,7 @@ FitResult Trainer::fit(optim::Optimizer& optimizer, const optim::LrSchedule* sch
     if (result.reached_target) break;
   }
   result.seconds = seconds_since(start);
+  strategy_->end_training();
   if (strategy_->reports() && options_.verbose) {
     if (test_loader_) fmt::print(options_.out, "final test accuracy: {:.2f}%\n", 100 * result.test_accuracy);
     if (options_.target_accuracy > 0) {

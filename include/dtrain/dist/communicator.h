@@ -143,6 +143,12 @@ class Communicator {
   // Blocking: isend(...)->wait() and irecv(...)->wait().
   virtual void send(const Tensor& t, int dst, int tag = 0) = 0;
   virtual void recv(Tensor& t, int src, int tag = 0) = 0;
+  // Blocks until one of `works` (messages issued on this communicator, at least one) is
+  // done and returns its index (the earliest done one); wait() on it then returns or throws
+  // at once. For a loop that serves several peers from one thread (a parameter server):
+  // the receives count as mailboxes, so waiting here does not start their timeout clocks;
+  // while nothing arrives, the caller sleeps in steps of up to a millisecond. MPI only.
+  virtual std::size_t wait_any(const std::vector<WorkPtr>& works);
 
   virtual void barrier() = 0;
   // Ranks with equal color form a new communicator, ordered by key (then old rank).

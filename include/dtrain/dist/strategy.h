@@ -13,8 +13,8 @@
 // Statistics stay on the model's device (StepStats), so a step on a GPU never waits for the
 // host; reading them (item()) waits for the step. Implementations: LocalStrategy (one
 // process, strategy.h), DataParallelStrategy (data_parallel_strategy.h) and
-// PipelineStrategy (pipeline_strategy.h, which overrides train_step and eval_step); a
-// parameter server overrides update().
+// PipelineStrategy (pipeline_strategy.h, which overrides train_step and eval_step) and
+// ParameterServerStrategy (ps_strategy.h: server ranks serve(), workers push in update()).
 #pragma once
 
 #include "dtrain/dist/communicator.h"
@@ -27,6 +27,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace dtrain::dist {
 
@@ -116,6 +118,31 @@ class Strategy {
   // The largest |parameter - rank 0's| over the replicas (0 when identical); nullopt for
   // a strategy without replicas. Collective.
   virtual std::optional<double> replica_divergence() { return std::nullopt; }
+
+  // ---- ranks that serve, batches handed out at run time, epochs (parameter servers) ----
+  // Whether this rank trains. One that does not (a parameter server) runs serve() in
+  // place of the training loop.
+  virtual bool trains() const { return true; }
+  // Serves the training ranks until all of them are done, updating the parameters with
+  // optimizers like `optimizer`. Throws on a strategy whose ranks all train.
+  virtual void serve(optim::Optimizer& optimizer);
+  // Whether training batches are handed out while an epoch runs (claim_batch), so that a
+  // fast rank takes more of them, instead of read from the fixed shard data_shard().
+  virtual bool hands_out_batches() const { return false; }
+  // The next of the `batches` batches of `epoch` (0-based) in the epoch's order, or
+  // nullopt when every batch has been handed out.
+  virtual std::optional<std::int64_t> claim_batch(std::int64_t epoch, std::int64_t batches);
+  // Around each epoch's training steps (end_epoch before the evaluation): what the strategy
+  // measured in the epoch, for the epoch line and the metrics file.
+  struct EpochReport {
+    std::string text;  // appended to the epoch line ("" for nothing)
+    std::vector<std::pair<std::string, double>> values;
+    std::vector<std::pair<std::string, std::vector<double>>> series;  // e.g. a histogram
+  };
+  virtual void begin_epoch(std::int64_t /*epoch*/) {}
+  virtual EpochReport end_epoch() { return {}; }
+  // After the last epoch (the servers of a parameter server job stop).
+  virtual void end_training() {}
 
   // What a checkpoint must save from this rank: its module's parameters and buffers by
   // name, or nothing on a rank whose state another rank saves (data-parallel replicas

@@ -26,6 +26,7 @@ class Adam : public Optimizer {
  public:
   Adam(std::vector<Variable> params, AdamOptions options = {});
   void step() override;
+  std::unique_ptr<Optimizer> rebind(std::vector<Variable> params) const override;
 
  protected:
   Adam(std::vector<Variable> params, const AdamOptions& options, bool decoupled_weight_decay);

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +29,11 @@ class Optimizer {
   // (unused this step) are skipped and keep their buffers unchanged, as in PyTorch.
   virtual void step() = 0;
   void zero_grad();  // drops every parameter's gradient
+  // A new optimizer of the same kind and options, at the current learning rate, over
+  // other parameters and with fresh state: a parameter server builds one per shard it owns.
+  // Every optimizer here updates each element from its own gradient and buffers alone, so
+  // the shards' updates together are this optimizer's update of the whole model.
+  virtual std::unique_ptr<Optimizer> rebind(std::vector<Variable> params) const = 0;
 
   double lr() const { return lr_; }
   void set_lr(double lr);  // e.g. from an LrSchedule before each step

@@ -23,6 +23,7 @@ class SGD final : public Optimizer {
  public:
   SGD(std::vector<Variable> params, SgdOptions options);
   void step() override;
+  std::unique_ptr<Optimizer> rebind(std::vector<Variable> params) const override;
 
  private:
   double momentum_;

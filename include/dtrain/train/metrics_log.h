@@ -21,7 +21,9 @@ class MetricsLog {
 
   bool enabled() const { return file_ != nullptr; }
   // {"event": event, name: value, ...} plus a wall-clock "time" in seconds.
-  void write(const std::string& event, const std::vector<std::pair<std::string, double>>& values);
+  // `series`: arrays of numbers, e.g. a histogram.
+  void write(const std::string& event, const std::vector<std::pair<std::string, double>>& values,
+             const std::vector<std::pair<std::string, std::vector<double>>>& series = {});
 
  private:
   std::FILE* file_ = nullptr;

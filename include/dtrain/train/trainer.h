@@ -80,11 +80,12 @@ struct EpochSummary {
   std::int64_t nonfinite_updates = 0;
   double test_loss = 0;       // over the whole test set (all shards)
   double test_accuracy = 0;
-  std::int64_t samples = 0;   // over all shards (a DistributedSampler's padding included)
-  std::int64_t updates = 0;   // per rank
+  std::int64_t samples = 0;   // over all ranks (a DistributedSampler's padding included)
+  std::int64_t updates = 0;   // this rank's
   double samples_per_s = 0;   // over all shards
   double seconds = 0;
   std::optional<double> replica_divergence = std::nullopt;
+  dist::Strategy::EpochReport strategy_report = {};  // e.g. a parameter server's staleness
 };
 
 struct FitResult {
@@ -130,7 +131,10 @@ class Trainer {
 
   // Trains for options.epochs (or until the target accuracy), evaluating after each epoch
   // when there is a test set. `schedule` gives the learning rate of each global update
-  // (null keeps the optimizer's). The optimizer must be over the strategy's module.
+  // (null keeps the optimizer's). The optimizer must be over the strategy's module. On a
+  // rank that does not train (a parameter server), serves until training is done and
+  // returns an empty result. Where batches are handed out at run time, an update's
+  // learning rate is that of the global update its first batch belongs to.
   FitResult fit(optim::Optimizer& optimizer, const optim::LrSchedule* schedule = nullptr);
   // The test set's sums over all shards (collective), in eval mode without gradients.
   EvalResult evaluate();

@@ -285,6 +285,8 @@ std::vector<WorkPtr> MpiCommunicator::batch_isend_irecv(const std::vector<P2POp>
   return {works.begin(), works.end()};
 }
 
+std::size_t MpiCommunicator::wait_any(const std::vector<WorkPtr>& works) { return p2p("wait_any").wait_any(works); }
+
 void MpiCommunicator::send(const Tensor& t, int dst, int tag) {
   p2p("send").post({message("send", P2POp::Kind::Send, t, dst, tag, false)}).front()->wait();
 }

@@ -49,6 +49,7 @@ class MpiCommunicator final : public Communicator, public Resource {
   WorkPtr isend(const Tensor& t, int dst, int tag) override;
   RecvWorkPtr irecv(Tensor& t, int src, int tag) override;
   std::vector<WorkPtr> batch_isend_irecv(const std::vector<P2POp>& ops) override;
+  std::size_t wait_any(const std::vector<WorkPtr>& works) override;
   void send(const Tensor& t, int dst, int tag) override;
   void recv(Tensor& t, int src, int tag) override;
   void barrier() override;

@@ -184,7 +184,7 @@ void P2pEngine::close() {
     }
   }
   std::erase_if(pending_, [](const std::shared_ptr<Op>& op) { return op->done.load(std::memory_order_relaxed); });
-  wait_until(lock, 0, [&] { return pending_.empty(); });
+  wait_until(lock, Backoff(spin_for(0)), [&] { return pending_.empty(); });
 }
 
 // ---- the progress loop ---------------------------------------------------------
@@ -344,7 +344,7 @@ void P2pEngine::fail_locked(const std::string& report, const Op* timed_out) {
 }
 
 template <class Done>
-void P2pEngine::wait_until(std::unique_lock<std::mutex>& lock, std::size_t bytes, Done&& done) {
+void P2pEngine::wait_until(std::unique_lock<std::mutex>& lock, Backoff backoff, Done&& done) {
   // While a thread waits here, it drives the loop and the progress thread sleeps.
   ++waiters_;
   struct Leave {
@@ -353,7 +353,6 @@ void P2pEngine::wait_until(std::unique_lock<std::mutex>& lock, std::size_t bytes
       if (--engine.waiters_ == 0 && !engine.pending_.empty()) engine.wake_.notify_one();
     }
   } leave{*this};
-  Backoff backoff(spin_for(bytes));
   while (!done()) poll_once(lock, backoff);
 }
 
@@ -371,7 +370,27 @@ void P2pEngine::poll_once(std::unique_lock<std::mutex>& lock, Backoff& backoff) 
 void P2pEngine::wait_for(Op& op) {
   std::unique_lock lock(mutex_);
   if (op.since == Op::kNotStarted) op.since = std::chrono::steady_clock::now();
-  wait_until(lock, op.bytes, [&] { return op.done.load(std::memory_order_relaxed); });
+  wait_until(lock, Backoff(spin_for(op.bytes)), [&] { return op.done.load(std::memory_order_relaxed); });
+}
+
+std::size_t P2pEngine::wait_any(const std::vector<WorkPtr>& works) {
+  DTRAIN_CHECK(!works.empty(), "wait_any: no messages given");
+  std::vector<Op*> ops;
+  ops.reserve(works.size());
+  for (const WorkPtr& w : works) {
+    auto* op = dynamic_cast<Op*>(w.get());
+    DTRAIN_CHECK(op != nullptr && &op->engine == this, "wait_any: a message of another communicator");
+    ops.push_back(op);
+  }
+  const auto first_done = [&] {
+    return std::find_if(ops.begin(), ops.end(), [](const Op* op) { return op->done.load(std::memory_order_acquire); });
+  };
+  if (auto it = first_done(); it != ops.end()) return static_cast<std::size_t>(it - ops.begin());
+  std::unique_lock lock(mutex_);
+  // A server idles here between steps: after the usual short spin it sleeps up to the idle
+  // poll, as the progress thread does.
+  wait_until(lock, Backoff(Backoff::kSpin, kIdlePoll), [&] { return first_done() != ops.end(); });
+  return static_cast<std::size_t>(first_done() - ops.begin());
 }
 
 void P2pEngine::run_progress_thread() {

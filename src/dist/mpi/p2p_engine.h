@@ -66,6 +66,10 @@ class P2pEngine {
   // withdraw_locked).
   std::vector<RecvWorkPtr> post(const std::vector<Message>& messages);
 
+  // Blocks until one of `works` (this engine's) is done and returns its index; see
+  // Communicator::wait_any. Receives waited on here keep their timeout clocks unstarted.
+  std::size_t wait_any(const std::vector<WorkPtr>& works);
+
   // Fails every pending message and refuses new ones: `report` is why (another part of
   // the communicator timed out).
   void fail(const std::string& report);
@@ -94,7 +98,7 @@ class P2pEngine {
   void poll_once(std::unique_lock<std::mutex>& lock, Backoff& backoff);
   // Drives the loop until `done` holds (with mutex_ held), as one of the waiters.
   template <class Done>
-  void wait_until(std::unique_lock<std::mutex>& lock, std::size_t bytes, Done&& done);
+  void wait_until(std::unique_lock<std::mutex>& lock, Backoff backoff, Done&& done);
   void wait_for(Op& op);
   void run_progress_thread();
   std::string describe_peer(int peer) const;

@@ -1,0 +1,37 @@
+// The messages between parameter-server workers and servers (private to dist). Each
+// ParameterServer talks over its own communicator, so these tags meet nothing else.
+//   worker -> server  control (kControlTag): f64[kControlWords] = {Control, a, b, 0}
+//   worker -> server  push of piece p (kPieceTag + p): the piece's gradient, then the
+//                     learning rate and a skip flag (kPushTrailer elements), in the
+//                     parameters' dtype
+//   server -> worker  values of piece p (kPieceTag + p): after a push (async: each piece
+//                     as soon as it is applied; sync: when every worker's is in; ssp:
+//                     when the bound allows), a join or a fetch
+//   server 0 -> worker  a claimed batch (kClaimTag): f64[1], -1 when none is left;
+//                     staleness (kStatsTag): f64[kStalenessBins + 1], the counts then max
+// Worker w is rank w of the communicator; server s is rank workers + s.
+#pragma once
+
+#include <cstdint>
+
+namespace dtrain::dist::ps {
+
+inline constexpr int kControlTag = 1;
+inline constexpr int kClaimTag = 2;
+inline constexpr int kStatsTag = 3;
+inline constexpr int kPieceTag = 16;
+
+inline constexpr std::int64_t kControlWords = 4;
+inline constexpr std::int64_t kPushTrailer = 2;
+inline constexpr std::int64_t kStalenessBins = 64;
+
+enum class Control : std::int64_t {
+  Join = 1,  // send me parameters to start from (ssp: once the bound allows)
+  Leave,     // I push no more this epoch
+  Fetch,     // send me the current parameters now (I do not count as computing)
+  Claim,     // server 0: the next batch of epoch a among b
+  Stats,     // server 0: the staleness histogram since the last request
+  Stop,      // I am done; serve() returns when every worker is
+};
+
+}  // namespace dtrain::dist::ps

@@ -1,0 +1,108 @@
+#include "dtrain/dist/ps_strategy.h"
+
+#include "dtrain/optim/clip_grad.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace dtrain::dist {
+
+ParameterServerStrategy::ParameterServerStrategy(CommunicatorPtr world, PsOptions options, Device device)
+    : Strategy(device), world_(std::move(world)), options_(options) {
+  DTRAIN_CHECK(world_ != nullptr, "parameter server strategy: no communicator given");
+  DTRAIN_CHECK(options_.servers >= 1 && options_.servers < world_->size(),
+               "parameter server strategy: {} server(s) among {} ranks: need at least one server and one worker",
+               options_.servers, world_->size());
+}
+
+ParameterServerStrategy::~ParameterServerStrategy() = default;
+
+std::shared_ptr<nn::Module> ParameterServerStrategy::prepare(std::shared_ptr<nn::Module> model) {
+  DTRAIN_CHECK(model != nullptr, "parameter server strategy: prepare() needs a model");
+  DTRAIN_CHECK(ps_ == nullptr, "parameter server strategy: prepare() was called already");
+  model->to(device_);
+  ps_ = std::make_unique<ParameterServer>(world_, model, options_);
+  module_ = std::move(model);
+  return module_;
+}
+
+ParameterServer& ParameterServerStrategy::parameter_server() {
+  DTRAIN_CHECK(ps_ != nullptr, "parameter server strategy: prepare() the model first");
+  return *ps_;
+}
+
+Strategy::Shard ParameterServerStrategy::data_shard() const {
+  const int workers = world_->size() - options_.servers;
+  return {std::max(0, world_->rank() < workers ? world_->rank() : 0), workers};
+}
+
+void ParameterServerStrategy::reduce_sums(Tensor& sums) {
+  const CommunicatorPtr& group = parameter_server().worker_group();
+  DTRAIN_CHECK(group != nullptr, "parameter server strategy: reduce_sums on server rank {}", world_->rank());
+  group->all_reduce(sums, ReduceOp::Sum);
+}
+
+StepStats ParameterServerStrategy::train_step(std::span<const MicroBatch> micro, optim::Optimizer& optimizer,
+                                              const StepConfig& config) {
+  lr_ = optimizer.lr();  // the servers apply the push at the learning rate the caller set
+  return Strategy::train_step(micro, optimizer, config);
+}
+
+bool ParameterServerStrategy::trains() const { return world_->rank() < world_->size() - options_.servers; }
+
+void ParameterServerStrategy::serve(optim::Optimizer& optimizer) { parameter_server().serve(optimizer); }
+
+std::optional<std::int64_t> ParameterServerStrategy::claim_batch(std::int64_t epoch, std::int64_t batches) {
+  return parameter_server().claim_batch(epoch, batches);
+}
+
+void ParameterServerStrategy::begin_epoch(std::int64_t) { parameter_server().join(); }
+
+Strategy::EpochReport ParameterServerStrategy::end_epoch() {
+  ParameterServer& ps = parameter_server();
+  ps.leave();
+  ps.sync_parameters();
+  if (ps.worker_index() != 0) return {};
+  const StalenessStats s = ps.staleness();
+  std::int64_t last = 0;  // the histogram up to its largest non-empty bin
+  for (std::size_t k = 0; k < s.counts.size(); ++k) {
+    if (s.counts[k] != 0) last = static_cast<std::int64_t>(k);
+  }
+  std::vector<double> histogram(s.counts.begin(), s.counts.begin() + last + 1);
+  return {.text = fmt::format("staleness mean {:.2f}, max {}", s.mean(), s.max),
+          .values = {{"staleness_mean", s.mean()}, {"staleness_max", static_cast<double>(s.max)}},
+          .series = {{"staleness_histogram", std::move(histogram)}}};
+}
+
+void ParameterServerStrategy::end_training() {
+  if (trains()) parameter_server().shutdown();
+}
+
+void ParameterServerStrategy::forward_backward(const MicroBatch& batch, double weight, bool last,
+                                               const StepConfig& config, StepStats& stats) {
+  // The last micro-batch's backward pushes; a loss scaler or clipping needs every gradient
+  // before any is sent.
+  if (last) parameter_server().begin_push(lr_, config.scaler != nullptr || config.clip_grad_norm > 0);
+  Strategy::forward_backward(batch, weight, last, config, stats);
+}
+
+void ParameterServerStrategy::update(optim::Optimizer& optimizer, const StepConfig& config, StepStats& stats) {
+  bool skip = false;
+  if (config.scaler || config.clip_grad_norm > 0) {
+    if (config.scaler) config.scaler->unscale(optimizer);
+    const double norm = std::sqrt(optim::grad_squared_norm(optimizer.params()));
+    if (config.clip_grad_norm > 0) {
+      stats.grad_norm = norm;
+      optim::clip_grads_to_norm(optimizer.params(), norm, config.clip_grad_norm);
+    }
+    skip = !std::isfinite(norm);
+    if (config.scaler) {
+      if (skip) config.scaler->mark_nonfinite(optimizer);
+      config.scaler->update();
+    }
+  }
+  parameter_server().finish_push(skip);
+}
+
+}  // namespace dtrain::dist
