@@ -1,0 +1,268 @@
+// Parameter servers: the layout of shards and messages, the mode and cluster-spec parsers,
+// and under mpirun (2 ranks: one worker and one server; 4 ranks: three workers and one
+// server, or two and two) sync mode against one process on the global batch, the batch
+// queue of the asynchronous modes, and the staleness bound of ssp. Comparisons come after
+// the last message of a test, so a failing check cannot leave the other ranks waiting.
+//
+// Tolerance: parameters after 5 SGD steps (lr 0.1, momentum 0.9, weight decay 1e-3) in
+// f32 agree to 1e-5 absolute; the only differences are the order of the sums (the mean of
+// W row-slices' gradients against one mean over the batch).
+#include "dist/ps_layout.h"
+#include "dtrain/dist/cluster_spec.h"
+#include "dtrain/dist/parameter_server.h"
+#include "dtrain/layers/models.h"
+#include "dtrain/optim/sgd.h"
+#include "support/test_support.h"
+
+#include <chrono>
+#include <set>
+#include <thread>
+
+using namespace dtrain;
+using dtrain::test::random_tensor;
+
+namespace {
+
+constexpr std::int64_t kRowsPerWorker = 4;
+constexpr std::int64_t kClasses = 3;
+
+std::shared_ptr<nn::Module> make_mlp() {
+  manual_seed(7);
+  return nn::mlp(6, {8, 5}, kClasses);
+}
+
+optim::SGD make_sgd(const nn::Module& model) {
+  return optim::SGD(model.parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-3});
+}
+
+struct Batch {
+  Tensor x, y;
+};
+
+Batch make_batch(std::int64_t rows) {
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(rows));
+  for (std::int64_t i = 0; i < rows; ++i) labels[static_cast<std::size_t>(i)] = (i * 7 + 1) % kClasses;
+  return {random_tensor({rows, 6}, 11), Tensor::from_vector(labels, {rows})};
+}
+
+double max_param_diff(const nn::Module& a, const nn::Module& b) {
+  const auto pa = a.parameters(), pb = b.parameters();
+  double worst = 0;
+  for (std::size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, max_abs_diff(pa[i].data(), pb[i].data()));
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("ps layout: the servers' pieces cover every parameter element exactly once", "[cpu][dist]") {
+  const std::vector<std::int64_t> numels{48, 8, 40, 5, 15, 3, 1000, 7};
+  for (int servers : {1, 2, 3, 5}) {
+    for (std::size_t bucket_bytes : {std::size_t{1}, std::size_t{256}, std::size_t{1} << 20}) {
+      const dist::PsLayout layout = dist::ps_layout(numels, 4, servers, bucket_bytes);
+      INFO("servers " << servers << ", bucket bytes " << bucket_bytes);
+      std::vector<std::vector<int>> covered;
+      for (std::int64_t n : numels) covered.emplace_back(static_cast<std::size_t>(n), 0);
+      std::int64_t total = 0;
+      for (const dist::PsPiece& piece : layout.pieces) {
+        std::int64_t at = 0;
+        for (const dist::PsSegment& s : piece.segments) {
+          CHECK(s.at == at);
+          at += s.length;
+          for (std::int64_t e = s.offset; e < s.offset + s.length; ++e) ++covered[s.param][static_cast<std::size_t>(e)];
+        }
+        CHECK(at == piece.length);
+        total += piece.length;
+      }
+      for (const auto& param : covered) {
+        for (int c : param) REQUIRE(c == 1);
+      }
+      // Balanced by bytes: the servers' shares differ by at most one element.
+      const auto [lo, hi] = std::minmax_element(layout.server_elements.begin(), layout.server_elements.end());
+      CHECK(*hi - *lo <= 1);
+      CHECK(total == 1126);
+      // Each bucket's pieces belong to distinct servers, in order.
+      for (const auto& pieces : layout.bucket_pieces) {
+        for (std::size_t k = 1; k < pieces.size(); ++k) {
+          CHECK(layout.pieces[pieces[k]].server > layout.pieces[pieces[k - 1]].server);
+        }
+      }
+    }
+  }
+  CHECK_THROWS_WITH(dist::ps_layout({2, 1}, 4, 4, 64), Catch::Contains("4 servers for a model of 3 parameter elements"));
+}
+
+TEST_CASE("ps modes parse from sync, async and ssp:K", "[cpu][dist]") {
+  dist::PsOptions o;
+  dist::parse_ps_mode("sync", o);
+  CHECK(o.mode == dist::PsMode::Sync);
+  dist::parse_ps_mode("ssp:4", o);
+  CHECK(o.mode == dist::PsMode::Ssp);
+  CHECK(o.staleness == 4);
+  CHECK(dist::ps_mode_name(o) == "ssp:4");
+  dist::parse_ps_mode("async", o);
+  CHECK(o.mode == dist::PsMode::Async);
+  for (const char* bad : {"ssp", "ssp:", "ssp:-1", "ssp:2x", "Async", ""}) {
+    CHECK_THROWS_WITH(dist::parse_ps_mode(bad, o), Catch::Contains("expected sync, async or ssp:K"));
+  }
+}
+
+TEST_CASE("cluster specs that do not match the job are refused, naming the field", "[cpu][dist]") {
+  const std::string good = R"({"cluster": {"worker": ["h1:2222", "h2:2222"], "ps": ["h3:2222"]}})";
+  const dist::ClusterSpec spec = dist::parse_cluster_spec(good, "spec", 3);
+  CHECK(spec.workers == std::vector<std::string>{"h1:2222", "h2:2222"});
+  CHECK(spec.ps == std::vector<std::string>{"h3:2222"});
+  const std::vector<std::pair<std::string, std::string>> bad{
+      {R"({"cluster": {"worker": ["a"]}})", "spec: cluster.ps is missing"},
+      {R"({"cluster": {"ps": ["a"]}})", "spec: cluster.worker is missing"},
+      {R"({"cluster": {"worker": ["a", "b"], "ps": ["c"], "chief": ["d"]}})", "unknown role cluster.chief"},
+      {R"({"cluster": {"worker": ["a", "b"], "ps": ["c"]}, "task": {"type": "worker"}})", "unknown key 'task'"},
+      {R"({"cluster": {"worker": ["a"], "ps": ["c"]}})", "1 worker(s) + 1 ps = 2 tasks, but the job has 3 ranks"},
+      {R"({"cluster": {"worker": ["a", "b"], "ps": ["a"]}})", "cluster.ps[0] \"a\" is listed twice"},
+      {R"({"cluster": {"worker": ["a", 5], "ps": ["c"]}})", "cluster.worker[1] must be a non-empty"},
+      {R"({"cluster": {"worker": [], "ps": ["c"]}})", "cluster.worker must be a non-empty list"},
+      {R"({"cluster": ["a"]})", "cluster must be an object"},
+      {R"({"cluster": {"worker": ["a", "b"], "ps": ["c"]})", "spec: not valid JSON"},
+      {R"([1, 2])", "expected a JSON object"},
+  };
+  for (const auto& [text, message] : bad) {
+    INFO(text);
+    CHECK_THROWS_WITH(dist::parse_cluster_spec(text, "spec", 3), Catch::Contains(message));
+  }
+  CHECK_THROWS_WITH(dist::read_cluster_spec("/nonexistent/cluster.json", 3),
+                    Catch::Contains("cluster spec '/nonexistent/cluster.json': cannot be read"));
+}
+
+TEST_CASE("ps sync mode takes the steps of one process on the global batch", "[mpi][dist]") {
+  auto world = dist::world();
+  if (world->size() < 2) {
+    SUCCEED("needs a server and a worker (mpirun -np 2 or more)");
+    return;
+  }
+  for (int servers = 1; servers <= world->size() / 2; ++servers) {
+    const int workers = world->size() - servers;
+    const Batch batch = make_batch(kRowsPerWorker * workers);
+    // Every rank but worker 0 starts from other values: the result depends on the broadcast.
+    manual_seed(100 + static_cast<std::uint64_t>(world->rank()));
+    auto model = nn::mlp(6, {8, 5}, kClasses);
+    auto sgd = make_sgd(*model);
+    dist::ParameterServer ps(world, model, {.mode = dist::PsMode::Sync, .servers = servers, .bucket_bytes = 64});
+    double diff = 0;
+    if (ps.is_server()) {
+      ps.serve(sgd);
+    } else {
+      manual_seed(100);  // worker 0's starting point
+      auto reference = nn::mlp(6, {8, 5}, kClasses);
+      auto ref_sgd = make_sgd(*reference);
+      const std::int64_t first = ps.worker_index() * kRowsPerWorker;
+      ps.join();
+      for (int step = 0; step < 5; ++step) {
+        const double lr = 0.1 / (1 + step);  // the learning rate travels with each push
+        sgd.zero_grad();
+        sgd.set_lr(lr);
+        ps.begin_push(sgd.lr());
+        cross_entropy((*model)(Variable(batch.x.narrow(0, first, kRowsPerWorker))),
+                      batch.y.narrow(0, first, kRowsPerWorker))
+            .backward();
+        ps.finish_push();
+        ref_sgd.zero_grad();
+        ref_sgd.set_lr(lr);
+        cross_entropy((*reference)(Variable(batch.x)), batch.y).backward();
+        ref_sgd.step();
+      }
+      ps.leave();
+      ps.sync_parameters();
+      const dist::StalenessStats staleness = ps.worker_index() == 0 ? ps.staleness() : dist::StalenessStats{};
+      ps.shutdown();
+      diff = max_param_diff(*model, *reference);
+      if (ps.worker_index() == 0) {
+        CHECK(staleness.total() == 5 * workers);
+        CHECK(staleness.max == 0);
+      }
+    }
+    INFO("servers " << servers << ", rank " << world->rank());
+    CHECK(diff < 1e-5);
+  }
+}
+
+namespace {
+
+// Workers claim batches of two epochs and take steps; `slow` sleeps `delay` per step.
+// Returns, on worker 0, server 0's staleness counts and, on every worker, the batches it took.
+struct ClaimRun {
+  std::vector<std::vector<std::int64_t>> taken;  // per epoch
+  dist::StalenessStats staleness;
+  bool server = false;
+};
+
+ClaimRun run_claims(dist::PsOptions options, std::int64_t batches, int slow, std::chrono::milliseconds delay) {
+  auto world = dist::world();
+  auto model = make_mlp();
+  auto sgd = make_sgd(*model);
+  dist::ParameterServer ps(world, model, options);
+  ClaimRun run;
+  if (ps.is_server()) {
+    ps.serve(sgd);
+    run.server = true;
+    return run;
+  }
+  const Batch batch = make_batch(kRowsPerWorker);
+  for (std::int64_t epoch = 0; epoch < 2; ++epoch) {
+    ps.join();
+    run.taken.emplace_back();
+    while (auto b = ps.claim_batch(epoch, batches)) {
+      run.taken.back().push_back(*b);
+      sgd.zero_grad();
+      ps.begin_push(0.01);
+      cross_entropy((*model)(Variable(batch.x)), batch.y).backward();
+      ps.finish_push();
+      if (ps.worker_index() == slow) std::this_thread::sleep_for(delay);
+    }
+    ps.leave();
+    ps.sync_parameters();
+  }
+  if (ps.worker_index() == 0) run.staleness = ps.staleness();
+  ps.shutdown();
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("ps async hands every batch of an epoch to exactly one worker", "[mpi][dist]") {
+  auto world = dist::world();
+  if (world->size() < 2) {
+    SUCCEED("needs a server and a worker (mpirun -np 2 or more)");
+    return;
+  }
+  constexpr std::int64_t kBatches = 37;
+  const ClaimRun run = run_claims({.mode = dist::PsMode::Async, .servers = 1}, kBatches, 0, std::chrono::milliseconds(1));
+  // Each batch's takers, counted over the ranks (servers add zeros).
+  Tensor counts = Tensor::zeros({2, kBatches}, {DType::f64});
+  for (std::size_t e = 0; e < run.taken.size(); ++e) {
+    for (std::int64_t b : run.taken[e]) {
+      Tensor slot = counts.narrow(0, static_cast<std::int64_t>(e), 1).narrow(1, b, 1);
+      slot.fill_(slot.item() + 1);
+    }
+  }
+  world->all_reduce(counts);
+  for (double c : counts.to_vector<double>()) CHECK(c == 1);
+}
+
+TEST_CASE("ps ssp:K: with one worker slowed no applied gradient is staler than K", "[mpi][dist]") {
+  auto world = dist::world();
+  if (world->size() < 4) {
+    SUCCEED("needs three workers and a server (mpirun -np 4)");
+    return;
+  }
+  // Worker 1 takes about 20 ms a step, the others a fraction of one: without a bound its
+  // gradients would miss many of theirs.
+  constexpr std::int64_t kBatches = 60;
+  const auto delay = std::chrono::milliseconds(20);
+  const ClaimRun bounded = run_claims({.mode = dist::PsMode::Ssp, .staleness = 2, .servers = 1}, kBatches, 1, delay);
+  const ClaimRun unbounded = run_claims({.mode = dist::PsMode::Async, .servers = 1}, kBatches, 1, delay);
+  if (world->rank() == 0) {
+    CHECK(bounded.staleness.total() == 2 * kBatches);
+    CHECK(bounded.staleness.max <= 2);
+    CHECK(bounded.staleness.max >= 1);
+    CHECK(unbounded.staleness.max > 2);  // what the bound prevents does happen
+  }
+}
