@@ -72,6 +72,7 @@ struct Config {
   std::int64_t limit_train = 0;  // 0: all
   std::int64_t limit_test = 0;
   bool check_replicas = false;
+  int evaluations_per_epoch = 1;
   double timeout_s = 300;
   double target_accuracy = 0;  // 0: train every epoch; else stop once test accuracy reaches it
   std::string device = "cpu";
@@ -123,6 +124,9 @@ void add_flags(CLI::App& app, Config& c) {
   app.add_option("--target-accuracy", c.target_accuracy,
                  "stop after the first epoch whose test accuracy (a fraction) reaches this; prints the time taken")
       ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--evals-per-epoch", c.evaluations_per_epoch,
+                 "evaluate (and check --target-accuracy) this many times per epoch, evenly spaced")
+      ->check(CLI::Range(1, 1000))->capture_default_str();
   app.add_flag("--check-replicas", c.check_replicas, "after each epoch, report the largest parameter difference across ranks");
   app.add_option("--device", c.device, "cpu, cuda (this rank's GPU: local rank mod device count) or cuda:N")
       ->capture_default_str();
@@ -260,6 +264,7 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
                           .autocast = autocast,
                           .loss_scaler = {.enabled = c.precision == "f16"},  // bf16 has f32's range
                           .target_accuracy = c.target_accuracy,
+                          .evaluations_per_epoch = c.evaluations_per_epoch,
                           .check_replicas = c.check_replicas,
                           .metrics = c.metrics});
   auto schedule = make_schedule(c, trainer.updates_per_epoch());

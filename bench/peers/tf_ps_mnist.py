@@ -38,9 +38,11 @@ step, which gives the number of steps each worker took.
 """
 
 import argparse
+import faulthandler
 import json
 import math
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -48,11 +50,13 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tf_mwms_mnist import MEAN, STD, build_model, free_ports, load_split, read_idx  # noqa: E402
 
 NAME = "tf_ps_mnist"
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 def parse_args(argv=None):
@@ -93,7 +97,7 @@ def run_server(args):
 
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=args.threads,
-                                      inter_op_parallelism_threads=args.threads)
+                                      inter_op_parallelism_threads=0)
     server = tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
                                   task_index=resolver.task_id, protocol=resolver.rpc_layer or "grpc",
                                   config=config, start=True)
@@ -107,6 +111,7 @@ class Cluster:
         self.args = args
         self.procs = []  # (name, Popen)
         self.stopping = False
+        self.lock = threading.Lock()
         ports = free_ports(args.ps + args.workers + 1)
         self.spec = {"ps": [f"127.0.0.1:{p}" for p in ports[:args.ps]],
                      "worker": [f"127.0.0.1:{p}" for p in ports[args.ps:args.ps + args.workers]],
@@ -146,32 +151,49 @@ class Cluster:
                         time.sleep(0.2)
 
     def check(self):
-        """The name and exit status of a server that exited, if any."""
+        """Raises if a server exited (unless they are being stopped)."""
         for name, proc in self.procs:
             rc = proc.poll()
             if rc is not None and not self.stopping:
                 raise RuntimeError(f"{name} exited with {rc}")
 
-    def kill(self):
-        self.stopping = True
-        for _, proc in self.procs:
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        for _, proc in self.procs:
-            proc.wait()
+    def finish(self, status, message=None):
+        """Kills the servers and leaves the process at once: TensorFlow objects that go out
+        of scope or the interpreter's shutdown wait on the remote workers (the
+        coordinator retries lost workers indefinitely, and a function's __del__ removes it
+        from every worker), so nothing may be released before this."""
+        with self.lock:  # one caller kills; another one waits here for the exit
+            self.stopping = True
+            if message:
+                print(f"{NAME}: {message}", file=sys.stderr, flush=True)
+            for _, proc in self.procs:
+                if proc.poll() is None:
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            for _, proc in self.procs:
+                proc.wait()
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
 
 
 def _die_with_parent():
-    """In the child before exec: SIGKILL when the launcher dies (Linux prctl PR_SET_PDEATHSIG)."""
-    try:
-        import ctypes
+    """In the child before exec: SIGKILL when the launcher dies (Linux prctl PR_SET_PDEATHSIG),
+    and the launcher's blocked signals unblocked."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    if _prctl is not None:
+        _prctl(1, signal.SIGKILL)
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
-    except Exception:
-        pass
+
+try:
+    import ctypes
+
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl  # loaded here, not between fork and exec
+except (OSError, AttributeError):
+    _prctl = None
 
 
 def watchdog(cluster, deadline):
@@ -186,9 +208,7 @@ def watchdog(cluster, deadline):
         if message is None and time.monotonic() > deadline:
             message = f"still running after {cluster.args.timeout:g} s"
         if message is not None and not cluster.stopping:
-            print(f"{NAME}: {message}", file=sys.stderr, flush=True)
-            cluster.kill()
-            os._exit(1)
+            cluster.finish(1, message)
         time.sleep(0.5)
 
 
@@ -231,8 +251,7 @@ def train(args, cluster):
             initial_learning_rate=0.1 * args.lr, decay_steps=max(total - warmup, 1), alpha=0.0,
             warmup_target=args.lr, warmup_steps=warmup)
         optimizer = keras.optimizers.SGD(schedule, momentum=0.9, nesterov=True)
-    placement = {v.name: (v.device if not hasattr(v, "variables") else [s.device for s in v.variables])
-                 for v in model.weights}
+    placement = {v.name: v.device for v in model.weights}  # a sharded kernel: its shards
 
     train_images = os.path.join(data_dir, "train-images-idx3-ubyte.gz")
     train_labels = os.path.join(data_dir, "train-labels-idx1-ubyte.gz")
@@ -286,7 +305,8 @@ def train(args, cluster):
 
     def evaluate():
         for src, dst in zip(model.layers, eval_model.layers):
-            dst.set_weights([tf.convert_to_tensor(w).numpy() for w in src.weights])
+            if dst.weights:  # src.weights lists a sharded kernel's shards; the kernel concatenates them
+                dst.set_weights([tf.convert_to_tensor(src.kernel).numpy(), tf.convert_to_tensor(src.bias).numpy()])
         loss = correct = 0
         for x, y in test_ds:
             l, c = eval_batch(x, y)
@@ -344,6 +364,7 @@ def train(args, cluster):
                 "steps": step, "optimizer_iterations": int(optimizer.iterations.numpy()),
                 "target_accuracy": args.target_accuracy, "time_to_accuracy_s": reached,
                 "tensorflow": tf.__version__})
+    return strategy, coordinator, model, optimizer, iterator, train_step, eval_model, eval_batch
 
 
 def eval_and_report(args, evaluate, epoch, step, start, bookkeeping, reached, last):
@@ -393,33 +414,31 @@ def main():
     if args.server:
         run_server(args)
         return 0
-    # The servers start before this process imports TensorFlow (no threads at fork).
+    # The servers start before this process imports TensorFlow (no threads at fork yet).
     os.environ.update(OMP_NUM_THREADS=str(args.threads), OMP_WAIT_POLICY="PASSIVE",
                       TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"), TF_USE_LEGACY_KERAS="1")
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda s, f: sys.exit(128 + s))
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1: where it hangs
+    # SIGINT/SIGTERM/SIGHUP go to one thread that kills the servers: the main thread can
+    # sit in TensorFlow's C++ for long, where Python's signal handlers do not run. Blocked
+    # here, before any other thread exists, so every later thread inherits the mask.
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     deadline = time.monotonic() + args.timeout
-    status = 1
-    with tempfile.TemporaryDirectory(prefix=NAME + ".") as workdir:
-        cluster = Cluster(args, workdir)
-        try:
-            cluster.start()
-            cluster.wait_listening(deadline)
-            threading.Thread(target=watchdog, args=(cluster, deadline), daemon=True).start()
-            train(args, cluster)
-            status = 0
-        except BaseException as e:  # noqa: B036 (SystemExit from the signal handlers too)
-            if isinstance(e, Exception):
-                import traceback
+    cluster = Cluster(args, tempfile.mkdtemp(prefix=NAME + "."))
 
-                traceback.print_exc()
-            print(f"{NAME}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        finally:
-            cluster.kill()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # The coordinator's threads keep trying to reach the killed servers: leave at once.
-    os._exit(status)
+    def on_signal():
+        sig = signal.sigwait(STOP_SIGNALS)
+        cluster.finish(128 + sig, f"{signal.Signals(sig).name}")
+
+    try:
+        cluster.start()
+        threading.Thread(target=on_signal, daemon=True).start()
+        threading.Thread(target=watchdog, args=(cluster, deadline), daemon=True).start()
+        cluster.wait_listening(deadline)
+        keep = train(args, cluster)  # noqa: F841 (kept alive: see finish)
+    except Exception as e:
+        traceback.print_exc()
+        cluster.finish(1, f"{type(e).__name__}: {e}")  # inside the handler, see finish
+    cluster.finish(0)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace dtrain::dist {
@@ -57,14 +58,22 @@ std::optional<std::int64_t> ParameterServerStrategy::claim_batch(std::int64_t ep
   return parameter_server().claim_batch(epoch, batches);
 }
 
-void ParameterServerStrategy::begin_epoch(std::int64_t) { parameter_server().join(); }
+void ParameterServerStrategy::begin_epoch(std::int64_t epoch) {
+  if (epoch != epoch_) staleness_ = {};  // a new epoch, not the next stretch of this one
+  epoch_ = epoch;
+  parameter_server().join();
+}
 
 Strategy::EpochReport ParameterServerStrategy::end_epoch() {
   ParameterServer& ps = parameter_server();
   ps.leave();
   ps.sync_parameters();
   if (ps.worker_index() != 0) return {};
-  const StalenessStats s = ps.staleness();
+  const StalenessStats more = ps.staleness();
+  staleness_.counts.resize(more.counts.size());
+  for (std::size_t k = 0; k < more.counts.size(); ++k) staleness_.counts[k] += more.counts[k];
+  staleness_.max = std::max(staleness_.max, more.max);
+  const StalenessStats& s = staleness_;
   std::int64_t last = 0;  // the histogram up to its largest non-empty bin
   for (std::size_t k = 0; k < s.counts.size(); ++k) {
     if (s.counts[k] != 0) last = static_cast<std::int64_t>(k);

@@ -56,6 +56,7 @@ void Progress::update(std::int64_t step, double loss, std::int64_t samples) {
   if (!due(step)) return;
   if (terminal_) {
     fmt::print(out_, "\r{}\033[K", render(true));
+    finished_ = false;  // a line is open again (after a finish() in the middle)
   } else {
     fmt::print(out_, "{}\n", render(false));
   }

@@ -98,13 +98,20 @@ Trainer::Trainer(std::shared_ptr<dist::Strategy> strategy, TrainerData data, Tra
                options_.clip_grad_norm);
   DTRAIN_CHECK(options_.target_accuracy >= 0 && options_.target_accuracy <= 1,
                "Trainer: target_accuracy must lie in [0, 1] (0: off), got {}", options_.target_accuracy);
+  DTRAIN_CHECK(options_.evaluations_per_epoch >= 1, "Trainer: evaluations_per_epoch must be >= 1, got {}",
+               options_.evaluations_per_epoch);
+  DTRAIN_CHECK(options_.evaluations_per_epoch == 1 || data_.test != nullptr,
+               "Trainer: {} evaluations per epoch need a test set", options_.evaluations_per_epoch);
   DTRAIN_CHECK(options_.target_accuracy == 0 || data_.test != nullptr,
                "Trainer: target_accuracy {} needs a test set to measure it", options_.target_accuracy);
   const dist::Strategy::Shard shard = strategy_->data_shard();
-  const std::int64_t parts = static_cast<std::int64_t>(shard.count) * options_.accumulate;
+  // A fixed shard per rank splits each update over the ranks; a handed-out batch is one
+  // rank's whole update (as a worker's step under tf.distribute's ParameterServerStrategy).
+  const int splits = strategy_->hands_out_batches() ? 1 : shard.count;
+  const std::int64_t parts = static_cast<std::int64_t>(splits) * options_.accumulate;
   DTRAIN_CHECK(data_.batch_size >= parts && data_.batch_size % parts == 0,
-               "batch size {}: must be divisible by the {} ranks x {} accumulation steps", data_.batch_size,
-               shard.count, options_.accumulate);
+               "batch size {}: must be divisible by the {} ranks x {} accumulation steps", data_.batch_size, splits,
+               options_.accumulate);
   micro_batch_ = data_.batch_size / parts;
   strategy_->check_micro_batch(micro_batch_);
 
@@ -134,8 +141,12 @@ Trainer::Trainer(std::shared_ptr<dist::Strategy> strategy, TrainerData data, Tra
 Trainer::~Trainer() = default;
 
 std::int64_t Trainer::updates_per_epoch() const {
-  // A last, shorter update takes the micro-batches that are left.
-  return (train_loader_->num_batches() + options_.accumulate - 1) / options_.accumulate;
+  // A last, shorter update takes the micro-batches that are left. Handed-out batches: the
+  // updates of all ranks together.
+  const std::int64_t batches = strategy_->hands_out_batches()
+                                   ? (data_.train->size() + micro_batch_ - 1) / micro_batch_
+                                   : train_loader_->num_batches();
+  return (batches + options_.accumulate - 1) / options_.accumulate;
 }
 
 void Trainer::on_step_end(std::function<void(const StepEvent&)> callback) {
@@ -168,17 +179,17 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
   std::vector<Staged> staged;
   std::vector<dist::MicroBatch> micro;
   double shown_loss = 0;
-  // One update from the staged micro-batches; `position`: its global update for the
-  // learning rate schedule.
+  // One update from the staged micro-batches; `position`: its update in the epoch (from
+  // 0; the same on every rank, for the schedule and the progress line).
   const auto run_update = [&](std::int64_t position) {
     for (Staged& s : staged) micro.push_back({s.inputs.get(), s.targets.get()});
-    if (schedule) optimizer.set_lr(schedule->lr_at(position));
+    if (schedule) optimizer.set_lr(schedule->lr_at(static_cast<std::int64_t>(epoch - 1) * updates + position));
     const dist::StepStats stats = strategy_->train_step(micro, optimizer, train_config_);
     micro.clear();  // the batches' memory goes back before the next update's
     staged.clear();
     ++global_step_;
     sums.add(stats);
-    const std::int64_t step = sums.updates();
+    const std::int64_t step = position + 1;
     DTRAIN_CHECK(!unscaled || !stats.grad_norm || std::isfinite(*stats.grad_norm),
                  "training diverged at step {}: gradient norm {} (lower the learning rate?)", global_step_,
                  *stats.grad_norm);
@@ -196,46 +207,72 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
     }
   };
 
+  // Evaluation points split the epoch into `parts` stretches of `span` updates each.
+  const int parts = options_.evaluations_per_epoch;
+  const std::int64_t span = (updates + parts - 1) / parts;
+  bool stop = false;
+  double evaluating_s = 0;  // inside the epoch: not training time
+  dist::Strategy::EpochReport report;  // the strategy's, for the epoch so far
+  // At the end of stretch `part` (not the last): the strategy's ranks take one model, all
+  // evaluate, and the next stretch starts unless the target was reached.
+  const auto checkpoint = [&](int part) {
+    if (part + 1 >= parts || span * (part + 1) >= updates) return;
+    const auto paused = Clock::now();
+    report = strategy_->end_epoch();
+    progress.finish();
+    stop = evaluate_inside(epoch, static_cast<double>(span * (part + 1)) / static_cast<double>(updates));
+    evaluating_s += seconds_since(paused);
+    if (!stop) strategy_->begin_epoch(epoch - 1);
+  };
   if (handed_out) {
     // Batches of the epoch's shuffled order, claimed one at a time, so that a rank that is
-    // free takes the next; the schedule follows the global position of the claimed batch.
+    // free takes the next; the schedule follows the position of the claimed batch. Each
+    // stretch between evaluations has its own queue.
     const std::int64_t n = data_.train->size();
     const std::int64_t batches = (n + micro_batch_ - 1) / micro_batch_;
     const std::vector<std::int64_t> order = data::random_permutation(n, data_.seed, epoch - 1);
-    const std::int64_t per_update = static_cast<std::int64_t>(shards) * options_.accumulate;
-    for (;;) {
-      std::int64_t first = -1;
-      for (int k = 0; k < options_.accumulate; ++k) {
-        const std::optional<std::int64_t> b = strategy_->claim_batch(epoch - 1, batches);
-        if (!b) break;
-        if (first < 0) first = *b;
-        const std::int64_t begin = *b * micro_batch_;
-        const std::vector<std::int64_t> indices(order.begin() + begin,
-                                                order.begin() + std::min(n, begin + micro_batch_));
-        staged.emplace_back(data_.train->get_batch(indices), device);
+    for (int part = 0; part < parts && !stop; ++part) {
+      const std::int64_t first_batch = std::min(batches, span * part * options_.accumulate);
+      const std::int64_t count = std::min(batches, span * (part + 1) * options_.accumulate) - first_batch;
+      if (count <= 0) break;
+      const std::int64_t queue = static_cast<std::int64_t>(epoch - 1) * parts + part;
+      for (;;) {
+        std::int64_t first = -1;
+        for (int k = 0; k < options_.accumulate; ++k) {
+          const std::optional<std::int64_t> c = strategy_->claim_batch(queue, count);
+          if (!c) break;
+          const std::int64_t b = first_batch + *c;
+          if (first < 0) first = b;
+          const std::int64_t begin = b * micro_batch_;
+          const std::vector<std::int64_t> indices(order.begin() + begin,
+                                                  order.begin() + std::min(n, begin + micro_batch_));
+          staged.emplace_back(data_.train->get_batch(indices), device);
+        }
+        if (staged.empty()) break;
+        run_update(first / options_.accumulate);
       }
-      if (staged.empty()) break;
-      run_update(static_cast<std::int64_t>(epoch - 1) * updates + first / per_update);
+      checkpoint(part);
     }
   } else {
     auto it = train_loader_->begin();
     const auto end = train_loader_->end();
     std::optional<Staged> next;
     if (it != end) next.emplace(*it, device);
-    while (next) {
+    while (next && !stop) {
       staged.push_back(std::move(*next));
       next.reset();
       if (++it != end) next.emplace(*it, device);  // queued before this step's kernels
       if (next && static_cast<int>(staged.size()) < options_.accumulate) continue;
-      run_update(global_step_);
+      run_update(sums.updates());
+      if (sums.updates() % span == 0) checkpoint(static_cast<int>(sums.updates() / span) - 1);
     }
   }
   progress.finish();
 
   // The seconds are this rank's training time; the totals' collective comes after it.
-  const double seconds = seconds_since(start);
+  const double seconds = seconds_since(start) - evaluating_s;
   EpochSummary summary;
-  summary.strategy_report = strategy_->end_epoch();
+  summary.strategy_report = stop ? std::move(report) : strategy_->end_epoch();
   // loss sum, finite, non-finite, correct, counted, samples
   const std::vector<double> t = sums.totals(*strategy_);
   summary.epoch = epoch;
@@ -252,6 +289,26 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
   summary.seconds = seconds;
   summary.samples_per_s = summary.seconds > 0 ? static_cast<double>(summary.samples) / summary.seconds : 0;
   return summary;
+}
+
+bool Trainer::evaluate_inside(int epoch, double fraction) {
+  const EvalResult e = evaluate();
+  const bool reached = options_.target_accuracy > 0 && e.accuracy() >= options_.target_accuracy;
+  if (reached) early_evaluation_ = e;
+  if (!strategy_->reports()) return reached;
+  const double seconds = seconds_since(fit_start_);
+  if (options_.verbose) {
+    fmt::print(options_.out, "epoch {}/{} at {:.0f}%: test loss {:.4f}, test accuracy {:.2f}%, {:.1f} s since the start\n",
+               epoch, options_.epochs, 100 * fraction, e.loss(), 100 * e.accuracy(), seconds);
+    std::fflush(options_.out);
+  }
+  if (metrics_) {
+    metrics_->write("evaluation", {{"epoch", epoch - 1 + fraction},
+                                   {"test_loss", e.loss()},
+                                   {"test_accuracy", e.accuracy()},
+                                   {"seconds", seconds}});
+  }
+  return reached;
 }
 
 EvalResult Trainer::evaluate() {
@@ -321,10 +378,13 @@ FitResult Trainer::fit(optim::Optimizer& optimizer, const optim::LrSchedule* sch
   // Time to accuracy runs from the first step to the end of the evaluation that reached
   // the target: evaluation is part of knowing that it was reached.
   const auto start = Clock::now();
+  fit_start_ = start;
   for (int epoch = 1; epoch <= options_.epochs; ++epoch) {
+    early_evaluation_.reset();
     EpochSummary summary = train_epoch(optimizer, schedule, epoch);
     if (test_loader_) {
-      const EvalResult e = evaluate();
+      // An evaluation inside the epoch that reached the target ended it.
+      const EvalResult e = early_evaluation_ ? *early_evaluation_ : evaluate();
       summary.test_loss = e.loss();
       summary.test_accuracy = e.accuracy();
     }

@@ -351,6 +351,60 @@ TEST_CASE("a receive nobody waits on outlives the timeout: its clock starts at i
   }
 }
 
+TEST_CASE("wait_any returns the message that completes first and does not time out a mailbox", "[cpu][dist]") {
+  // Rank 0 posts a receive from every other rank and one that nothing answers yet; rank 1
+  // sends after twice the timeout, so wait_any waits that long without failing, and the
+  // other ranks' messages come first.
+  CommunicatorPtr c = comm();
+  if (c->size() == 1) {
+    CHECK_THAT(error_of([&] { c->wait_any({nullptr}); }),
+               Contains("wait_any: the local backend has no wait for any of several messages"));
+    return;
+  }
+  CommunicatorPtr fragile = dist::world(
+      {.timeout = 1s, .all_reduce = dist::AllReduceAlgorithm::Mpi, .on_timeout = dist::OnTimeout::Throw});
+  std::vector<int> order;  // the senders, in the order wait_any returned their messages
+  std::vector<Tensor> inboxes(static_cast<std::size_t>(c->size()), Tensor::zeros({2}));
+  Tensor later = Tensor::zeros({2});
+  dist::RecvWorkPtr unanswered;
+  std::string error;
+  if (c->rank() == 0) {
+    std::vector<dist::WorkPtr> works;
+    std::vector<int> from;
+    for (int r = 1; r < c->size(); ++r) {
+      inboxes[static_cast<std::size_t>(r)] = Tensor::zeros({2});
+      works.push_back(fragile->irecv(inboxes[static_cast<std::size_t>(r)], r, 5));
+      from.push_back(r);
+    }
+    unanswered = fragile->irecv(later, 1, 6);
+    works.push_back(unanswered);
+    from.push_back(-1);
+    error = error_of([&] {
+      while (works.size() > 1) {
+        const std::size_t i = fragile->wait_any(works);
+        works[i]->wait();
+        order.push_back(from[i]);
+        works.erase(works.begin() + static_cast<std::ptrdiff_t>(i));
+        from.erase(from.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+    });
+  } else {
+    if (c->rank() == 1) std::this_thread::sleep_for(2s);
+    fragile->send(Tensor::full({2}, c->rank()), 0, 5);
+  }
+  c->barrier();
+  if (c->rank() == 1) fragile->send(Tensor::full({2}, 9.0), 0, 6);
+  if (unanswered) unanswered->wait();
+  c->barrier();
+  if (c->rank() == 0) {
+    CHECK(error == "");
+    REQUIRE(order.size() == static_cast<std::size_t>(c->size() - 1));
+    CHECK(order.back() == 1);  // rank 1's message came last
+    CHECK(inboxes[1].to_vector<float>() == std::vector<float>{1, 1});
+    CHECK(later.to_vector<float>() == std::vector<float>{9, 9});
+  }
+}
+
 TEST_CASE("under OnTimeout::Throw a stalled all-reduce fails its wait() and the communicator refuses more",
           "[cpu][dist]") {
   // Rank 0's all-reduce waits for the others, which join only after it has failed (so that

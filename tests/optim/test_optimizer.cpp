@@ -173,4 +173,34 @@ TEST_CASE("Optimizer basics: zero_grad, steps, lr, parameter checks", "[cpu][opt
   CHECK_THROWS_WITH(SGD({a, ints}, {}), Catch::Contains("parameter 1") && Catch::Contains("i64"));
 }
 
+
+TEST_CASE("rebind: one optimizer per shard of a parameter updates it as the whole optimizer does",
+          "[cpu][optim]") {
+  // A parameter server splits a parameter across servers, each updating its part with a
+  // rebound copy of the optimizer; elementwise rules make the parts' updates the whole's.
+  for (const std::string kind : {"SGD", "Adam", "AdamW"}) {
+    INFO(kind);
+    std::vector<Variable> whole = fresh_params({{1, -2, 3, 0.5}, {0.25, -1, 2}});
+    auto optimizer = make_optimizer(kind, whole);
+    optimizer->set_lr(0.05);
+    // The second parameter's elements as two shards: [0, 1) and [1, 3).
+    Variable left(whole[1].data().narrow(0, 0, 1).clone(), true);
+    Variable right(whole[1].data().narrow(0, 1, 2).clone(), true);
+    auto left_opt = optimizer->rebind({left});
+    auto right_opt = optimizer->rebind({right});
+    CHECK(left_opt->lr() == 0.05);
+    for (int k = 0; k < 3; ++k) {
+      set_grads(whole, k);
+      optimizer->step();
+      const std::vector<double> g = grad_at(k, 3, 0.5);
+      set_grad(left, {g[0]});
+      set_grad(right, {g[1], g[2]});
+      left_opt->step();
+      right_opt->step();
+    }
+    CHECK(max_abs_diff(whole[1].data().narrow(0, 0, 1), left.data()) < 1e-12);
+    CHECK(max_abs_diff(whole[1].data().narrow(0, 1, 2), right.data()) < 1e-12);
+  }
+}
+
 }  // namespace dtrain::optim::test

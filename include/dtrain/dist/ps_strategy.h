@@ -59,6 +59,9 @@ class ParameterServerStrategy final : public Strategy {
   PsOptions options_;
   std::unique_ptr<ParameterServer> ps_;
   double lr_ = 0;  // of the step in progress
+  // The chief: server 0's staleness counts since the start of the epoch.
+  std::int64_t epoch_ = -1;
+  StalenessStats staleness_;
 };
 
 }  // namespace dtrain::dist

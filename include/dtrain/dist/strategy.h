@@ -132,8 +132,9 @@ class Strategy {
   // The next of the `batches` batches of `epoch` (0-based) in the epoch's order, or
   // nullopt when every batch has been handed out.
   virtual std::optional<std::int64_t> claim_batch(std::int64_t epoch, std::int64_t batches);
-  // Around each epoch's training steps (end_epoch before the evaluation): what the strategy
-  // measured in the epoch, for the epoch line and the metrics file.
+  // Around each stretch of an epoch's training steps (the whole epoch, or the part before
+  // an evaluation inside it; end_epoch comes before the evaluation): what the strategy
+  // measured in the epoch so far, for the epoch line and the metrics file.
   struct EpochReport {
     std::string text;  // appended to the epoch line ("" for nothing)
     std::vector<std::pair<std::string, double>> values;

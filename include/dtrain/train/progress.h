@@ -28,7 +28,8 @@ class Progress {
   // Multiplies the samples of every update, e.g. by the number of data-parallel ranks so
   // that the rate shown is global.
   void set_sample_scale(std::int64_t scale) { sample_scale_ = scale; }
-  // Ends the line (terminal) so that the next output starts cleanly.
+  // Ends the line (terminal) so that the next output starts cleanly; updates may follow
+  // (after an evaluation line in the middle of an epoch).
   void finish();
 
   double samples_per_second() const;

@@ -32,6 +32,7 @@
 #include "dtrain/optim/lr_schedule.h"
 #include "dtrain/train/metrics_log.h"
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -46,7 +47,8 @@ struct TrainerData {
   std::shared_ptr<const data::Dataset> train = nullptr;
   std::shared_ptr<const data::Dataset> test = nullptr;  // null: no evaluation
   // Samples per optimizer update over all ranks; split into shards x accumulate equal
-  // micro-batches (an error otherwise).
+  // micro-batches (an error otherwise). Where batches are handed out at run time (a
+  // parameter server's async modes), each update is one rank's: accumulate micro-batches.
   std::int64_t batch_size = 64;
   std::int64_t eval_batch_size = 500;  // per rank
   std::uint64_t seed = 1;              // the training order of every epoch
@@ -64,6 +66,10 @@ struct TrainerOptions {
   // In (0, 1]: stop after the first epoch whose test accuracy reaches it (every rank stops,
   // since every rank sees the same all-reduced accuracy). Needs a test set.
   double target_accuracy = 0;
+  // Evaluations per epoch (>= 1): k also evaluates, and checks the target accuracy, at k - 1
+  // evenly spaced points inside each epoch (a line and an "evaluation" metrics event each),
+  // so that time to accuracy is measured finer than epochs.
+  int evaluations_per_epoch = 1;
   bool check_replicas = false;  // report the replicas' largest difference after each epoch
   std::filesystem::path metrics = {};  // JSON lines, written by the reporting rank
   bool verbose = true;                 // progress and epoch lines on the reporting rank
@@ -123,6 +129,7 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
+  // Per rank; where batches are handed out, of all ranks together.
   std::int64_t updates_per_epoch() const;
   std::int64_t micro_batch_size() const { return micro_batch_; }  // per rank
 
@@ -143,7 +150,12 @@ class Trainer {
   dist::Strategy& strategy() { return *strategy_; }
 
  private:
+  // An epoch's training steps, with evaluations inside it as configured; stops early when
+  // one of those reaches the target (its result in early_evaluation_).
   EpochSummary train_epoch(optim::Optimizer& optimizer, const optim::LrSchedule* schedule, int epoch);
+  // An evaluation inside epoch `epoch` after `fraction` of it: printed, written, and whether
+  // it reached the target accuracy.
+  bool evaluate_inside(int epoch, double fraction);
   void report(const EpochSummary& summary) const;
 
   std::shared_ptr<dist::Strategy> strategy_;
@@ -157,6 +169,8 @@ class Trainer {
   std::vector<std::function<void(const StepEvent&)>> step_callbacks_;
   std::vector<std::function<void(const EpochSummary&)>> epoch_callbacks_;
   std::int64_t global_step_ = 0;
+  std::chrono::steady_clock::time_point fit_start_;
+  std::optional<EvalResult> early_evaluation_;
 };
 
 // Number of rows of `logits` (N, C) whose argmax equals `labels` (N), as an i64 scalar on

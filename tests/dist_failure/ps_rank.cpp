@@ -1,0 +1,50 @@
+// A parameter-server job (2 workers, 1 server; async) in which one rank dies mid-training:
+//   ps_rank server   the server (rank 2) exits while the workers push;
+//   ps_rank worker   worker 1 exits after a few steps.
+// The others must not hang: mpirun ends the job when it sees the exit, or a worker's
+// watchdog (DTRAIN_TIMEOUT) names the message and the rank it waits for. Either way the
+// job exits non-zero within seconds. Run by ctest (dist.ps_dead_server, dist.ps_dead_worker).
+#include "dtrain/dist/parameter_server.h"
+#include "dtrain/layers/models.h"
+#include "dtrain/optim/sgd.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+using namespace dtrain;
+
+int main(int argc, char** argv) {
+  const bool server_dies = argc > 1 && std::strcmp(argv[1], "server") == 0;
+  auto world = dist::world();
+  manual_seed(1);
+  auto model = nn::mlp(16, {32}, 4);
+  optim::SGD sgd(model->parameters(), {.lr = 0.01});
+  dist::ParameterServer ps(world, model, {.mode = dist::PsMode::Async, .servers = 1});
+  if (ps.is_server()) {
+    if (server_dies) {
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        std::_Exit(3);
+      }).detach();
+    }
+    ps.serve(sgd);
+    return 0;
+  }
+  const Tensor x = Tensor::ones({8, 16});
+  const Tensor y = Tensor::zeros({8}, {DType::i64});
+  ps.join();
+  for (std::int64_t step = 0; step < 100000; ++step) {
+    if (!server_dies && ps.worker_index() == 1 && step == 5) std::_Exit(3);
+    sgd.zero_grad();
+    ps.begin_push(0.01);
+    cross_entropy((*model)(Variable(x)), y).backward();
+    ps.finish_push();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ps.leave();
+  ps.sync_parameters();
+  ps.shutdown();
+  return 0;
+}
