@@ -11,11 +11,13 @@ decay 5e-4 as an L2 penalty) on tf.distribute.experimental.ParameterServerStrate
     chief, the coordinator: a tf.distribute.coordinator.ClusterCoordinator schedules
     training steps (a custom training loop over create_per_worker_dataset, as in
     TensorFlow's parameter-server tutorial);
-  - a step is one worker's update on its own batch of --batch / W samples (32 by
-    default), applied to the variables on the parameter servers without waiting for the
-    other workers: TensorFlow's parameter-server training is always asynchronous. An
-    epoch is ceil(N / (batch / W)) scheduled steps, whichever worker takes them; the
-    learning-rate schedule counts these updates (optimizer.iterations);
+  - a step is one worker's update on its own batch of --batch samples (64 by default:
+    under ParameterServerStrategy num_replicas_in_sync is 1, so the tutorial's
+    per-worker batch is the global batch; dtrain's async workers do the same), applied to
+    the variables on the parameter servers without waiting for the other workers:
+    TensorFlow's parameter-server training is always asynchronous. An epoch is
+    ceil(N / batch) scheduled steps, whichever worker takes them; the learning-rate
+    schedule counts these updates (optimizer.iterations);
   - each worker reads the IDX files itself and shuffles all N samples independently
     (no seed), repeated: the coordinator schedules a fixed number of steps, as the
     tutorial recommends; the workers' samples are not disjoint;
@@ -25,14 +27,16 @@ decay 5e-4 as an L2 penalty) on tf.distribute.experimental.ParameterServerStrate
   - test accuracy is evaluated after each epoch (and every --eval-every-steps steps) by
     the coordinator, after coordinator.join(), on a local copy of the weights read from
     the parameter servers. Evaluations count in the time to --target-accuracy (first
-    step to the end of the evaluation that reached it), not in the samples/s of training.
+    step to the end of the evaluation that reached it, less the time spent fetching the
+    steps' losses for the report), not in the samples/s of training.
 
---straggler-worker R --straggler-delay-ms D slows worker R by D ms per step: each worker
-process runs in its own directory holding a file `worker_index`, which the workers'
-input pipeline reads (the dataset function is one graph for all workers); worker R's
-pipeline ends in a sleep of D ms per batch, after the prefetch, so that every step of that
-worker waits for it. The same index travels with each batch and comes back from each
-step, which gives the number of steps each worker took.
+--straggler-worker R --straggler-delay-ms D slows worker R by D ms per step: a sleep at
+the start of each of its steps (a SleepDataset read inside the step function; a sleep in
+the input pipeline would be hidden by the prefetching of the step's input unless longer
+than the step). Each worker process runs in its own directory holding a file
+`worker_index`, which the input pipeline reads (the dataset function is one graph for all
+workers) and sends along with each batch; each step returns it, which gives the number of
+steps each worker took.
 
   python tf_ps_mnist.py --workers 2 --ps 1 --epochs 1 [--json]
 """
@@ -65,7 +69,7 @@ def parse_args(argv=None):
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--ps", type=int, default=1, help="parameter servers")
     p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--batch", type=int, default=64, help="global batch: each worker's step takes batch / workers")
+    p.add_argument("--batch", type=int, default=64, help="samples per update: each worker step takes a whole batch")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--warmup-epochs", type=float, default=0.2)
     p.add_argument("--weight-decay", type=float, default=5e-4)
@@ -84,8 +88,6 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.workers < 1 or args.ps < 1 or args.epochs < 1 or args.threads < 1:
         p.error("--workers, --ps, --epochs and --threads must be at least 1")
-    if args.batch % args.workers:
-        p.error(f"--batch {args.batch} must be divisible by --workers {args.workers}")
     if args.straggler_delay_ms > 0 and not 0 <= args.straggler_worker < args.workers:
         p.error("--straggler-delay-ms needs --straggler-worker in [0, workers)")
     return args
@@ -96,6 +98,8 @@ def run_server(args):
     import tensorflow as tf
 
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    # inter_op_parallelism_threads=1 (tf_mwms_mnist's setting) deadlocks the first scheduled
+    # steps here (TF 2.21: workers and parameter servers idle, steps never return).
     config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=args.threads,
                                       inter_op_parallelism_threads=0)
     server = tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
@@ -230,7 +234,7 @@ def train(args, cluster):
     if args.limit_train:
         n_train = min(n_train, args.limit_train)
     x_test, y_test = load_split(data_dir, "t10k")
-    per_worker = args.batch // args.workers
+    per_worker = args.batch
     steps_per_epoch = math.ceil(n_train / per_worker)  # scheduled steps, i.e. updates
     total = steps_per_epoch * args.epochs
     warmup = int(args.warmup_epochs * steps_per_epoch)
@@ -268,19 +272,28 @@ def train(args, cluster):
               .batch(per_worker, drop_remainder=True)
               .map(lambda x, y: ((tf.cast(x, tf.float32) / 255.0 - MEAN) / STD, y, worker))
               .prefetch(2))
-        if delay_us > 0:
-            from tensorflow.python.data.experimental.ops import testing
-
-            ds = ds.apply(testing.sleep(tf.where(worker == straggler, tf.constant(delay_us, tf.int64), tf.constant(0, tf.int64))))
         return ds
+
+    def straggle(worker, x):
+        """x, after a sleep of --straggler-delay-ms on the straggler: a SleepDataset read
+        inside the step, since the step's input is prefetched (a sleep in the input
+        pipeline only shows when it is longer than the step)."""
+        from tensorflow.python.data.experimental.ops import testing
+
+        us = tf.where(worker == straggler, tf.constant(delay_us, tf.int64), tf.constant(0, tf.int64))
+        slept = tf.data.Dataset.from_tensors(us).apply(testing.sleep(us)).get_single_element()
+        with tf.control_dependencies([slept]):
+            return tf.identity(x)
 
     per_worker_dataset = coordinator.create_per_worker_dataset(
         lambda: strategy.distribute_datasets_from_function(dataset_fn))
     iterator = iter(per_worker_dataset)
 
-    @tf.function
+    @tf.function(autograph=False)  # no data-dependent control flow
     def train_step(iterator):
         def replica_fn(x, y, worker):
+            if delay_us > 0:
+                x = straggle(worker, x)
             with tf.GradientTape() as tape:
                 logits = model(x, training=True)
                 ce = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
@@ -297,7 +310,7 @@ def train(args, cluster):
     eval_model = build_model(0.0)
     test_ds = tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(500).prefetch(1)
 
-    @tf.function
+    @tf.function(autograph=False)  # no data-dependent control flow
     def eval_batch(x, y):
         logits = eval_model(x, training=False)
         ce = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
@@ -385,12 +398,12 @@ def emit(args, record):
     if args.json:
         print(json.dumps({"bench": "mnist", "framework": "tensorflow", "strategy": "ParameterServerStrategy",
                           "workers": args.workers, "ps": args.ps, "threads": args.threads, "batch": args.batch,
-                          "batch_per_worker": args.batch // args.workers, **record}), flush=True)
+                          "batch_per_worker": args.batch, **record}), flush=True)
     elif record.get("layout"):
         part = f", {record['partitioner']}" if record["partitioner"] else ", round-robin"
         slow = (f", worker {record['straggler_worker']} delayed {record['straggler_delay_ms']:g} ms/step"
                 if record["straggler_worker"] is not None else "")
-        print(f"ParameterServerStrategy: {args.workers} workers x {args.batch // args.workers} samples/step, "
+        print(f"ParameterServerStrategy: {args.workers} workers x {args.batch} samples/step, "
               f"{args.ps} ps{part}{slow}; {record['train_samples']} samples, {record['steps_per_epoch']} "
               f"steps/epoch; tensorflow {record['tensorflow']}", flush=True)
     elif record.get("eval"):

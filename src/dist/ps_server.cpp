@@ -175,7 +175,8 @@ void PsServer::on_push(int w, std::size_t local) {
       }
       piece.count = 0;
       piece.skip = false;
-      for (int v = 0; v < workers_; ++v) send_piece(v, local);
+      const Tensor values = piece.value.data().clone();  // one copy for every worker
+      for (int v = 0; v < workers_; ++v) send_piece(v, local, values);
     }
   } else {
     if (!skip) apply(piece, grad, lr);
@@ -240,16 +241,16 @@ void PsServer::grant_waiting() {
   }
 }
 
-void PsServer::send_piece(int w, std::size_t local) {
+void PsServer::send_piece(int w, std::size_t local) { send_piece(w, local, pieces_[local].value.data().clone()); }
+
+void PsServer::send_piece(int w, std::size_t local, const Tensor& values) {
   Worker& wk = workers_state_[static_cast<std::size_t>(w)];
   // The worker has received what was sent before its last push, so these are done.
   if (wk.sends.size() >= 2 * pieces_.size()) {
     for (const WorkPtr& s : wk.sends) s->wait();
     wk.sends.clear();
   }
-  // A copy: the values change with the next push while the message may still be in flight.
-  wk.sends.push_back(comm_.isend(pieces_[local].value.data().clone(), w,
-                                 ps::kPieceTag + static_cast<int>(pieces_[local].id)));
+  wk.sends.push_back(comm_.isend(values, w, ps::kPieceTag + static_cast<int>(pieces_[local].id)));
 }
 
 void PsServer::send_all(int w) {

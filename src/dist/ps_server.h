@@ -39,7 +39,10 @@ class PsServer {
   void push_complete(int w);
   void grant_waiting();
   bool bound_allows() const;
+  // Sends a copy of the piece's values (they change with the next push while the message
+  // may still be in flight), or `values`, a copy already made.
   void send_piece(int w, std::size_t local);
+  void send_piece(int w, std::size_t local, const Tensor& values);
   void send_all(int w);
   void reply_claim(int w, std::int64_t epoch, std::int64_t batches);
   void reply_stats(int w);
