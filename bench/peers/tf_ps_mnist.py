@@ -2,7 +2,7 @@
 """TensorFlow ParameterServerStrategy peer of `mpirun -np W+S train_mnist --model cnn --strategy ps --ps-mode async`.
 
 Trains tf_mwms_mnist.py's Fashion-MNIST CNN with the recipe of train_mnist (same data
-files and normalization, same model and initialization, SGD with Nesterov momentum 0.9,
+files and normalization, same model and initialization, SGD with Nesterov momentum 0.9 (--momentum),
 peak lr 0.05, linear warm-up from 0.005 over 0.2 epochs then cosine decay to 0, weight
 decay 5e-4 as an L2 penalty) on tf.distribute.experimental.ParameterServerStrategy:
 
@@ -76,6 +76,7 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
     p.add_argument("--limit-train", type=int, default=0, help="train on the first N examples only (0: all)")
     p.add_argument("--target-accuracy", type=float, default=0.88)
+    p.add_argument("--momentum", type=float, default=0.9, help="SGD (Nesterov) momentum")
     p.add_argument("--stop-at-target", action="store_true", help="stop training once the target is reached")
     p.add_argument("--eval-every-steps", type=int, default=0, help="also evaluate every K steps (0: per epoch only)")
     p.add_argument("--straggler-worker", type=int, default=-1, help="worker index to slow down")
@@ -254,7 +255,7 @@ def train(args, cluster):
         schedule = keras.optimizers.schedules.CosineDecay(
             initial_learning_rate=0.1 * args.lr, decay_steps=max(total - warmup, 1), alpha=0.0,
             warmup_target=args.lr, warmup_steps=warmup)
-        optimizer = keras.optimizers.SGD(schedule, momentum=0.9, nesterov=True)
+        optimizer = keras.optimizers.SGD(schedule, momentum=args.momentum, nesterov=True)
     placement = {v.name: v.device for v in model.weights}  # a sharded kernel: its shards
 
     train_images = os.path.join(data_dir, "train-images-idx3-ubyte.gz")
