@@ -50,6 +50,10 @@ StepStats ParameterServerStrategy::train_step(std::span<const MicroBatch> micro,
   return Strategy::train_step(micro, optimizer, config);
 }
 
+nn::StateDict ParameterServerStrategy::checkpoint_state() const {
+  return world_->rank() == 0 ? Strategy::checkpoint_state() : nn::StateDict{};
+}
+
 bool ParameterServerStrategy::trains() const { return world_->rank() < world_->size() - options_.servers; }
 
 void ParameterServerStrategy::serve(optim::Optimizer& optimizer) { parameter_server().serve(optimizer); }
@@ -64,28 +68,46 @@ void ParameterServerStrategy::begin_epoch(std::int64_t epoch) {
   parameter_server().join();
 }
 
+namespace {
+
+void add_to(StalenessStats& total, const StalenessStats& more) {
+  total.counts.resize(std::max(total.counts.size(), more.counts.size()));
+  for (std::size_t k = 0; k < more.counts.size(); ++k) total.counts[k] += more.counts[k];
+  total.max = std::max(total.max, more.max);
+}
+
+// The histogram up to its largest non-empty bin, its mean and max, as a report.
+Strategy::EpochReport report(const StalenessStats& s, const std::string& prefix) {
+  std::size_t last = 0;
+  for (std::size_t k = 0; k < s.counts.size(); ++k) {
+    if (s.counts[k] != 0) last = k;
+  }
+  std::vector<double> histogram(s.counts.begin(), s.counts.begin() + static_cast<std::ptrdiff_t>(last) + 1);
+  return {.text = fmt::format("{}staleness mean {:.2f}, max {}", prefix, s.mean(), s.max),
+          .values = {{"staleness_mean", s.mean()}, {"staleness_max", static_cast<double>(s.max)}},
+          .series = {{"staleness_histogram", std::move(histogram)}}};
+}
+
+}  // namespace
+
 Strategy::EpochReport ParameterServerStrategy::end_epoch() {
   ParameterServer& ps = parameter_server();
   ps.leave();
   ps.sync_parameters();
   if (ps.worker_index() != 0) return {};
   const StalenessStats more = ps.staleness();
-  staleness_.counts.resize(more.counts.size());
-  for (std::size_t k = 0; k < more.counts.size(); ++k) staleness_.counts[k] += more.counts[k];
-  staleness_.max = std::max(staleness_.max, more.max);
-  const StalenessStats& s = staleness_;
-  std::int64_t last = 0;  // the histogram up to its largest non-empty bin
-  for (std::size_t k = 0; k < s.counts.size(); ++k) {
-    if (s.counts[k] != 0) last = static_cast<std::int64_t>(k);
-  }
-  std::vector<double> histogram(s.counts.begin(), s.counts.begin() + last + 1);
-  return {.text = fmt::format("staleness mean {:.2f}, max {}", s.mean(), s.max),
-          .values = {{"staleness_mean", s.mean()}, {"staleness_max", static_cast<double>(s.max)}},
-          .series = {{"staleness_histogram", std::move(histogram)}}};
+  add_to(staleness_, more);
+  add_to(run_staleness_, more);
+  return report(staleness_, "");
 }
 
-void ParameterServerStrategy::end_training() {
-  if (trains()) parameter_server().shutdown();
+Strategy::EpochReport ParameterServerStrategy::end_training() {
+  if (!trains()) return {};
+  ParameterServer& ps = parameter_server();
+  ps.shutdown();
+  if (ps.worker_index() != 0) return {};
+  return report(run_staleness_,
+                fmt::format("parameter servers ({}): {} pushes applied, ", ps_mode_name(options_), run_staleness_.total()));
 }
 
 void ParameterServerStrategy::forward_backward(const MicroBatch& batch, double weight, bool last,

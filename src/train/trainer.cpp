@@ -398,8 +398,10 @@ FitResult Trainer::fit(optim::Optimizer& optimizer, const optim::LrSchedule* sch
     if (result.reached_target) break;
   }
   result.seconds = seconds_since(start);
-  strategy_->end_training();
+  const dist::Strategy::EpochReport run = strategy_->end_training();
+  if (strategy_->reports() && metrics_ && !run.values.empty()) metrics_->write("summary", run.values, run.series);
   if (strategy_->reports() && options_.verbose) {
+    if (!run.text.empty()) fmt::print(options_.out, "{}\n", run.text);
     if (test_loader_) fmt::print(options_.out, "final test accuracy: {:.2f}%\n", 100 * result.test_accuracy);
     if (options_.target_accuracy > 0) {
       fmt::print(options_.out, "{} {:.2f}% test accuracy {} {} epoch(s){} {:.1f} s\n",

@@ -152,6 +152,45 @@ TEST_CASE("Trainer learns, evaluates, stops at the target and calls back", "[tra
   CHECK(j["test_accuracy"].get<double>() == Approx(r.test_accuracy));
 }
 
+TEST_CASE("Trainer evaluates inside epochs and stops there once the target is reached", "[train][cpu]") {
+  // 16 updates per epoch, 4 evaluations: after updates 4, 8 and 12, then at the end. The
+  // blobs pass 90% within the first epoch, so training stops at one of the inner points;
+  // without a target every epoch has its three inner evaluations.
+  for (const double target : {0.9, 0.0}) {
+    INFO("target " << target);
+    test::TempDir dir;
+    auto strategy = local_mlp(5);
+    optim::SGD sgd = make_sgd(*strategy);
+    std::FILE* out = std::fopen((dir / "out.txt").c_str(), "w+");
+    train::Trainer trainer(strategy, {.train = blobs(512, 1), .test = blobs(256, 2), .batch_size = 32},
+                           {.epochs = 2, .target_accuracy = target, .evaluations_per_epoch = 4,
+                            .metrics = dir / "m.jsonl", .out = out});
+    std::int64_t steps = 0;
+    trainer.on_step_end([&](const train::StepEvent&) { ++steps; });
+    const train::FitResult r = trainer.fit(sgd);
+    std::fclose(out);
+    std::ifstream metrics(dir / "m.jsonl");
+    std::vector<double> inner;  // the epoch positions of the evaluations inside epochs
+    for (std::string line; std::getline(metrics, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j["event"] == "evaluation") inner.push_back(j["epoch"].get<double>());
+    }
+    if (target == 0.9) {
+      CHECK(r.reached_target);
+      REQUIRE(r.epochs.size() == 1);
+      REQUIRE(!inner.empty());
+      CHECK(steps == static_cast<std::int64_t>(inner.back() * 16 + 0.5));  // stopped there
+      CHECK(steps < 16);
+      CHECK(r.epochs[0].updates == steps);
+      CHECK(r.test_accuracy >= 0.9);
+    } else {
+      CHECK(!r.reached_target);
+      CHECK(steps == 32);
+      CHECK(inner == std::vector<double>{0.25, 0.5, 0.75, 1.25, 1.5, 1.75});
+    }
+  }
+}
+
 TEST_CASE("Trainer stops on divergence and rejects batches that do not split", "[train][cpu]") {
   auto strategy = local_mlp(5);
   optim::SGD sgd = make_sgd(*strategy);
@@ -197,7 +236,7 @@ TEST_CASE("MetricsLog writes one JSON object per line", "[train][cpu]") {
   {
     train::MetricsLog log(dir / "m.jsonl");
     log.write("epoch", {{"epoch", 1}, {"test_accuracy", 0.9}});
-    log.write("epoch", {{"epoch", 2}, {"test_accuracy", 0.91}});
+    log.write("epoch", {{"epoch", 2}, {"test_accuracy", 0.91}}, {{"histogram", {3, 0, 1}}});
   }
   std::ifstream in(dir / "m.jsonl");
   std::string line;
@@ -206,6 +245,7 @@ TEST_CASE("MetricsLog writes one JSON object per line", "[train][cpu]") {
   REQUIRE(lines.size() == 2);
   CHECK(lines[1]["event"] == "epoch");
   CHECK(lines[1]["test_accuracy"] == 0.91);
+  CHECK(lines[1]["histogram"] == nlohmann::json::array({3.0, 0.0, 1.0}));
   CHECK_THROWS_WITH(train::MetricsLog(dir / "missing" / "m.jsonl"), Catch::Contains("cannot open"));
 }
 

@@ -35,6 +35,9 @@ class ParameterServerStrategy final : public Strategy {
   Shard data_shard() const override;
   bool reports() const override { return world_->rank() == 0; }
   void reduce_sums(Tensor& sums) override;  // over the workers
+  // The chief's model (after an epoch: the servers' values, which every worker then holds);
+  // nothing on the other ranks (a server's copy of the model is the initial one).
+  nn::StateDict checkpoint_state() const override;
 
   StepStats train_step(std::span<const MicroBatch> micro, optim::Optimizer& optimizer,
                        const StepConfig& config) override;
@@ -44,7 +47,7 @@ class ParameterServerStrategy final : public Strategy {
   std::optional<std::int64_t> claim_batch(std::int64_t epoch, std::int64_t batches) override;
   void begin_epoch(std::int64_t epoch) override;
   EpochReport end_epoch() override;
-  void end_training() override;
+  EpochReport end_training() override;
 
   // The parameter server, after prepare().
   ParameterServer& parameter_server();
@@ -59,9 +62,9 @@ class ParameterServerStrategy final : public Strategy {
   PsOptions options_;
   std::unique_ptr<ParameterServer> ps_;
   double lr_ = 0;  // of the step in progress
-  // The chief: server 0's staleness counts since the start of the epoch.
+  // The chief: server 0's staleness counts since the start of the epoch, and of the run.
   std::int64_t epoch_ = -1;
-  StalenessStats staleness_;
+  StalenessStats staleness_, run_staleness_;
 };
 
 }  // namespace dtrain::dist

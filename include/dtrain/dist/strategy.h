@@ -142,8 +142,9 @@ class Strategy {
   };
   virtual void begin_epoch(std::int64_t /*epoch*/) {}
   virtual EpochReport end_epoch() { return {}; }
-  // After the last epoch (the servers of a parameter server job stop).
-  virtual void end_training() {}
+  // After the last epoch (the servers of a parameter server job stop): what the strategy
+  // measured over the whole run, printed and written like an epoch's report.
+  virtual EpochReport end_training() { return {}; }
 
   // What a checkpoint must save from this rank: its module's parameters and buffers by
   // name, or nothing on a rank whose state another rank saves (data-parallel replicas
