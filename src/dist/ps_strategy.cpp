@@ -82,7 +82,8 @@ Strategy::EpochReport report(const StalenessStats& s, const std::string& prefix)
   for (std::size_t k = 0; k < s.counts.size(); ++k) {
     if (s.counts[k] != 0) last = k;
   }
-  std::vector<double> histogram(s.counts.begin(), s.counts.begin() + static_cast<std::ptrdiff_t>(last) + 1);
+  std::vector<double> histogram;
+  if (!s.counts.empty()) histogram.assign(s.counts.begin(), s.counts.begin() + static_cast<std::ptrdiff_t>(last) + 1);
   return {.text = fmt::format("{}staleness mean {:.2f}, max {}", prefix, s.mean(), s.max),
           .values = {{"staleness_mean", s.mean()}, {"staleness_max", static_cast<double>(s.max)}},
           .series = {{"staleness_histogram", std::move(histogram)}}};
