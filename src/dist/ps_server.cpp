@@ -98,7 +98,7 @@ void PsServer::run() {
       if (static_cast<Control>(message[0]) != Control::Stop) post(slot);
       on_control(w, message);
     } else {
-      on_push(w, static_cast<std::size_t>(slot.local));
+      on_push(w, static_cast<std::size_t>(slot.local), slot.buffer);
       post(slot);  // the buffer is consumed
     }
     if (server_ == 0 && options_.mode != PsMode::Sync) report_stalls();
@@ -150,13 +150,12 @@ void PsServer::apply(Piece& piece, const Tensor& grad, double lr) {
   piece.value.zero_grad();
 }
 
-void PsServer::on_push(int w, std::size_t local) {
+void PsServer::on_push(int w, std::size_t local, const Tensor& buffer) {
   Worker& wk = workers_state_[static_cast<std::size_t>(w)];
   Piece& piece = pieces_[local];
   DTRAIN_CHECK(wk.state == Worker::State::InFlight,
                "parameter server {}: worker {} pushed a gradient without parameters to compute it from (join first)",
                server_, w);
-  const Tensor& buffer = slots_[static_cast<std::size_t>(w) * (pieces_.size() + 1) + 1 + local].buffer;
   const Tensor grad = buffer.narrow(0, 0, piece.length);
   const double lr = buffer.narrow(0, piece.length, 1).item();
   const bool skip = buffer.narrow(0, piece.length + 1, 1).item() != 0;

@@ -34,7 +34,8 @@ class PsServer {
 
   void post(Slot& slot);
   void on_control(int w, const std::vector<double>& message);
-  void on_push(int w, std::size_t local);
+  // `buffer`: the push as received (gradient, learning rate, skip flag).
+  void on_push(int w, std::size_t local, const Tensor& buffer);
   void apply(Piece& piece, const Tensor& grad, double lr);
   void push_complete(int w);
   void grant_waiting();

@@ -34,8 +34,7 @@ ParameterServer& ParameterServerStrategy::parameter_server() {
 }
 
 Strategy::Shard ParameterServerStrategy::data_shard() const {
-  const int workers = world_->size() - options_.servers;
-  return {std::max(0, world_->rank() < workers ? world_->rank() : 0), workers};
+  return {trains() ? world_->rank() : 0, world_->size() - options_.servers};
 }
 
 void ParameterServerStrategy::reduce_sums(Tensor& sums) {
