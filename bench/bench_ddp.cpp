@@ -19,7 +19,6 @@
 #include "dtrain/dist/data_parallel.h"
 #include "dtrain/optim/sgd.h"
 
-#include "bench_main.h"
 #include "bench_models.h"
 #include "bench_stats.h"
 
@@ -168,5 +167,5 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   app.add_flag("--json", config.json, "print JSON lines (the machine, then the result) instead of a table");
   CLI11_PARSE(app, argc, argv);
-  return bench::run_on_world("bench_ddp", [&](const dist::CommunicatorPtr& comm) { return run(config, comm); });
+  return dist::run_program("bench_ddp", [&](const dist::CommunicatorPtr& comm) { return run(config, comm); });
 }

@@ -28,7 +28,6 @@
 #include "dtrain/optim/sgd.h"
 #include "dtrain/tensor/memory_stats.h"
 
-#include "bench_main.h"
 #include "bench_models.h"
 #include "bench_stats.h"
 
@@ -351,5 +350,5 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--json", config.json, "print JSON lines (the machine, then one per case) instead of a table");
   CLI11_PARSE(app, argc, argv);
-  return bench::run_on_world("bench_pipeline", [&](const dist::CommunicatorPtr& comm) { return run(config, comm); });
+  return dist::run_program("bench_pipeline", [&](const dist::CommunicatorPtr& comm) { return run(config, comm); });
 }

@@ -30,7 +30,6 @@
 #include "dtrain/optim/sgd.h"
 #include "dtrain/train/trainer.h"
 
-#include "bench_main.h"
 #include "bench_stats.h"
 
 #include <CLI/CLI.hpp>
@@ -248,7 +247,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "bench_ps: --slow 2x needs none too (the unslowed case measures the step time first)\n");
     return 1;
   }
-  return dtrain::bench::run_on_world("bench_ps", [&](const dtrain::dist::CommunicatorPtr& world) {
+  return dtrain::dist::run_program("bench_ps", [&](const dtrain::dist::CommunicatorPtr& world) {
     dtrain::set_num_threads(1);
     return run(c, world);
   });

@@ -21,6 +21,7 @@
 //
 // Errors (bad flags, missing or corrupt data) print one line and exit non-zero; under
 // mpirun a failing rank ends the whole job with its message.
+#include "common/example_support.h"
 #include "dtrain/core/log.h"
 #include "dtrain/core/parallel.h"
 #include "dtrain/data/mnist.h"
@@ -31,8 +32,6 @@
 #include "dtrain/dist/ps_strategy.h"
 #include "dtrain/dist/strategy.h"
 #include "dtrain/layers/models.h"
-#include "dtrain/optim/adam.h"
-#include "dtrain/optim/sgd.h"
 #include "dtrain/train/trainer.h"
 
 #include <CLI/CLI.hpp>
@@ -172,28 +171,6 @@ std::shared_ptr<const data::Dataset> maybe_limit(std::shared_ptr<const data::Dat
   return limit > 0 ? data::Subset::first(std::move(d), limit) : std::move(d);
 }
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const Config& c, std::vector<Variable> params) {
-  if (c.optimizer == "sgd") {
-    return std::make_unique<optim::SGD>(
-        std::move(params), optim::SgdOptions{.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay,
-                                             .nesterov = c.momentum > 0});
-  }
-  optim::AdamOptions o{.lr = c.lr, .weight_decay = c.weight_decay};
-  if (c.optimizer == "adamw") return std::make_unique<optim::AdamW>(std::move(params), o);
-  return std::make_unique<optim::Adam>(std::move(params), o);
-}
-
-std::shared_ptr<const optim::LrSchedule> make_schedule(const Config& c, std::int64_t steps_per_epoch) {
-  const std::int64_t total = steps_per_epoch * c.epochs;
-  const auto warmup = static_cast<std::int64_t>(c.warmup_epochs * static_cast<double>(steps_per_epoch));
-  std::shared_ptr<const optim::LrSchedule> main;
-  if (c.schedule == "cosine") main = std::make_shared<optim::CosineLr>(c.lr, std::max<std::int64_t>(total - warmup, 1));
-  else if (c.schedule == "step") main = std::make_shared<optim::StepLr>(c.lr, std::max<std::int64_t>(total / 3, 1), 0.1);
-  else main = std::make_shared<optim::ConstantLr>(c.lr);
-  if (warmup == 0) return main;
-  return std::make_shared<optim::WarmupLr>(main, warmup, 0.1);
-}
-
 int run(Config c, const dist::CommunicatorPtr& comm) {
   logging::init(comm->rank(), comm->size());
   if (c.threads > 0) set_num_threads(c.threads);
@@ -207,8 +184,7 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
   auto test_set = maybe_limit(data::MnistDataset::load(c.data, data::MnistDataset::Split::Test), c.limit_test);
 
   const Device device = c.device == "cuda" ? dist::rank_cuda_device() : Device::parse(c.device);
-  const std::optional<DType> autocast =
-      c.precision == "bf16" ? std::optional(DType::bf16) : c.precision == "f16" ? std::optional(DType::f16) : std::nullopt;
+  const std::optional<DType> autocast = examples::autocast_type(c.precision);
   std::shared_ptr<dist::Strategy> strategy;
   std::shared_ptr<dist::PipelineStrategy> pipeline;
   std::optional<dist::PsOptions> ps;
@@ -256,7 +232,8 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
   std::shared_ptr<nn::Module> whole = c.model == "mlp" ? nn::mlp(28 * 28, c.hidden, 10) : nn::lenet_cnn(1, 10);
   const std::int64_t parameters = whole->num_parameters();
   auto model = strategy->prepare(std::move(whole));  // a pipeline keeps this rank's stage
-  auto optimizer = make_optimizer(c, model->parameters());
+  auto optimizer = examples::make_optimizer(
+      {.name = c.optimizer, .lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay}, model->parameters());
   train::Trainer trainer(strategy, {.train = train_set, .test = test_set, .batch_size = c.batch_size, .seed = c.seed},
                          {.epochs = c.epochs,
                           .accumulate = c.accumulate,
@@ -267,7 +244,8 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
                           .evaluations_per_epoch = c.evaluations_per_epoch,
                           .check_replicas = c.check_replicas,
                           .metrics = c.metrics});
-  auto schedule = make_schedule(c, trainer.updates_per_epoch());
+  auto schedule = examples::make_schedule(
+      {.name = c.schedule, .lr = c.lr, .warmup_epochs = c.warmup_epochs, .epochs = c.epochs}, trainer.updates_per_epoch());
   if (strategy->reports()) {
     fmt::print("train_mnist: {} ({} parameters), {} train / {} test examples from {}, {} rank(s) x {} thread(s), "
                "global batch {}{}, {} lr {:g}, on {}{}\n",
@@ -310,18 +288,6 @@ int main(int argc, char** argv) {
   add_flags(app, config);
   CLI11_PARSE(app, argc, argv);
   if (config.lr == 0) config.lr = config.optimizer == "sgd" ? 0.05 : 1e-3;
-  dist::CommunicatorPtr comm;
-  std::string error;
-  try {
-    comm = dist::world({.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(config.timeout_s * 1000))});
-    return run(config, comm);
-  } catch (const dtrain::Error& e) {
-    error = e.message();
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  // One rank failing must not leave the others waiting in a collective: end the job.
-  if (comm && comm->size() > 1) dist::abort_job("train_mnist: error: " + error);
-  fmt::print(stderr, "train_mnist: error: {}\n", error);
-  return 1;
+  return examples::run_example("train_mnist", config.timeout_s,
+                               [&](const dist::CommunicatorPtr& comm) { return run(config, comm); });
 }

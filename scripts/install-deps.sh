@@ -14,7 +14,8 @@ packages=(
   nlohmann-json3-dev                        # metrics and bench JSON
   libcli11-dev                              # command-line flags
   zlib1g-dev                                # .gz MNIST files
-  libturbojpeg0-dev libjpeg62-turbo-dev     # JPEG decoding (ImageNet folders)
+  libjpeg62-turbo-dev                       # JPEG decoding and encoding (ImageNet-style folders)
+  libarchive-dev                            # tar shards of records (WebDataset layout)
   libopenmpi-dev openmpi-bin                # multi-process training
   catch2                                    # unit tests (v2)
   dataset-fashion-mnist                     # the example trainer's default data

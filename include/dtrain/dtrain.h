@@ -6,8 +6,9 @@
 //             memory stats
 //   autograd  Variable, differentiable functions, autocast, gradient checks
 //   layers    Module, Sequential, the layers, init, ready-made models
-//   optim     Optimizer, SGD, Adam/AdamW, LR schedules, gradient clipping, loss scaling
-//   data      Dataset, MNIST, Subset, TensorDataset, samplers, DataLoader
+//   optim     Optimizer, SGD, Adam/AdamW, LARS, LAMB, LR schedules, gradient clipping, loss scaling
+//   data      Dataset, MNIST, ImageFolder, tar shards, JPEG and transforms, Subset, TensorDataset,
+//             samplers, DataLoader
 //   dist      Communicator, NCCL, DataParallel, Strategy, SyncBatchNorm
 //   train     Trainer (the training loop), progress, metrics log
 // Left out: dtrain/core/cuda/ (CUDA helpers that need the CUDA toolkit's headers). The
@@ -52,6 +53,8 @@
 
 #include "dtrain/optim/adam.h"
 #include "dtrain/optim/clip_grad.h"
+#include "dtrain/optim/lamb.h"
+#include "dtrain/optim/lars.h"
 #include "dtrain/optim/loss_scaler.h"
 #include "dtrain/optim/lr_schedule.h"
 #include "dtrain/optim/optimizer.h"
@@ -60,9 +63,16 @@
 #include "dtrain/data/dataloader.h"
 #include "dtrain/data/dataset.h"
 #include "dtrain/data/distributed_sampler.h"
+#include "dtrain/data/image.h"
+#include "dtrain/data/image_dataset.h"
+#include "dtrain/data/image_folder_index.h"
+#include "dtrain/data/image_transforms.h"
+#include "dtrain/data/jpeg.h"
 #include "dtrain/data/mnist.h"
 #include "dtrain/data/sampler.h"
+#include "dtrain/data/sharded_images.h"
 #include "dtrain/data/subset.h"
+#include "dtrain/data/tar_shards.h"
 #include "dtrain/data/tensor_dataset.h"
 
 #include "dtrain/dist/cluster_spec.h"

@@ -3,6 +3,8 @@
 #include "dtrain/core/error.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -20,10 +22,13 @@ static_assert(std::input_iterator<DataLoader::Iterator>);
 // one the consumer holds, and a slot is always empty when its next batch arrives.
 class DataLoader::Pass {
  public:
-  Pass(std::shared_ptr<const Dataset> dataset, std::vector<std::int64_t> indices, std::int64_t batch_size,
-       std::int64_t num_batches, int window, int workers, bool pin_memory)
+  Pass(std::shared_ptr<const Dataset> dataset, std::vector<std::int64_t> indices, std::int64_t epoch,
+       std::int64_t batch_size, std::int64_t num_batches, int window, int workers, bool pin_memory,
+       std::shared_ptr<std::atomic<std::int64_t>> waited_ns)
       : dataset_(std::move(dataset)),
+        waited_ns_(std::move(waited_ns)),
         indices_(std::move(indices)),
+        epoch_(epoch),
         batch_size_(batch_size),
         pin_memory_(pin_memory),
         num_batches_(num_batches),
@@ -81,7 +86,12 @@ class DataLoader::Pass {
     {
       std::unique_lock lock(mu_);
       Slot& s = slots_[static_cast<std::size_t>(pos_) % slots_.size()];
-      ready_cv_.wait(lock, [&] { return s.ready; });
+      if (!s.ready) {
+        const auto start = std::chrono::steady_clock::now();
+        ready_cv_.wait(lock, [&] { return s.ready; });
+        *waited_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+                           .count();
+      }
       slot = std::move(s);
       s = Slot{};
       ++taken_;
@@ -110,7 +120,7 @@ class DataLoader::Pass {
       try {
         const auto first = indices_.begin() + b * batch_size_;
         const auto last = indices_.begin() + std::min<std::int64_t>((b + 1) * batch_size_, std::ssize(indices_));
-        result.batch = dataset_->get_batch(std::vector<std::int64_t>(first, last));
+        result.batch = dataset_->get_epoch_batch(std::vector<std::int64_t>(first, last), epoch_);
         if (pin_memory_) {  // on this worker, so the consumer's upload can start at once
           result.batch->inputs = result.batch->inputs.pin_memory();
           result.batch->targets = result.batch->targets.pin_memory();
@@ -143,7 +153,9 @@ class DataLoader::Pass {
   }
 
   const std::shared_ptr<const Dataset> dataset_;
+  const std::shared_ptr<std::atomic<std::int64_t>> waited_ns_;  // the loader's, summed over its passes
   const std::vector<std::int64_t> indices_;
+  const std::int64_t epoch_;
   const std::int64_t batch_size_;
   const bool pin_memory_;
   const std::int64_t num_batches_;
@@ -186,6 +198,8 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   }
 }
 
+double DataLoader::wait_seconds() const { return static_cast<double>(waited_ns_->load()) * 1e-9; }
+
 std::int64_t DataLoader::num_batches() const {
   const std::int64_t n = sampler_->size();
   return options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size;
@@ -202,9 +216,9 @@ DataLoader::Iterator DataLoader::begin() {
   DTRAIN_CHECK(std::ssize(indices) == sampler_->size(),
                "DataLoader: the sampler returned {} indices for epoch {} but its size() is {}", indices.size(), epoch_,
                sampler_->size());
-  auto pass = std::make_shared<Pass>(dataset_, std::move(indices), options_.batch_size, num_batches(),
+  auto pass = std::make_shared<Pass>(dataset_, std::move(indices), epoch_, options_.batch_size, num_batches(),
                                      std::max(options_.prefetch_batches, options_.workers), options_.workers,
-                                     options_.pin_memory);
+                                     options_.pin_memory, waited_ns_);
   active_ = pass;
   return Iterator(std::move(pass));
 }

@@ -1,6 +1,7 @@
 #include "dtrain/data/dataset.h"
 
 #include "dtrain/core/error.h"
+#include "dtrain/data/sampler.h"
 
 #include <cstring>
 #include <string>
@@ -52,5 +53,13 @@ Batch Dataset::get_batch(const std::vector<std::int64_t>& indices) const {
   }
   return batch;
 }
+
+Batch Dataset::get_epoch_batch(const std::vector<std::int64_t>& indices, std::int64_t /*epoch*/) const {
+  return get_batch(indices);
+}
+
+std::int64_t Dataset::bad_samples_skipped() const { return 0; }
+
+std::shared_ptr<const Sampler> Dataset::rank_sampler(int, int, std::uint64_t, bool) const { return nullptr; }
 
 }  // namespace dtrain::data

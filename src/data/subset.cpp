@@ -39,11 +39,17 @@ std::int64_t Subset::map(std::int64_t index) const {
 
 Example Subset::get(std::int64_t index) const { return dataset_->get(map(index)); }
 
-Batch Subset::get_batch(const std::vector<std::int64_t>& indices) const {
+std::vector<std::int64_t> Subset::map(const std::vector<std::int64_t>& indices) const {
   std::vector<std::int64_t> mapped;
   mapped.reserve(indices.size());
   for (auto i : indices) mapped.push_back(map(i));
-  return dataset_->get_batch(mapped);
+  return mapped;
+}
+
+Batch Subset::get_batch(const std::vector<std::int64_t>& indices) const { return dataset_->get_batch(map(indices)); }
+
+Batch Subset::get_epoch_batch(const std::vector<std::int64_t>& indices, std::int64_t epoch) const {
+  return dataset_->get_epoch_batch(map(indices), epoch);
 }
 
 }  // namespace dtrain::data

@@ -1,13 +1,17 @@
 // The backend-independent parts of the communicator API: algorithm names, the choice
-// between MPI and the local group, and ending the job.
+// between MPI and the local group, ending the job, and the programs' error handling.
 #include "dtrain/dist/communicator.h"
 
 #include "dist/communicator_options.h"
 #include "dist/local_communicator.h"
 #include "dist/mpi_entry.h"
 #include "dtrain/core/environment.h"
+#include "dtrain/core/error.h"
+
+#include <fmt/format.h>
 
 #include <cstdio>
+#include <exception>
 
 namespace dtrain::dist {
 namespace {
@@ -66,6 +70,23 @@ void abort_job(const std::string& message) {
   std::fprintf(stderr, "dtrain: rank %d: %s\n", rank < 0 ? 0 : rank, message.c_str());
   std::fflush(stderr);
   detail::abort_mpi_job(1);
+}
+
+int run_program(const char* program, const std::function<int(const CommunicatorPtr&)>& body,
+                const CommunicatorOptions& options) {
+  CommunicatorPtr comm;
+  std::string error;
+  try {
+    comm = world(options);
+    return body(comm);
+  } catch (const Error& e) {
+    error = e.message();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (comm && comm->size() > 1) abort_job(fmt::format("{}: error: {}", program, error));
+  fmt::print(stderr, "{}: error: {}\n", program, error);
+  return 1;
 }
 
 }  // namespace dtrain::dist

@@ -1,4 +1,4 @@
-// ResNet-18/34/50 (He et al. 2015) in torchvision's layout: stride on the 3x3 conv of a
+// ResNet-18/34/50 (He et al. 2015) in torchvision's layout, and the paper's CIFAR ResNets: stride on the 3x3 conv of a
 // bottleneck (v1.5), 1x1 projection shortcuts when the shape changes, Kaiming-normal
 // (fan_out) conv init, BN weight 1 / bias 0.
 #include "dtrain/layers/activation.h"
@@ -101,6 +101,28 @@ std::shared_ptr<Sequential> resnet(int depth, std::int64_t classes, ResNetStem s
         model->push_back(basic_block(in, widths[stage], stride));
         in = widths[stage];
       }
+    }
+  }
+  model->push_back(std::make_shared<AdaptiveAvgPool2d>(1, 1));
+  model->push_back(std::make_shared<Flatten>());
+  model->push_back(std::make_shared<Linear>(in, classes));
+  init_convs(*model);
+  return model;
+}
+
+std::shared_ptr<Sequential> resnet_cifar(int depth, std::int64_t classes, std::int64_t in_channels) {
+  DTRAIN_CHECK(depth >= 8 && (depth - 2) % 6 == 0, "resnet_cifar: depth {} is not 6n + 2 (20, 32, 44, 56, 110)", depth);
+  const int n = (depth - 2) / 6;
+  auto model = std::make_shared<Sequential>();
+  model->push_back(conv(in_channels, 16, 3, 1));
+  model->push_back(std::make_shared<BatchNorm2d>(16));
+  model->push_back(std::make_shared<ReLU>());
+  std::int64_t in = 16;
+  for (std::int64_t stage = 0; stage < 3; ++stage) {
+    const std::int64_t width = 16 << stage;
+    for (int b = 0; b < n; ++b) {
+      model->push_back(basic_block(in, width, (stage > 0 && b == 0) ? 2 : 1));
+      in = width;
     }
   }
   model->push_back(std::make_shared<AdaptiveAvgPool2d>(1, 1));

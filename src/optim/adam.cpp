@@ -2,6 +2,7 @@
 
 #include "dtrain/core/error.h"
 #include "dtrain/tensor/ops.h"
+#include "optim/adam_moments.h"
 
 #include <cmath>
 
@@ -18,6 +19,7 @@ Adam::Adam(std::vector<Variable> params, const AdamOptions& options, bool decoup
       eps_(options.eps),
       weight_decay_(options.weight_decay.value_or(decoupled_weight_decay ? 1e-2 : 0)),
       decoupled_(decoupled_weight_decay),
+      exclude_1d_from_weight_decay_(options.exclude_1d_from_weight_decay),
       exp_avg_(add_buffer("exp_avg")),
       exp_avg_sq_(add_buffer("exp_avg_sq")) {
   const char* name = decoupled_ ? "AdamW" : "Adam";
@@ -31,7 +33,7 @@ Adam::Adam(std::vector<Variable> params, const AdamOptions& options, bool decoup
 void Adam::step() {
   for_each_update([&](std::size_t i, Tensor& p, const Tensor& grad) {
     Tensor g = grad;
-    if (weight_decay_ != 0) {
+    if (weight_decay_ != 0 && !(exclude_1d_from_weight_decay_ && p.dim() < 2)) {
       if (decoupled_) {
         mul_(p, 1 - lr() * weight_decay_);
       } else {
@@ -40,28 +42,17 @@ void Adam::step() {
       }
     }
     Tensor& m = buffer(exp_avg_, i);
-    Tensor& v = buffer(exp_avg_sq_, i);
-    if (!m.defined()) {
-      m = Tensor::zeros(p.shape(), p.options());
-      v = Tensor::zeros(p.shape(), p.options());
-    }
-    mul_(m, beta1_);
-    add_(m, g, 1 - beta1_);
-    mul_(v, beta2_);
-    addcmul_(v, g, g, 1 - beta2_);
-
-    // m / (sqrt(v) / c + eps) == c * m / (sqrt(v) + eps * c) with c = sqrt(1 - beta2^t):
-    // the same value as PyTorch's with one pass less over the denominator.
-    const auto t = static_cast<double>(updates(i));
-    const double bias_correction1 = 1 - std::pow(beta1_, t);
-    const double c = std::sqrt(1 - std::pow(beta2_, t));
-    Tensor denom = sqrt(v);
-    add_(denom, Tensor::scalar(eps_ * c, denom.options()));
-    addcdiv_(p, m, denom, -lr() * c / bias_correction1);
+    const AdamDirection d = adam_direction(m, buffer(exp_avg_sq_, i), p, g, beta1_, beta2_, eps_, updates(i));
+    addcdiv_(p, m, d.denom, -lr() * d.scale);
   });
 }
 
 std::unique_ptr<Optimizer> Adam::rebind(std::vector<Variable> params) const {
+  DTRAIN_CHECK(!exclude_1d_from_weight_decay_,
+               "{}: cannot be rebound to other parameters (a parameter server's shards) with "
+               "exclude_1d_from_weight_decay: a shard is a slice of the flat parameter vector, whose shape no "
+               "longer tells a bias from a weight",
+               decoupled_ ? "AdamW" : "Adam");
   const AdamOptions options{.lr = lr(), .beta1 = beta1_, .beta2 = beta2_, .eps = eps_, .weight_decay = weight_decay_};
   if (decoupled_) return std::make_unique<AdamW>(std::move(params), options);
   return std::make_unique<Adam>(std::move(params), options);

@@ -13,6 +13,7 @@ SGD::SGD(std::vector<Variable> params, SgdOptions options)
       dampening_(options.dampening),
       weight_decay_(options.weight_decay),
       nesterov_(options.nesterov),
+      exclude_1d_from_weight_decay_(options.exclude_1d_from_weight_decay),
       momentum_buffer_(add_buffer("momentum_buffer")) {
   DTRAIN_CHECK(momentum_ >= 0 && momentum_ < 1, "SGD: momentum must be in [0, 1), got {}", momentum_);
   DTRAIN_CHECK(dampening_ >= 0 && dampening_ <= 1, "SGD: dampening must be in [0, 1], got {}", dampening_);
@@ -28,7 +29,7 @@ void SGD::step() {
     // d is the update direction; it aliases the gradient until something must change it,
     // so plain SGD allocates nothing.
     Tensor d = grad;
-    if (weight_decay_ != 0) {
+    if (weight_decay_ != 0 && !(exclude_1d_from_weight_decay_ && p.dim() < 2)) {
       d = grad.clone();
       add_(d, p, weight_decay_);
     }
@@ -52,6 +53,10 @@ void SGD::step() {
 }
 
 std::unique_ptr<Optimizer> SGD::rebind(std::vector<Variable> params) const {
+  DTRAIN_CHECK(!exclude_1d_from_weight_decay_,
+               "SGD: cannot be rebound to other parameters (a parameter server's shards) with "
+               "exclude_1d_from_weight_decay: a shard is a slice of the flat parameter vector, whose shape no "
+               "longer tells a bias from a weight");
   return std::make_unique<SGD>(std::move(params), SgdOptions{.lr = lr(),
                                                              .momentum = momentum_,
                                                              .dampening = dampening_,

@@ -18,6 +18,12 @@ Tensor count_correct(const Tensor& logits, const Tensor& labels) {
   return sum(eq(argmax(logits, 1), labels.to(DType::i64)).to(DType::i64));
 }
 
+Tensor count_top_k_correct(const Tensor& logits, const Tensor& labels, int k) {
+  const Tensor label_logit = gather(logits, 1, labels.to(DType::i64).reshape({labels.numel(), 1}));
+  const Tensor above = sum(gt(logits, label_logit).to(DType::i64), {1});
+  return sum(lt(above, Tensor::scalar(k, {DType::i64, logits.device()})).to(DType::i64));
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -116,14 +122,21 @@ Trainer::Trainer(std::shared_ptr<dist::Strategy> strategy, TrainerData data, Tra
   strategy_->check_micro_batch(micro_batch_);
 
   const bool pin = strategy_->device().is_cuda();  // batches upload while the GPU computes
-  auto sampler = std::make_shared<data::DistributedSampler>(data_.train->size(), shard.index, shard.count, data_.seed);
+  // A dataset stored in shards picks each rank's share itself (whole shards, read in order).
+  std::shared_ptr<const data::Sampler> sampler = data_.train->rank_sampler(shard.index, shard.count, data_.seed, true);
+  if (!sampler) {
+    sampler = std::make_shared<data::DistributedSampler>(data_.train->size(), shard.index, shard.count, data_.seed);
+  }
   train_loader_ = std::make_unique<data::DataLoader>(
       data_.train, data::DataLoaderOptions{.batch_size = micro_batch_, .workers = data_.workers, .pin_memory = pin},
       sampler);
   if (data_.test) {
-    test_loader_ = std::make_unique<data::DataLoader>(
-        data::Subset::shard(data_.test, shard.index, shard.count),
-        data::DataLoaderOptions{.batch_size = data_.eval_batch_size, .workers = data_.workers, .pin_memory = pin});
+    const data::DataLoaderOptions eval{.batch_size = data_.eval_batch_size, .workers = data_.workers, .pin_memory = pin};
+    if (auto share = data_.test->rank_sampler(shard.index, shard.count, data_.seed, false)) {
+      test_loader_ = std::make_unique<data::DataLoader>(data_.test, eval, std::move(share));
+    } else {
+      test_loader_ = std::make_unique<data::DataLoader>(data::Subset::shard(data_.test, shard.index, shard.count), eval);
+    }
   }
   if (strategy_->reports() && !options_.metrics.empty()) metrics_ = std::make_unique<MetricsLog>(options_.metrics);
 
@@ -133,8 +146,18 @@ Trainer::Trainer(std::shared_ptr<dist::Strategy> strategy, TrainerData data, Tra
                    .autocast = options_.autocast,
                    .scaler = scaler_.enabled() ? &scaler_ : nullptr,
                    .clip_grad_norm = options_.clip_grad_norm};
+  DTRAIN_CHECK(options_.top_k >= 0, "Trainer: top_k must be >= 0 (0: off), got {}", options_.top_k);
+  // With top-k the evaluation's "correct" is the pair (top-1, top-k): the strategies only add
+  // these tensors up, whatever their shape.
+  const int k = options_.top_k;
+  dist::CorrectFn correct = count_correct;
+  if (k > 1) {
+    correct = [k](const Tensor& logits, const Tensor& labels) {
+      return stack({count_correct(logits, labels), count_top_k_correct(logits, labels, k)}, 0);
+    };
+  }
   eval_config_ = {.loss = [](const Variable& out, const Tensor& y) { return cross_entropy(out, y); },
-                  .correct = count_correct,
+                  .correct = correct,
                   .autocast = options_.autocast};
 }
 
@@ -173,6 +196,8 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
                     options_.verbose && strategy_->reports(), options_.out);
   progress.set_sample_scale(shards);
   RunningSums sums(device);
+  const std::int64_t skipped_before = data_.train->bad_samples_skipped();
+  const double waited_before = train_loader_->wait_seconds();
   train_loader_->set_epoch(epoch - 1);
   strategy_->begin_epoch(epoch - 1);
 
@@ -275,6 +300,9 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
   summary.strategy_report = stop ? std::move(report) : strategy_->end_epoch();
   // loss sum, finite, non-finite, correct, counted, samples
   const std::vector<double> t = sums.totals(*strategy_);
+  summary.bad_samples_skipped = static_cast<std::int64_t>(
+      over_ranks(*strategy_, {static_cast<double>(data_.train->bad_samples_skipped() - skipped_before)})[0]);
+  summary.loader_wait_s = train_loader_->wait_seconds() - waited_before;
   summary.epoch = epoch;
   summary.nonfinite_updates = static_cast<std::int64_t>(t[2]);
   DTRAIN_CHECK(!unscaled || summary.nonfinite_updates == 0,
@@ -319,7 +347,8 @@ EvalResult Trainer::evaluate() {
   NoGradGuard no_grad;
   const Device device = strategy_->device();
   Tensor loss_sum = Tensor::zeros({}, {DType::f64, device});
-  Tensor correct = Tensor::zeros({}, {DType::i64, device});
+  const bool top_k = options_.top_k > 1;
+  Tensor correct = Tensor::zeros(top_k ? Shape{2} : Shape{}, {DType::i64, device});
   std::int64_t samples = 0;
   for (const data::Batch& batch : *test_loader_) {
     const dist::MicroBatch b{batch.inputs.to(device, /*non_blocking=*/true),
@@ -331,9 +360,13 @@ EvalResult Trainer::evaluate() {
   }
   model.train(was_training);
   // One read per evaluation, then the sums of every shard.
-  const auto v = over_ranks(*strategy_, {loss_sum.item(), static_cast<double>(correct.item<std::int64_t>()),
-                                         static_cast<double>(samples)});
-  return {v[0], static_cast<std::int64_t>(v[1]), static_cast<std::int64_t>(v[2])};
+  const std::vector<std::int64_t> counts = correct.to(Device::cpu()).reshape({-1}).to_vector<std::int64_t>();
+  const auto v = over_ranks(*strategy_, {loss_sum.item(), static_cast<double>(counts[0]),
+                                         static_cast<double>(top_k ? counts[1] : 0), static_cast<double>(samples)});
+  return {.loss_sum = v[0],
+          .correct = static_cast<std::int64_t>(v[1]),
+          .correct_top_k = static_cast<std::int64_t>(v[2]),
+          .samples = static_cast<std::int64_t>(v[3])};
 }
 
 void Trainer::report(const EpochSummary& s) const {
@@ -342,9 +375,12 @@ void Trainer::report(const EpochSummary& s) const {
     std::string test = test_loader_ ? fmt::format(", test loss {:.4f}, test accuracy {:.2f}%", s.test_loss,
                                                   100 * s.test_accuracy)
                                     : "";
+    if (test_loader_ && options_.top_k > 1) test += fmt::format(", top-{} {:.2f}%", options_.top_k, 100 * s.test_top_k_accuracy);
     std::string notes =
         s.replica_divergence ? fmt::format(", replica max diff {:.3g}", *s.replica_divergence) : "";
     if (!s.strategy_report.text.empty()) notes += ", " + s.strategy_report.text;
+    if (s.bad_samples_skipped > 0) notes += fmt::format(", {} bad sample(s) skipped", s.bad_samples_skipped);
+    if (s.loader_wait_s >= 0.05) notes += fmt::format(", waited {:.1f} s for data", s.loader_wait_s);
     if (train_config_.scaler && s.nonfinite_updates > 0) {
       notes += fmt::format(", {} update(s) skipped for inf/NaN (loss scale {:g})", s.nonfinite_updates,
                               scaler_.scale_value());
@@ -359,6 +395,9 @@ void Trainer::report(const EpochSummary& s) const {
                                                      {"train_loss", s.train_loss},
                                                      {"train_accuracy", s.train_accuracy}};
   if (test_loader_) values.insert(values.end(), {{"test_loss", s.test_loss}, {"test_accuracy", s.test_accuracy}});
+  if (test_loader_ && options_.top_k > 1) values.emplace_back(fmt::format("test_top{}_accuracy", options_.top_k), s.test_top_k_accuracy);
+  values.insert(values.end(), {{"bad_samples_skipped", static_cast<double>(s.bad_samples_skipped)},
+                               {"loader_wait_s", s.loader_wait_s}});
   values.insert(values.end(), {{"samples_per_s", s.samples_per_s}, {"seconds", s.seconds}});
   if (s.replica_divergence) values.emplace_back("replica_max_diff", *s.replica_divergence);
   if (train_config_.scaler) {
@@ -387,6 +426,7 @@ FitResult Trainer::fit(optim::Optimizer& optimizer, const optim::LrSchedule* sch
       const EvalResult e = early_evaluation_ ? *early_evaluation_ : evaluate();
       summary.test_loss = e.loss();
       summary.test_accuracy = e.accuracy();
+      summary.test_top_k_accuracy = e.top_k_accuracy();
     }
     if (options_.check_replicas) summary.replica_divergence = strategy_->replica_divergence();
     report(summary);

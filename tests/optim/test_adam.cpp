@@ -142,4 +142,29 @@ TEST_CASE("Adam rejects invalid options, naming them", "[cpu][optim]") {
   CHECK_NOTHROW(adam({.beta1 = 0.0, .beta2 = 0.0}));
 }
 
+TEST_CASE("Adam and AdamW exclude_1d_from_weight_decay spare 1-D parameters and decay the rest", "[cpu][optim]") {
+  const bool adamw = GENERATE(false, true);
+  INFO((adamw ? "AdamW" : "Adam"));
+  const Case c{{.lr = 0.05, .weight_decay = 0.3, .exclude_1d_from_weight_decay = true}, adamw, 0.3};
+  std::vector<double> p0 = {0.5, -1.0, 2.0, 0.25, -0.75, 1.5};
+  std::vector<double> p1 = {3.0, -2.0, 1e-3};
+  Variable weight = f64_param(p0, {3, 2});
+  Variable bias = f64_param(p1, {3});
+  auto adam = make(c, {weight, bias});
+  ReferenceAdam ref_weight = reference(c);
+  ReferenceAdam ref_bias = reference({c.options, adamw, 0.0});
+  for (int k = 0; k < 5; ++k) {
+    set_grad(weight, grad_at(k, 6));
+    set_grad(bias, grad_at(k, 3, 2.0));
+    adam->step();
+    ref_weight.step(p0, grad_at(k, 6));
+    ref_bias.step(p1, grad_at(k, 3, 2.0));
+    require_values(weight, p0, 1e-11);
+    require_values(bias, p1, 1e-11);
+  }
+  // A parameter server's shards are flat slices: every one would look like a bias.
+  CHECK_THROWS_WITH(adam->rebind({f64_param({1.0, 2.0}, {2})}),
+                    Catch::Contains(adamw ? "AdamW" : "Adam") && Catch::Contains("exclude_1d_from_weight_decay"));
+}
+
 }  // namespace dtrain::optim::test

@@ -105,4 +105,27 @@ TEST_CASE("SGD rejects invalid options, naming them", "[cpu][optim]") {
   CHECK_NOTHROW(make({.lr = 0.1, .momentum = 0.9, .nesterov = true}));
 }
 
+TEST_CASE("SGD exclude_1d_from_weight_decay spares 1-D parameters and decays the rest", "[cpu][optim]") {
+  const SgdOptions options{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.2, .exclude_1d_from_weight_decay = true};
+  std::vector<double> p0 = {0.5, -1.0, 2.0, 0.25, -0.75, 1.5};
+  std::vector<double> p1 = {3.0, -2.0};
+  Variable weight = f64_param(p0, {2, 3});
+  Variable bias = f64_param(p1, {2});
+  SGD sgd({weight, bias}, options);
+  ReferenceSgd ref_weight{options, {}};
+  ReferenceSgd ref_bias{{.lr = 0.1, .momentum = 0.9}, {}};
+  for (int k = 0; k < 4; ++k) {
+    set_grad(weight, grad_at(k, 6));
+    set_grad(bias, grad_at(k, 2, 1.0));
+    sgd.step();
+    ref_weight.step(p0, grad_at(k, 6));
+    ref_bias.step(p1, grad_at(k, 2, 1.0));
+    require_values(weight, p0);
+    require_values(bias, p1);
+  }
+  // A parameter server's shards are flat slices: every one would look like a bias.
+  CHECK_THROWS_WITH(sgd.rebind({f64_param({1.0, 2.0}, {2})}),
+                    Catch::Contains("SGD") && Catch::Contains("exclude_1d_from_weight_decay"));
+}
+
 }  // namespace dtrain::optim::test

@@ -231,6 +231,20 @@ TEST_CASE("count_correct compares argmax with labels on the device", "[train][cp
   CHECK(n.item() == 2);
 }
 
+TEST_CASE("count_top_k_correct counts labels among the k highest logits", "[train][cpu]") {
+  // Row 0: label 3 is the 2nd highest; row 1: label 0 is the 4th; row 2: label 1 ties the
+  // highest (a tie counts for the label).
+  Tensor logits = Tensor::from_vector<float>({0.1f, 0.5f, 0.2f, 0.4f,  //
+                                              0.1f, 0.9f, 0.8f, 0.7f,  //
+                                              1.0f, 1.0f, 0.0f, 0.0f},
+                                             {3, 4});
+  const Tensor labels = Tensor::from_vector<std::int64_t>({3, 0, 1}, {3});
+  CHECK(train::count_top_k_correct(logits, labels, 1).item() == 1);
+  CHECK(train::count_top_k_correct(logits, labels, 2).item() == 2);
+  CHECK(train::count_top_k_correct(logits, labels, 3).item() == 2);
+  CHECK(train::count_top_k_correct(logits, labels, 4).item() == 3);
+}
+
 TEST_CASE("MetricsLog writes one JSON object per line", "[train][cpu]") {
   test::TempDir dir;
   {

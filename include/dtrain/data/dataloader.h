@@ -20,6 +20,7 @@
 #include "dtrain/data/dataset.h"
 #include "dtrain/data/sampler.h"
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -60,6 +61,9 @@ class DataLoader {
   void set_epoch(std::int64_t epoch);
   std::int64_t epoch() const { return epoch_; }
   const DataLoaderOptions& options() const { return options_; }
+  // Seconds the consumer has waited for a batch that was not ready yet, summed over every
+  // pass so far: zero when the workers keep ahead of the training step.
+  double wait_seconds() const;
 
   // Input iterator over one pass. All copies of an iterator share the pass: incrementing
   // one advances them all. Dereferencing waits for the batch (and rethrows its error).
@@ -97,6 +101,7 @@ class DataLoader {
   DataLoaderOptions options_;
   std::int64_t epoch_ = 0;
   std::weak_ptr<Pass> active_;  // the iterators own the pass; the loader only stops it
+  std::shared_ptr<std::atomic<std::int64_t>> waited_ns_ = std::make_shared<std::atomic<std::int64_t>>(0);
 };
 
 }  // namespace dtrain::data

@@ -4,9 +4,12 @@
 #include "dtrain/tensor/tensor.h"
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace dtrain::data {
+
+class Sampler;
 
 // One sample: the model input and its target (for classification, an i64 scalar label).
 struct Example {
@@ -33,6 +36,22 @@ class Dataset {
   // dtype (it needs at least one index to learn them); datasets that can fill the batch
   // tensors directly override it for speed.
   virtual Batch get_batch(const std::vector<std::int64_t>& indices) const;
+  // The batch as epoch `epoch` (>= 0) sees it. Datasets with random augmentation draw it
+  // from (their seed, epoch, index), so that every epoch sees fresh crops and a rerun the
+  // same ones; the default ignores the epoch. The data loader calls this one.
+  virtual Batch get_epoch_batch(const std::vector<std::int64_t>& indices, std::int64_t epoch) const;
+
+  // Samples left out so far because they could not be read or decoded (a dataset told to
+  // skip bad data rather than fail); 0 for datasets that never skip.
+  virtual std::int64_t bad_samples_skipped() const;
+
+  // This rank's share of the dataset and its order, for datasets whose storage dictates
+  // one (records in shards, read as streams): a sampler over this dataset's indices for
+  // rank `rank` of `world_size`, shuffled by (seed, epoch) when `training`. Every rank's
+  // sampler must have the same size() when training (the ranks step together). Null (the
+  // default): the Trainer uses a DistributedSampler, and a strided Subset to evaluate.
+  virtual std::shared_ptr<const Sampler> rank_sampler(int rank, int world_size, std::uint64_t seed,
+                                                      bool training) const;
 };
 
 }  // namespace dtrain::data

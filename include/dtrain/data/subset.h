@@ -23,9 +23,12 @@ class Subset final : public Dataset {
   std::int64_t size() const override { return static_cast<std::int64_t>(indices_.size()); }
   Example get(std::int64_t index) const override;
   Batch get_batch(const std::vector<std::int64_t>& indices) const override;
+  Batch get_epoch_batch(const std::vector<std::int64_t>& indices, std::int64_t epoch) const override;
+  std::int64_t bad_samples_skipped() const override { return dataset_->bad_samples_skipped(); }
 
  private:
   std::int64_t map(std::int64_t index) const;
+  std::vector<std::int64_t> map(const std::vector<std::int64_t>& indices) const;
 
   std::shared_ptr<const Dataset> dataset_;
   std::vector<std::int64_t> indices_;

@@ -31,6 +31,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -167,5 +168,12 @@ CommunicatorPtr world(const CommunicatorOptions& options = {});
 // way (main() returns non-zero; a watchdog fails the stalled operation, which then throws).
 // For main() and the watchdogs; library code throws instead.
 void abort_job(const std::string& message);
+
+// The body of a program's main(): runs body(world(options)) and returns its exit code. An
+// error (dtrain::Error or any std::exception) prints "<program>: error: <message>" and
+// returns 1; under mpirun it ends the whole job instead (abort_job), since the other ranks
+// would wait for this one in their next collective.
+int run_program(const char* program, const std::function<int(const CommunicatorPtr&)>& body,
+                const CommunicatorOptions& options = {});
 
 }  // namespace dtrain::dist

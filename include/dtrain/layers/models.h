@@ -24,4 +24,10 @@ enum class ResNetStem {
 // ResNet-18/34 (basic blocks) and ResNet-50 (bottlenecks), torchvision layout and init.
 std::shared_ptr<Sequential> resnet(int depth, std::int64_t classes = 1000, ResNetStem stem = ResNetStem::ImageNet);
 
+// The CIFAR ResNets of He et al. 2015, section 4.2 (ResNet-20, 32, 44, 56, 110: depth
+// 6n + 2): conv3x3-16, three stages of n basic blocks of widths 16, 32, 64 (the last two
+// halving the size), global average pool, fc. Shortcuts that change shape are 1x1
+// projections (the paper's option B) rather than zero padding. For small images (32x32).
+std::shared_ptr<Sequential> resnet_cifar(int depth, std::int64_t classes = 10, std::int64_t in_channels = 3);
+
 }  // namespace dtrain::nn

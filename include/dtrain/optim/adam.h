@@ -15,17 +15,23 @@ struct AdamOptions {
   double eps = 1e-8;     // > 0
   // >= 0; unset means PyTorch's default for the optimizer: 0 for Adam, 1e-2 for AdamW.
   std::optional<double> weight_decay = std::nullopt;
+  // Parameters with fewer than 2 dimensions (biases, batch- and layer-norm scales and
+  // shifts) get no weight decay, as in BERT's recipe; false is torch's behaviour.
+  bool exclude_1d_from_weight_decay = false;
 };
 
 // Per parameter, at its t-th update, with g its gradient:
 //   Adam:  g += weight_decay * p                   (L2, through the moments)
 //   AdamW: p *= 1 - lr * weight_decay              (decoupled, before the Adam step)
+//   (neither for a 1-D parameter with exclude_1d_from_weight_decay)
 //   m = beta1 * m + (1 - beta1) * g;   v = beta2 * v + (1 - beta2) * g^2
 //   p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 class Adam : public Optimizer {
  public:
   Adam(std::vector<Variable> params, AdamOptions options = {});
   void step() override;
+  // Throws with exclude_1d_from_weight_decay: a parameter server's shards are slices of a
+  // flat parameter vector, whose shapes no longer tell a bias from a weight.
   std::unique_ptr<Optimizer> rebind(std::vector<Variable> params) const override;
 
  protected:
@@ -37,6 +43,7 @@ class Adam : public Optimizer {
   double eps_;
   double weight_decay_;
   bool decoupled_;
+  bool exclude_1d_from_weight_decay_;
   std::size_t exp_avg_;     // buffer ids: first moment m
   std::size_t exp_avg_sq_;  // second moment v
 };

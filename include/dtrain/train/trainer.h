@@ -60,6 +60,9 @@ struct TrainerOptions {
   int accumulate = 1;  // micro-batches per optimizer update (gradient accumulation)
   double clip_grad_norm = 0;    // > 0: clip the gradients' global L2 norm to this
   double label_smoothing = 0;  // training loss only, in [0, 1)
+  // > 1: evaluation also counts top-k accuracy (a sample is right when its label is among
+  // the k highest logits; ImageNet reports k = 5).
+  int top_k = 0;
   std::optional<DType> autocast = std::nullopt;
   // Dynamic loss scaling (for f16); disabled by default.
   optim::LossScalerOptions loss_scaler = {.enabled = false};
@@ -86,11 +89,17 @@ struct EpochSummary {
   std::int64_t nonfinite_updates = 0;
   double test_loss = 0;       // over the whole test set (all shards)
   double test_accuracy = 0;
+  double test_top_k_accuracy = 0;  // with TrainerOptions::top_k
   std::int64_t samples = 0;   // over all ranks (a DistributedSampler's padding included)
   std::int64_t updates = 0;   // this rank's
   double samples_per_s = 0;   // over all shards
   double seconds = 0;
   std::optional<double> replica_divergence = std::nullopt;
+  // Training samples the dataset left out as unreadable this epoch, over all ranks.
+  std::int64_t bad_samples_skipped = 0;
+  // Seconds the reporting rank's training step waited for its data loader this epoch: near
+  // zero when the loader keeps ahead.
+  double loader_wait_s = 0;
   dist::Strategy::EpochReport strategy_report = {};  // e.g. a parameter server's staleness
 };
 
@@ -115,9 +124,13 @@ struct StepEvent {
 struct EvalResult {
   double loss_sum = 0;
   std::int64_t correct = 0;
+  std::int64_t correct_top_k = 0;  // with TrainerOptions::top_k
   std::int64_t samples = 0;
   double loss() const { return samples ? loss_sum / static_cast<double>(samples) : 0; }
   double accuracy() const { return samples ? static_cast<double>(correct) / static_cast<double>(samples) : 0; }
+  double top_k_accuracy() const {
+    return samples ? static_cast<double>(correct_top_k) / static_cast<double>(samples) : 0;
+  }
 };
 
 class Trainer {
@@ -176,5 +189,8 @@ class Trainer {
 // Number of rows of `logits` (N, C) whose argmax equals `labels` (N), as an i64 scalar on
 // the logits' device.
 Tensor count_correct(const Tensor& logits, const Tensor& labels);
+// Number of rows whose label's logit has fewer than k logits above it (top-k correct; a
+// tie counts in the label's favour), as an i64 scalar on the logits' device.
+Tensor count_top_k_correct(const Tensor& logits, const Tensor& labels, int k);
 
 }  // namespace dtrain::train

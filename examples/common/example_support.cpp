@@ -1,0 +1,62 @@
+#include "common/example_support.h"
+
+#include "dtrain/core/error.h"
+#include "dtrain/optim/adam.h"
+#include "dtrain/optim/lamb.h"
+#include "dtrain/optim/lars.h"
+#include "dtrain/optim/sgd.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace dtrain::examples {
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& c, std::vector<Variable> params) {
+  if (c.name == "sgd") {
+    return std::make_unique<optim::SGD>(std::move(params),
+                                        optim::SgdOptions{.lr = c.lr,
+                                                          .momentum = c.momentum,
+                                                          .weight_decay = c.weight_decay,
+                                                          .nesterov = c.momentum > 0,
+                                                          .exclude_1d_from_weight_decay = c.exclude_1d});
+  }
+  if (c.name == "lars") {
+    return std::make_unique<optim::LARS>(
+        std::move(params),
+        optim::LarsOptions{.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay, .exclude_1d = c.exclude_1d});
+  }
+  if (c.name == "lamb") {
+    return std::make_unique<optim::LAMB>(
+        std::move(params), optim::LambOptions{.lr = c.lr, .weight_decay = c.weight_decay, .exclude_1d = c.exclude_1d});
+  }
+  optim::AdamOptions o{.lr = c.lr, .weight_decay = c.weight_decay, .exclude_1d_from_weight_decay = c.exclude_1d};
+  if (c.name == "adamw") return std::make_unique<optim::AdamW>(std::move(params), o);
+  DTRAIN_CHECK(c.name == "adam", "--optimizer {}: expected sgd, adam, adamw, lars or lamb", c.name);
+  return std::make_unique<optim::Adam>(std::move(params), o);
+}
+
+std::shared_ptr<const optim::LrSchedule> make_schedule(const ScheduleConfig& c, std::int64_t updates_per_epoch) {
+  const std::int64_t total = updates_per_epoch * c.epochs;
+  const auto warmup = static_cast<std::int64_t>(c.warmup_epochs * static_cast<double>(updates_per_epoch));
+  std::shared_ptr<const optim::LrSchedule> main;
+  if (c.name == "cosine") main = std::make_shared<optim::CosineLr>(c.lr, std::max<std::int64_t>(total - warmup, 1));
+  else if (c.name == "step") main = std::make_shared<optim::StepLr>(c.lr, std::max<std::int64_t>(total / 3, 1), 0.1);
+  else main = std::make_shared<optim::ConstantLr>(c.lr);
+  if (warmup == 0) return main;
+  return std::make_shared<optim::WarmupLr>(main, warmup, 0.1);
+}
+
+std::optional<DType> autocast_type(const std::string& precision) {
+  if (precision == "bf16") return DType::bf16;
+  if (precision == "f16") return DType::f16;
+  return std::nullopt;
+}
+
+int run_example(const char* program, double timeout_s, const std::function<int(const dist::CommunicatorPtr&)>& body) {
+  return dist::run_program(program, body,
+                           {.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000))});
+}
+
+}  // namespace dtrain::examples
