@@ -70,15 +70,15 @@ ImageFolderIndex index_split(const fs::path& dir, const std::vector<std::string>
 
 // Writes one split's samples into `out` and prints its summary line.
 void pack_split(const std::string& name, const ImageFolderIndex& index, dtrain::data::TarShardWriter& writer,
-                const fs::path& out, const Config& c, bool shuffled) {
+                const fs::path& out, const Config& c) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::size_t> order(index.entries.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   // The training loader mixes samples only within its shuffle buffer (a window of a few
   // thousand as it streams the shards), so a class-sorted order would reach it as long runs
-  // of one class: the shards themselves must already be in a random order. Validation stays
-  // sorted, which makes its shards easy to inspect.
-  if (shuffled) shuffle(order, c.seed);
+  // of one class: the shards themselves must already be in a random order. Validation is
+  // mixed too, so that its first N samples (train_imagenet --limit-test) span the classes.
+  shuffle(order, c.seed);
 
   dtrain::data::ShardSample sample{"", {{"jpg", {}}, {"cls", {}}}};
   for (std::size_t position = 0; position < order.size(); ++position) {
@@ -125,8 +125,8 @@ int run(const Config& c) {
   std::optional<dtrain::data::TarShardWriter> train_writer, val_writer;
   if (has_train) train_writer.emplace(out / "train", max_shard_bytes, c.prefix);
   if (has_val) val_writer.emplace(out / "val", max_shard_bytes, c.prefix);
-  if (has_train) pack_split("train", train_index, *train_writer, out / "train", c, /*shuffled=*/true);
-  if (has_val) pack_split("val", val_index, *val_writer, out / "val", c, /*shuffled=*/false);
+  if (has_train) pack_split("train", train_index, *train_writer, out / "train", c);
+  if (has_val) pack_split("val", val_index, *val_writer, out / "val", c);
   return 0;
 }
 
@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "Pack an image class-folder tree (SRC/train/<class>/*, SRC/val/<class>/*) into WebDataset-style tar shards "
       "(OUT/train/shard-000000.tar, ..., OUT/val/...) for train_imagenet --shards OUT. Files are stored unchanged; "
-      "training samples in a random order (--seed), validation ones sorted.",
+      "samples in a random order (--seed).",
       "dtrain-make-shards"};
   Config c;
   app.add_option("SRC", c.src, "the tree to pack: SRC/train and/or SRC/val, each holding one folder per class")

@@ -134,9 +134,9 @@ void add_flags(CLI::App& app, Config& c) {
   app.add_option("--seed", c.seed, "seed for initialization, shuffling and augmentation")->capture_default_str();
   app.add_option("--threads", c.threads, "intra-op threads (default: cores / local ranks)")->check(CLI::Range(1, 1024));
   app.add_option("--metrics", c.metrics, "write metrics as JSON lines to this file");
-  app.add_option("--limit-train", c.limit_train, "train on the first N images only (--synthetic: N random images)")
+  app.add_option("--limit-train", c.limit_train, "train on N images only: evenly spaced over the class folders, the first N of the (shuffled) shards, or N random inputs with --synthetic")
       ->check(CLI::PositiveNumber);
-  app.add_option("--limit-test", c.limit_test, "evaluate on the first N validation images only")
+  app.add_option("--limit-test", c.limit_test, "evaluate on N validation images only (chosen as for --limit-train)")
       ->check(CLI::PositiveNumber);
   app.add_option("--target-accuracy", c.target_accuracy, "stop once top-1 test accuracy (a fraction) reaches this")
       ->check(CLI::Range(0.0, 1.0));
@@ -182,6 +182,14 @@ Splits synthetic_splits(const Config& c, int size) {
   return {std::make_shared<data::Subset>(base, std::move(cycle)), nullptr, c.classes, "synthetic inputs"};
 }
 
+std::shared_ptr<const data::Dataset> evenly_spaced(std::shared_ptr<const data::Dataset> d, std::int64_t count) {
+  const std::int64_t n = d->size();
+  if (count >= n) return d;
+  std::vector<std::int64_t> indices(static_cast<std::size_t>(count));
+  for (std::int64_t i = 0; i < count; ++i) indices[static_cast<std::size_t>(i)] = i * n / count;
+  return std::make_shared<data::Subset>(std::move(d), std::move(indices));
+}
+
 Splits open_splits(const Config& c, int size) {
   if (c.synthetic) return synthetic_splits(c, size);
   data::ImageDatasetOptions images{.transform = {}, .seed = c.seed, .bad_images = data::parse_bad_image_policy(c.bad_images)};
@@ -206,8 +214,10 @@ Splits open_splits(const Config& c, int size) {
     auto train = data::ImageFolder::open(split_dir(c.data, "--data", "train"), images);
     auto test = data::ImageFolder::open(split_dir(c.data, "--data", "val"), eval, train->classes());
     s = {train, test, static_cast<std::int64_t>(train->classes().size()), c.data + " (class folders)"};
-    if (c.limit_train > 0) s.train = data::Subset::first(s.train, c.limit_train);
-    if (c.limit_test > 0) s.test = data::Subset::first(s.test, c.limit_test);
+    // Class folders are listed class by class: a limit takes evenly spaced images, so that
+    // every class keeps its share.
+    if (c.limit_train > 0) s.train = evenly_spaced(s.train, c.limit_train);
+    if (c.limit_test > 0) s.test = evenly_spaced(s.test, c.limit_test);
   }
   return s;
 }
