@@ -78,8 +78,9 @@ data::ImageDatasetOptions image_options(const Config& c) {
 // Untimed pass (epoch 0), then c.passes timed ones (epochs 1, 2, ...).
 Result loader_case(const Config& c, const std::string& name, std::shared_ptr<const data::Dataset> dataset,
                    std::shared_ptr<const data::Sampler> sampler) {
+  const bool shuffle = sampler == nullptr;  // not in the call: the sampler argument may be moved from first
   data::DataLoader loader(std::move(dataset),
-                          {.batch_size = c.batch, .shuffle = sampler == nullptr, .seed = c.seed, .workers = c.workers},
+                          {.batch_size = c.batch, .shuffle = shuffle, .seed = c.seed, .workers = c.workers},
                           std::move(sampler));
   const auto pass = [&loader](std::int64_t epoch) {
     loader.set_epoch(epoch);

@@ -5,9 +5,14 @@
 # 16) at 1 and 2 threads; then the time to 90% Fashion-MNIST test accuracy of
 # train_mnist --model cnn against pytorch_mnist_tta.py at 1 and 2 threads. Prints the
 # machine's description and the tables (stdout), the JSON lines as they come.
-#   bench/peers/run_train_comparison.sh [BUILD_DIR] [--quick] [--raw FILE]
+#   bench/peers/run_train_comparison.sh [BUILD_DIR] [--quick] [--raw FILE] [--case "MODEL BATCH STEPS WARMUP"]...
+#                                       [--reps N] [--no-tta]
 # BUILD_DIR: the CMake build directory holding bench/bench_train and examples/train_mnist
 # (default build/release; --build DIR works too). --raw: also write the JSON lines to FILE.
+# --case (repeatable): measure these throughput cases instead of the default list, e.g.
+# --case "resnet50_224 8 4 1". --reps N: N alternating repetitions of the throughput part
+# (default 1), each JSON line tagged with its "rep"; the table gives medians and the spread.
+# --no-tta: skip the time-to-accuracy part (train_mnist is then not needed).
 # --quick: a step or two per case and a short training, to check the script rather than
 # to measure. About 30 minutes on 2 vCPUs otherwise; do not run it while anything else
 # loads the machine.
@@ -21,12 +26,20 @@ peers=$root/bench/peers
 build=$root/build/release
 quick=0
 raw=
+custom_cases=()
+reps=1
+tta=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1; shift ;;
     --raw) raw=$2; shift 2 ;;
     --build) build=$(cd "$2" && pwd); shift 2 ;;
-    -*) echo "run_train_comparison: unknown argument '$1' (expected BUILD_DIR, --quick or --raw FILE)" >&2; exit 2 ;;
+    --case) custom_cases+=("$2"); shift 2 ;;
+    --reps) reps=$2; shift 2 ;;
+    --no-tta) tta=0; shift ;;
+    -*) echo "run_train_comparison: unknown argument '$1' (expected BUILD_DIR, --quick, --raw FILE, --case SPEC," \
+             "--reps N or --no-tta)" >&2
+        exit 2 ;;
     *) build=$(cd "$1" && pwd); shift ;;
   esac
 done
@@ -35,11 +48,14 @@ debian_python=/usr/bin/python3
 bench_train=$build/bench/bench_train
 train_mnist=$build/examples/train_mnist
 [ -x "$bench_train" ] || { echo "run_train_comparison: $bench_train not found (build the bench_train target)" >&2; exit 1; }
-[ -x "$train_mnist" ] || { echo "run_train_comparison: $train_mnist not found (build train_mnist)" >&2; exit 1; }
 [ -x "$venv_python" ] || { echo "run_train_comparison: $venv_python not found (run bench/peers/setup-venv.sh)" >&2; exit 1; }
-# Checked up front: finding out after half an hour of throughput cases would waste them.
-"$train_mnist" --help | grep -q -- --target-accuracy \
-  || { echo "run_train_comparison: $train_mnist has no --target-accuracy flag (rebuild it)" >&2; exit 1; }
+[[ "$reps" =~ ^[1-9][0-9]*$ ]] || { echo "run_train_comparison: --reps expects a positive integer, got '$reps'" >&2; exit 2; }
+if [ "$tta" = 1 ]; then
+  [ -x "$train_mnist" ] || { echo "run_train_comparison: $train_mnist not found (build train_mnist)" >&2; exit 1; }
+  # Checked up front: finding out after half an hour of throughput cases would waste them.
+  "$train_mnist" --help | grep -q -- --target-accuracy \
+    || { echo "run_train_comparison: $train_mnist has no --target-accuracy flag (rebuild it)" >&2; exit 1; }
+fi
 # Debian's torch links the generic libblas.so.3: OpenBLAS when that is the alternative
 # installed, whose kernel choice OPENBLAS_CORETYPE pins (the environment's Haswell is not
 # this CPU's best); the reference BLAS otherwise, which the machine line names.
@@ -68,6 +84,7 @@ if [ "$quick" = 1 ]; then
   target=0.3
   tta_limits=(--epochs 1 --limit-train 1280 --limit-test 500)
 fi
+[ ${#custom_cases[@]} -gt 0 ] && cases=("${custom_cases[@]}")
 
 torch_versions="torch $("$venv_python" -c 'import torch; print(torch.__version__)') ($venv_python)"
 if [ "$debian" = 1 ]; then
@@ -81,23 +98,29 @@ $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "machine: $machine"
 
 json_lines() { sed -n '/^{/p' | tee -a "$jsonl"; }
+# The throughput part's lines carry their repetition (bench_train's machine line too: harmless).
+rep_lines() { sed -n "/^{/s/^{/{\"rep\": $1, /p" | tee -a "$jsonl"; }
 
 # Per case and thread count all three in a row, so that they see similar machine load;
-# each in a fresh process, as OpenMP sizes its pool once per process.
-for c in "${cases[@]}"; do
-  read -r model batch steps warmup <<< "$c"
-  args=(--model "$model" --batch "$batch" --steps "$steps" --warmup "$warmup" --json)
-  for threads in 1 2; do
-    echo "== $model batch $batch, $threads thread(s): dtrain, torch (venv)$([ "$debian" = 1 ] && echo ', torch (Debian)')" >&2
-    "$bench_train" "${args[@]}" --threads "$threads" | json_lines
-    "$venv_python" "$peers/pytorch_train.py" "${args[@]}" --threads "$threads" | json_lines
-    if [ "$debian" = 1 ]; then
-      "${debian_env[@]}" "$debian_python" "$peers/pytorch_train.py" "${args[@]}" --threads "$threads" | json_lines
-    fi
+# each in a fresh process, as OpenMP sizes its pool once per process. Repetitions go round
+# all the cases, so that each case's are spread over the run.
+for rep in $(seq 1 "$reps"); do
+  for c in "${cases[@]}"; do
+    read -r model batch steps warmup <<< "$c"
+    args=(--model "$model" --batch "$batch" --steps "$steps" --warmup "$warmup" --json)
+    for threads in 1 2; do
+      echo "== $model batch $batch, $threads thread(s), repetition $rep of $reps: dtrain, torch (venv)$([ "$debian" = 1 ] \
+&& echo ', torch (Debian)')" >&2
+      "$bench_train" "${args[@]}" --threads "$threads" | rep_lines "$rep"
+      "$venv_python" "$peers/pytorch_train.py" "${args[@]}" --threads "$threads" | rep_lines "$rep"
+      if [ "$debian" = 1 ]; then
+        "${debian_env[@]}" "$debian_python" "$peers/pytorch_train.py" "${args[@]}" --threads "$threads" | rep_lines "$rep"
+      fi
+    done
   done
 done
 
-for threads in 1 2; do
+[ "$tta" = 1 ] && for threads in 1 2; do
   echo "== time to $target test accuracy, $threads thread(s): dtrain, then torch (venv)" >&2
   # The progress bar redraws with \r; keep the finished lines.
   "$train_mnist" --model cnn --threads "$threads" --target-accuracy "$target" "${tta_limits[@]}" | tr '\r' '\n' \

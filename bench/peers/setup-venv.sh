@@ -14,15 +14,19 @@ python3 -m venv "$venv"
 # PyPI's Linux torch wheel brings CUDA libraries along (about 4 GB of the 6.8 GB this
 # environment takes); it runs on CPU-only machines all the same.
 "$venv/bin/pip" install torch tensorflow-cpu
+# torchvision for ResNet-50 (pytorch_train.py) and the loader peer (torchvision_loader.py),
+# Pillow for that and make_loader_images.py. pip picks the newest torchvision that accepts
+# the installed torch (0.29.2, requiring torch >= 2.14, with torch 2.15.0).
+"$venv/bin/pip" install torchvision pillow
 # Keras 2 for MultiWorkerMirroredStrategy: Keras 3's model.fit fails under it. Without
 # --no-deps, tf-keras would install the `tensorflow` package over tensorflow-cpu.
 tf_version=$("$venv/bin/python" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null)
 "$venv/bin/pip" install --no-deps "tf-keras==$tf_version"
 
 "$venv/bin/python" - <<'PY'
-import torch, torch.distributed as dist
+import torch, torch.distributed as dist, torchvision
 assert dist.is_gloo_available(), "this torch build has no gloo backend"
-print(f"peers ready: torch {torch.__version__}", end="")
+print(f"peers ready: torch {torch.__version__}, torchvision {torchvision.__version__}", end="")
 PY
 "$venv/bin/python" -c 'import tensorflow as tf, tf_keras
 print(f", tensorflow {tf.__version__}, tf_keras {tf_keras.__version__}")' 2>/dev/null

@@ -10,6 +10,7 @@ Standard library only: runs under any python3.
 import argparse
 import json
 import re
+import statistics
 import sys
 
 # train_mnist --target-accuracy ends with one of these lines; the epoch lines before it
@@ -51,25 +52,46 @@ def ratio(numerator, denominator):
     return numerator / denominator if numerator and denominator else None
 
 
+def median(values):
+    return statistics.median(values) if values else None
+
+
+def spread(values, spec):
+    """' (min-max)' of several repetitions' values, '' of one."""
+    return f" ({min(values):{spec}}-{max(values):{spec}})" if len(values) > 1 else ""
+
+
 def throughput_table(rows):
     train = [r for r in rows if r.get("bench") == "train" and "framework" in r]  # not bench_train's machine line
     versions = list(dict.fromkeys(r["torch"] for r in train if r["framework"] == "pytorch"))
     cases = list(dict.fromkeys((r["model"], r["batch"], r["threads"]) for r in train))
-    by_key = {(r["framework"], r.get("torch"), r["model"], r["batch"], r["threads"]): r for r in train}
+    # samples/s per repetition (rows without "rep" are one repetition)
+    by_key = {}
+    for r in train:
+        key = (r["framework"], r.get("torch"), r["model"], r["batch"], r["threads"])
+        by_key.setdefault(key, {})[r.get("rep", 1)] = r["samples_per_s"]
+    reps = len({r.get("rep", 1) for r in train})
     print("Training-step throughput, one process: samples/s = batch / median step time;")
     print("ratio = dtrain samples/s / torch samples/s (above 1: dtrain is faster).")
-    header = f"{'case':<24} | {'dtrain':>9}"
+    wide = reps > 1
+    if wide:
+        print(f"Medians over {reps} alternating repetitions, (min-max); the ratio's over the repetitions' ratios.")
+    w_rate, w_ratio = (20, 19) if wide else (9, 7)
+    header = f"{'case':<24} | {'dtrain':>{w_rate}}"
     for v in versions:
-        header += f" | {'torch ' + v:>22}{'ratio':>7}"
+        header += f" | {'torch ' + v:>{max(w_rate, 22)}}{'ratio':>{w_ratio}}"
     print(header)
     for model, batch, threads in cases:
-        d = by_key.get(("dtrain", None, model, batch, threads))
-        d_rate = d["samples_per_s"] if d else None
-        line = f"{f'{model} b{batch} t{threads}':<24} | {fmt(d_rate, '.1f', 9)}"
+        d = by_key.get(("dtrain", None, model, batch, threads), {})
+        d_rate = median(list(d.values()))
+        line = f"{f'{model} b{batch} t{threads}':<24} | " + \
+            f"{fmt(d_rate, '.1f', 0)}{spread(list(d.values()), '.1f')}".rjust(w_rate)
         for v in versions:
-            p = by_key.get(("pytorch", v, model, batch, threads))
-            p_rate = p["samples_per_s"] if p else None
-            line += f" | {fmt(p_rate, '.1f', 22)}{fmt(ratio(d_rate, p_rate), '.2f', 7)}"
+            p = by_key.get(("pytorch", v, model, batch, threads), {})
+            p_rate = median(list(p.values()))
+            ratios = [d[k] / p[k] for k in d if k in p and p[k]]
+            line += " | " + f"{fmt(p_rate, '.1f', 0)}{spread(list(p.values()), '.1f')}".rjust(max(w_rate, 22))
+            line += f"{fmt(median(ratios), '.2f', 0)}{spread(ratios, '.2f')}".rjust(w_ratio)
         print(line)
 
 

@@ -12,6 +12,8 @@
 #include <sstream>
 #include <system_error>
 
+#include <unistd.h>
+
 namespace dtrain::data {
 namespace {
 
@@ -19,6 +21,10 @@ namespace fs = std::filesystem;
 
 constexpr const char* kCacheName = ".dtrain-index";
 constexpr const char* kCacheMagic = "dtrain-image-folder-index 1";
+// A folder modified this recently may change again within the same timestamp tick (file
+// systems stamp with a coarse clock), which the recorded time could not show: such a list
+// is not cached ("racy git" has the same rule).
+constexpr auto kSettled = std::chrono::seconds(2);
 
 bool hidden(const fs::path& p) { return p.filename().string().starts_with('.'); }
 
@@ -44,11 +50,7 @@ std::vector<std::pair<std::string, std::int64_t>> class_folders(const fs::path& 
 
 // Where the cached list of `root` lives: inside it when writable, else in the user's cache.
 fs::path cache_path(const fs::path& root) {
-  const fs::path inside = root / kCacheName;
-  {
-    std::ofstream probe(inside, std::ios::app);
-    if (probe) return inside;
-  }
+  if (::access(root.c_str(), W_OK) == 0) return root / kCacheName;
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   const char* home = std::getenv("HOME");
   const fs::path base = xdg && *xdg ? fs::path(xdg) : home && *home ? fs::path(home) / ".cache" : fs::temp_directory_path();
@@ -60,7 +62,9 @@ fs::path cache_path(const fs::path& root) {
 std::string cache_stamp(const fs::path& root, const std::vector<std::pair<std::string, std::int64_t>>& folders,
                         const std::vector<std::string>& classes) {
   std::ostringstream s;
-  s << kCacheMagic << '\n' << fs::absolute(root).lexically_normal().string() << '\n' << mtime_ns(root) << '\n';
+  // Not the split folder's own time: writing the cache into it changes that. Adding or
+  // removing a class folder changes the list below.
+  s << kCacheMagic << '\n' << fs::absolute(root).lexically_normal().string() << '\n';
   for (const auto& [name, t] : folders) s << name << '\t' << t << '\n';
   s << "classes";
   for (const auto& c : classes) s << '\t' << c;
@@ -81,6 +85,17 @@ bool read_cache(const fs::path& file, const std::string& stamp, ImageFolderIndex
     entries.push_back({line.substr(tab + 1), static_cast<std::int32_t>(std::strtol(line.c_str(), nullptr, 10))});
   }
   index.entries = std::move(entries);
+  return true;
+}
+
+bool settled(const std::vector<std::pair<std::string, std::int64_t>>& folders) {
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               fs::file_time_type::clock::now().time_since_epoch())
+                               .count();
+  const std::int64_t limit = now - std::chrono::duration_cast<std::chrono::nanoseconds>(kSettled).count();
+  for (const auto& f : folders) {
+    if (f.second > limit) return false;
+  }
   return true;
 }
 
@@ -134,7 +149,7 @@ ImageFolderIndex index_image_folder(const fs::path& split_dir, const std::vector
       std::sort(index.entries.begin() + static_cast<std::ptrdiff_t>(first), index.entries.end(),
                 [](const auto& a, const auto& b) { return a.path < b.path; });
     }
-    write_cache(cache, stamp, index);
+    if (settled(folders)) write_cache(cache, stamp, index);
   }
   std::vector<std::int64_t> per_class(index.classes.size(), 0);
   for (const auto& e : index.entries) ++per_class[static_cast<std::size_t>(e.label)];

@@ -11,7 +11,9 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -69,9 +71,23 @@ std::int64_t dominant_channel(const Tensor& inputs, std::int64_t row) {
 
 }  // namespace
 
+// Dates the folders of `root` an hour back, as if the tree had been there a while.
+static void age(const fs::path& root) {
+  const auto past = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  fs::last_write_time(root, past);
+  for (const auto& entry : fs::directory_iterator(root)) {
+    if (entry.is_directory()) fs::last_write_time(entry.path(), past);
+  }
+}
+
 TEST_CASE("index_image_folder sorts classes and files and caches the list", "[cpu][data]") {
   TempDir dir;
   make_tree(dir / "train", 3);
+  // A tree modified just now is listed but not cached: a change within the same timestamp
+  // tick would go unseen.
+  data::index_image_folder(dir / "train");
+  CHECK_FALSE(fs::exists(dir / "train" / ".dtrain-index"));
+  age(dir / "train");
   const auto index = data::index_image_folder(dir / "train");
   CHECK(index.classes == std::vector<std::string>{"blue", "green", "red"});
   REQUIRE(index.entries.size() == 9);
@@ -80,10 +96,19 @@ TEST_CASE("index_image_folder sorts classes and files and caches the list", "[cp
   CHECK(index.entries[8].path == "red/2.jpg");
   CHECK(index.entries[8].label == 2);
   CHECK(fs::exists(dir / "train" / ".dtrain-index"));
-  // The cached list is used while the folders are unchanged, and redone when one changes.
-  CHECK(data::index_image_folder(dir / "train").entries.size() == 9);
+  // The cached list is what is read (checked by tampering with it)...
+  {
+    std::ifstream in(dir / "train" / ".dtrain-index");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    text.replace(text.rfind("red/2.jpg"), 9, "red/X.jpg");
+    std::ofstream(dir / "train" / ".dtrain-index", std::ios::trunc) << text;
+  }
+  CHECK(data::index_image_folder(dir / "train").entries[8].path == "red/X.jpg");
+  // ...while the folders are unchanged; a changed one is listed again.
   write_bytes(dir / "train" / "red" / "9.jpg", jpeg_of(2));
-  CHECK(data::index_image_folder(dir / "train").entries.size() == 10);
+  const auto relisted = data::index_image_folder(dir / "train");
+  CHECK(relisted.entries.size() == 10);
+  CHECK(relisted.entries[8].path == "red/2.jpg");
   // A validation split takes the training classes; a class it lacks just has no samples.
   make_tree(dir / "val", 1);
   fs::remove_all(dir / "val" / "green");

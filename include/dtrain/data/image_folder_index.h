@@ -26,7 +26,8 @@ struct ImageFolderIndex {
 // "<split_dir>/.dtrain-index" when the folder is writable, else a file under
 // $XDG_CACHE_HOME/dtrain (or ~/.cache/dtrain) named after the folder's absolute path; it is
 // up to date when the split folder's and every class folder's modification times match
-// the ones it recorded. `classes`, when not empty, fixes the class list and labels (a
+// the ones it recorded (a folder modified in the last two seconds is not cached, since a
+// change within the same timestamp tick would go unseen). `classes`, when not empty, fixes the class list and labels (a
 // validation split takes the training split's): a folder not in it is an error, and a
 // class in it without a folder has no samples. Throws dtrain::Error naming the folder when
 // it is missing, unreadable or has no class folders.
