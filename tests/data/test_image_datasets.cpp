@@ -255,6 +255,22 @@ TEST_CASE("ShardedImages serves shards in any order and applies the bad-image po
   CHECK(seen.size() == 12);
   CHECK(std::adjacent_find(seen.begin(), seen.end()) == seen.end());
   require_error([&] { data::ShardedImages::open(dir / "empty", options); }, {"empty"});
+
+  // A shard cut short (after its listing was written): the samples past the cut are errors
+  // naming the shard, or skipped and counted.
+  const fs::path last = data::list_shards(out).back().path;
+  const auto listed = data::list_shards(out).back().samples;
+  fs::resize_file(last, fs::file_size(last) / 2);
+  options.images.bad_images = data::BadImagePolicy::Fail;
+  auto cut = data::ShardedImages::open(out, options);
+  std::vector<std::int64_t> tail;
+  for (std::int64_t i = cut->size() - listed; i < cut->size(); ++i) tail.push_back(i);
+  require_error([&] { cut->get_epoch_batch(tail, 0); }, {last.filename().string()});
+  options.images.bad_images = data::BadImagePolicy::Skip;
+  auto cut_lenient = data::ShardedImages::open(out, options);
+  tail.push_back(0);  // a good sample: a batch of nothing but bad ones is an error
+  CHECK(cut_lenient->get_epoch_batch(tail, 0).inputs.size(0) == listed + 1);
+  CHECK(cut_lenient->bad_samples_skipped() >= 1);
   fs::remove(out / "classes.txt");
   require_error([&] { data::ShardedImages::open(out, options); }, {"classes.txt"});
 }
