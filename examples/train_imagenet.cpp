@@ -64,6 +64,7 @@ struct Config {
   double label_smoothing = 0.1;
   double clip_grad_norm = 0;
   double min_crop_scale = 0.08;
+  double eval_crop_fraction = 0.875;
   std::vector<float> mean = {0.485f, 0.456f, 0.406f};
   std::vector<float> std = {0.229f, 0.224f, 0.225f};
   std::string bad_images = "fail";
@@ -116,6 +117,9 @@ void add_flags(CLI::App& app, Config& c) {
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--min-crop-scale", c.min_crop_scale, "RandomResizedCrop's smallest area fraction")
       ->check(CLI::Range(0.01, 1.0))->capture_default_str();
+  app.add_option("--eval-crop-fraction", c.eval_crop_fraction,
+                 "evaluation: resize to image-size / this, then center crop image-size (1: no border cut away)")
+      ->check(CLI::Range(0.1, 1.0))->capture_default_str();
   app.add_option("--mean", c.mean, "per-channel mean for normalization (R,G,B)")->delimiter(',')->expected(3)
       ->capture_default_str();
   app.add_option("--std", c.std, "per-channel standard deviation for normalization (R,G,B)")->delimiter(',')
@@ -195,6 +199,7 @@ Splits open_splits(const Config& c, int size) {
   data::ImageDatasetOptions images{.transform = {}, .seed = c.seed, .bad_images = data::parse_bad_image_policy(c.bad_images)};
   images.transform.size = size;
   images.transform.scale_min = c.min_crop_scale;
+  images.transform.crop_fraction = c.eval_crop_fraction;
   for (int k = 0; k < 3; ++k) {
     images.transform.mean[k] = c.mean[static_cast<std::size_t>(k)];
     images.transform.std[k] = c.std[static_cast<std::size_t>(k)];
