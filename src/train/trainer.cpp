@@ -271,7 +271,7 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
           const std::int64_t begin = b * micro_batch_;
           const std::vector<std::int64_t> indices(order.begin() + begin,
                                                   order.begin() + std::min(n, begin + micro_batch_));
-          staged.emplace_back(data_.train->get_batch(indices), device);
+          staged.emplace_back(data_.train->get_epoch_batch(indices, epoch - 1), device);
         }
         if (staged.empty()) break;
         run_update(first / options_.accumulate);
