@@ -43,28 +43,36 @@ std::vector<std::int64_t> dealt_samples(const std::vector<std::int64_t>& counts,
   return samples;
 }
 
+// Training deals whole shards, so every rank needs at least one.
+void check_shard_count(const std::vector<std::int64_t>& counts, int world_size) {
+  DTRAIN_CHECK(static_cast<int>(counts.size()) >= world_size,
+               "{} shard(s) for {} ranks: each rank reads whole shards, so make at least {} (a smaller --shard-size)",
+               counts.size(), world_size, world_size);
+}
+
 class ShardSampler final : public Sampler {
  public:
   ShardSampler(std::vector<std::int64_t> counts, int rank, int world_size, std::uint64_t seed, bool training,
                std::int64_t shuffle_buffer)
       : counts_(std::move(counts)), rank_(rank), world_size_(world_size), seed_(seed), training_(training),
         shuffle_buffer_(shuffle_buffer) {
-    std::int64_t total = 0;
-    for (auto c : counts_) total += c;
     if (training_) {
+      check_shard_count(counts_, world_size_);
+      std::int64_t total = 0;
+      for (auto c : counts_) total += c;
       size_ = (total + world_size_ - 1) / world_size_;
     } else {
+      // The same every evaluation: the shards in their stored order, dealt out once here.
       std::vector<std::int64_t> stored(counts_.size());
       for (std::size_t s = 0; s < stored.size(); ++s) stored[s] = static_cast<std::int64_t>(s);
-      size_ = static_cast<std::int64_t>(dealt_samples(counts_, stored, rank_, world_size_).size());
+      evaluation_ = dealt_samples(counts_, stored, rank_, world_size_);
+      size_ = static_cast<std::int64_t>(evaluation_.size());
     }
   }
 
   std::vector<std::int64_t> indices(std::int64_t epoch) const override {
     if (training_) return sharded_epoch_order(counts_, rank_, world_size_, seed_, epoch, shuffle_buffer_);
-    std::vector<std::int64_t> stored(counts_.size());
-    for (std::size_t s = 0; s < stored.size(); ++s) stored[s] = static_cast<std::int64_t>(s);
-    return dealt_samples(counts_, stored, rank_, world_size_);
+    return evaluation_;
   }
   std::int64_t size() const override { return size_; }
 
@@ -74,6 +82,7 @@ class ShardSampler final : public Sampler {
   std::uint64_t seed_;
   bool training_;
   std::int64_t shuffle_buffer_;
+  std::vector<std::int64_t> evaluation_;  // without training: this rank's samples
   std::int64_t size_ = 0;
 };
 
@@ -96,9 +105,7 @@ std::vector<std::int64_t> sharded_epoch_order(const std::vector<std::int64_t>& c
                                               std::uint64_t seed, std::int64_t epoch, std::int64_t shuffle_buffer) {
   DTRAIN_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "sharded order: rank {} outside [0, {})", rank,
                world_size);
-  DTRAIN_CHECK(static_cast<int>(counts.size()) >= world_size,
-               "{} shard(s) for {} ranks: each rank reads whole shards, so make at least {} (a smaller --shard-size)",
-               counts.size(), world_size, world_size);
+  check_shard_count(counts, world_size);
   DTRAIN_CHECK(shuffle_buffer >= 1, "sharded order: shuffle buffer must be >= 1, got {}", shuffle_buffer);
   std::int64_t total = 0;
   for (auto c : counts) total += c;
@@ -201,7 +208,6 @@ std::shared_ptr<const Sampler> ShardedImages::rank_sampler(int rank, int world_s
                                                            bool training) const {
   std::vector<std::int64_t> counts;
   for (std::size_t s = 0; s + 1 < first_.size(); ++s) counts.push_back(first_[s + 1] - first_[s]);
-  if (training) sharded_epoch_order(counts, rank, world_size, seed, 0, 1);  // checks the shard count up front
   return std::make_shared<ShardSampler>(std::move(counts), rank, world_size, seed, training, options_.shuffle_buffer);
 }
 
