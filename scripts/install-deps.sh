@@ -16,6 +16,7 @@ packages=(
   zlib1g-dev                                # .gz MNIST files
   libjpeg62-turbo-dev                       # JPEG decoding and encoding (ImageNet-style folders)
   libarchive-dev                            # tar shards of records (WebDataset layout)
+  libxxhash-dev                             # checkpoint checksums (XXH3, header-only)
   libopenmpi-dev openmpi-bin                # multi-process training
   catch2                                    # unit tests (v2)
   dataset-fashion-mnist                     # the example trainer's default data

@@ -88,6 +88,12 @@
 #include "dtrain/dist/strategy.h"
 #include "dtrain/dist/sync_batch_norm.h"
 
+#include "dtrain/checkpoint/atomic_file.h"
+#include "dtrain/checkpoint/manifest.h"
+#include "dtrain/checkpoint/safetensors.h"
+#include "dtrain/checkpoint/store.h"
+
+#include "dtrain/train/checkpointer.h"
 #include "dtrain/train/metrics_log.h"
 #include "dtrain/train/progress.h"
 #include "dtrain/train/trainer.h"

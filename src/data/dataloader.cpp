@@ -23,8 +23,8 @@ static_assert(std::input_iterator<DataLoader::Iterator>);
 class DataLoader::Pass {
  public:
   Pass(std::shared_ptr<const Dataset> dataset, std::vector<std::int64_t> indices, std::int64_t epoch,
-       std::int64_t batch_size, std::int64_t num_batches, int window, int workers, bool pin_memory,
-       std::shared_ptr<std::atomic<std::int64_t>> waited_ns)
+       std::int64_t batch_size, std::int64_t num_batches, std::int64_t first, int window, int workers,
+       bool pin_memory, std::shared_ptr<std::atomic<std::int64_t>> waited_ns)
       : dataset_(std::move(dataset)),
         waited_ns_(std::move(waited_ns)),
         indices_(std::move(indices)),
@@ -32,8 +32,11 @@ class DataLoader::Pass {
         batch_size_(batch_size),
         pin_memory_(pin_memory),
         num_batches_(num_batches),
-        slots_(static_cast<std::size_t>(window)) {
-    const auto threads = std::min<std::int64_t>(workers, num_batches_);
+        slots_(static_cast<std::size_t>(window)),
+        next_claim_(first),
+        taken_(first),
+        pos_(first) {
+    const auto threads = std::min<std::int64_t>(workers, num_batches_ - first);
     try {
       for (std::int64_t i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
     } catch (...) {
@@ -210,14 +213,18 @@ void DataLoader::set_epoch(std::int64_t epoch) {
   epoch_ = epoch;
 }
 
-DataLoader::Iterator DataLoader::begin() {
+DataLoader::Iterator DataLoader::begin() { return begin_at(0); }
+
+DataLoader::Iterator DataLoader::begin_at(std::int64_t first_batch) {
+  DTRAIN_CHECK(first_batch >= 0 && first_batch <= num_batches(),
+               "DataLoader::begin_at: batch {} is outside the epoch's {} batches", first_batch, num_batches());
   if (auto previous = active_.lock()) previous->supersede();
   std::vector<std::int64_t> indices = sampler_->indices(epoch_);
   DTRAIN_CHECK(std::ssize(indices) == sampler_->size(),
                "DataLoader: the sampler returned {} indices for epoch {} but its size() is {}", indices.size(), epoch_,
                sampler_->size());
   auto pass = std::make_shared<Pass>(dataset_, std::move(indices), epoch_, options_.batch_size, num_batches(),
-                                     std::max(options_.prefetch_batches, options_.workers), options_.workers,
+                                     first_batch, std::max(options_.prefetch_batches, options_.workers), options_.workers,
                                      options_.pin_memory, waited_ns_);
   active_ = pass;
   return Iterator(std::move(pass));

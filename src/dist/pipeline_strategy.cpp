@@ -355,6 +355,14 @@ std::optional<double> PipelineStrategy::replica_divergence() {
   return d.item();
 }
 
+Strategy::CheckpointRole PipelineStrategy::checkpoint_role() const {
+  return {.rank = world_->rank(),
+          .ranks = world_->size(),
+          .part = replica_ == 0 ? fmt::format("stage{}", stage_) : "",
+          .stages = options_.stages,
+          .replicas = replicas_};
+}
+
 nn::StateDict PipelineStrategy::checkpoint_state() const {
   return replica_ == 0 ? Strategy::checkpoint_state() : nn::StateDict{};
 }

@@ -49,6 +49,11 @@ StepStats ParameterServerStrategy::train_step(std::span<const MicroBatch> micro,
   return Strategy::train_step(micro, optimizer, config);
 }
 
+Strategy::CheckpointRole ParameterServerStrategy::checkpoint_role() const {
+  DTRAIN_FAIL("checkpoints: parameter-server jobs cannot save or resume yet (their servers hold the optimizer state); "
+              "use the data-parallel or pipeline strategy, or train without --checkpoint-dir");
+}
+
 nn::StateDict ParameterServerStrategy::checkpoint_state() const {
   return world_->rank() == 0 ? Strategy::checkpoint_state() : nn::StateDict{};
 }

@@ -5,12 +5,14 @@
 #include "dtrain/data/subset.h"
 #include "dtrain/tensor/upload.h"
 #include "dtrain/train/progress.h"
+#include "train/fault_injection.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <utility>
 
 namespace dtrain::train {
 
@@ -67,6 +69,24 @@ class RunningSums {
   std::int64_t nonfinite() const { return losses_ - finite_.item<std::int64_t>(); }
   std::int64_t updates() const { return updates_; }
   std::int64_t samples() const { return samples_; }
+
+  // This rank's sums so far, for a checkpoint (reading waits for the device), and back.
+  std::vector<double> values() const {
+    return {loss_sum_.item(), static_cast<double>(finite_.item<std::int64_t>()),
+            static_cast<double>(correct_.item<std::int64_t>()), static_cast<double>(counted_),
+            static_cast<double>(losses_), static_cast<double>(updates_), static_cast<double>(samples_)};
+  }
+  void restore(const std::vector<double>& v) {
+    DTRAIN_CHECK(v.size() == 7, "checkpoint: the epoch sums hold {} values, expected 7", v.size());
+    const Device device = loss_sum_.device();
+    loss_sum_ = Tensor::full({}, v[0], {DType::f64, device});
+    finite_ = Tensor::full({}, v[1], {DType::i64, device});
+    correct_ = Tensor::full({}, v[2], {DType::i64, device});
+    counted_ = static_cast<std::int64_t>(v[3]);
+    losses_ = static_cast<std::int64_t>(v[4]);
+    updates_ = static_cast<std::int64_t>(v[5]);
+    samples_ = static_cast<std::int64_t>(v[6]);
+  }
 
   // The epoch's sums over every rank (a collective): [loss sum, finite losses, non-finite
   // losses, correct, samples counted for accuracy, samples].
@@ -139,6 +159,9 @@ Trainer::Trainer(std::shared_ptr<dist::Strategy> strategy, TrainerData data, Tra
     }
   }
   if (strategy_->reports() && !options_.metrics.empty()) metrics_ = std::make_unique<MetricsLog>(options_.metrics);
+  if (!options_.checkpoint.dir.empty() || !options_.checkpoint.resume.empty()) {
+    checkpointer_ = std::make_unique<Checkpointer>(options_.checkpoint, *strategy_);
+  }
 
   const double smoothing = options_.label_smoothing;
   train_config_ = {.loss = [smoothing](const Variable& out, const Tensor& y) { return cross_entropy(out, y, smoothing); },
@@ -196,6 +219,9 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
                     options_.verbose && strategy_->reports(), options_.out);
   progress.set_sample_scale(shards);
   RunningSums sums(device);
+  // A resumed epoch continues from its first update not done, with its sums so far.
+  const std::int64_t first_step = std::exchange(resume_step_, 0);
+  if (first_step > 0) sums.restore(resume_sums_);
   const std::int64_t skipped_before = data_.train->bad_samples_skipped();
   const double waited_before = train_loader_->wait_seconds();
   train_loader_->set_epoch(epoch - 1);
@@ -230,6 +256,13 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
     for (const auto& callback : step_callbacks_) {
       callback({.epoch = epoch, .step = step, .global_step = global_step_, .lr = optimizer.lr(), .stats = &stats});
     }
+    if (!checkpointer_) return;
+    fault::maybe_kill_at_step(strategy_->checkpoint_role().rank, global_step_);
+    // The epoch's last update is saved by the end-of-epoch checkpoint, after its evaluation.
+    const std::int64_t every = checkpointer_->options().every;
+    if (every > 0 && global_step_ % every == 0 && step < updates && !checkpointer_->options().dir.empty()) {
+      save_checkpoint(optimizer, epoch, step, sums.values());
+    }
   };
 
   // Evaluation points split the epoch into `parts` stretches of `span` updates each.
@@ -240,7 +273,7 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
   dist::Strategy::EpochReport report;  // the strategy's, for the epoch so far
   // At the end of stretch `part` (not the last): the strategy's ranks take one model, all
   // evaluate, and the next stretch starts unless the target was reached.
-  const auto checkpoint = [&](int part) {
+  const auto evaluation_point = [&](int part) {
     if (part + 1 >= parts || span * (part + 1) >= updates) return;
     const auto paused = Clock::now();
     report = strategy_->end_epoch();
@@ -276,10 +309,10 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
         if (staged.empty()) break;
         run_update(first / options_.accumulate);
       }
-      checkpoint(part);
+      evaluation_point(part);
     }
   } else {
-    auto it = train_loader_->begin();
+    auto it = train_loader_->begin_at(first_step * options_.accumulate);
     const auto end = train_loader_->end();
     std::optional<Staged> next;
     if (it != end) next.emplace(*it, device);
@@ -289,7 +322,7 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
       if (++it != end) next.emplace(*it, device);  // queued before this step's kernels
       if (next && static_cast<int>(staged.size()) < options_.accumulate) continue;
       run_update(sums.updates());
-      if (sums.updates() % span == 0) checkpoint(static_cast<int>(sums.updates() / span) - 1);
+      if (sums.updates() % span == 0) evaluation_point(static_cast<int>(sums.updates() / span) - 1);
     }
   }
   progress.finish();
@@ -369,6 +402,64 @@ EvalResult Trainer::evaluate() {
           .samples = static_cast<std::int64_t>(v[3])};
 }
 
+int Trainer::resume(optim::Optimizer& optimizer) {
+  if (!checkpointer_) return 1;
+  const std::optional<Restored> r = checkpointer_->restore(optimizer, scaler_);
+  if (!r) {
+    if (strategy_->reports() && options_.verbose && options_.checkpoint.resume == "auto") {
+      fmt::print(options_.out, "no checkpoint in {} yet: starting afresh\n", options_.checkpoint.dir.string());
+    }
+    return 1;
+  }
+  const checkpoint::TrainingPosition& p = r->manifest.position;
+  DTRAIN_CHECK(p.batch_size == data_.batch_size,
+               "checkpoint {}: saved with a batch size of {}, this run has {}: resume with --batch-size {} (the "
+               "position inside the epoch and the schedule count updates of that size)",
+               r->from.string(), p.batch_size, data_.batch_size, p.batch_size);
+  global_step_ = p.global_step;
+  int epoch = p.epoch;
+  resume_step_ = p.step_in_epoch;
+  // Another number of ranks may split the epoch into another number of updates; the
+  // epoch's sums then start afresh (they were the other ranks').
+  const std::int64_t updates = updates_per_epoch();
+  if (resume_step_ >= updates) {
+    ++epoch;
+    resume_step_ = 0;
+  }
+  const bool same_epochs = r->epoch_sums && r->epoch_sums->size() == 7 && p.updates_per_epoch == updates;
+  resume_sums_ = same_epochs && resume_step_ > 0 ? *r->epoch_sums : std::vector<double>(7, 0.0);
+  resume_sums_[5] = static_cast<double>(resume_step_);  // the updates already done in the epoch
+  if (strategy_->reports() && options_.verbose) {
+    fmt::print(options_.out, "resuming from {}: epoch {}, update {} of {} (global step {}), saved by a {}-rank {} job\n",
+               r->from.string(), epoch, resume_step_, updates, global_step_, r->manifest.job.world_size,
+               r->manifest.job.strategy);
+    if (p.epochs != options_.epochs) {
+      fmt::print(options_.out, "the saved run was planned for {} epoch(s), this one for {}: a learning-rate schedule "
+                 "over the run's length follows the new total\n", p.epochs, options_.epochs);
+    }
+    if (epoch > options_.epochs) {
+      fmt::print(options_.out, "the checkpoint is at the end of epoch {}: nothing left to train for {} epoch(s) (raise "
+                 "--epochs to continue)\n", epoch - 1, options_.epochs);
+    }
+    std::fflush(options_.out);
+  }
+  return epoch;
+}
+
+void Trainer::save_checkpoint(const optim::Optimizer& optimizer, int epoch, std::int64_t step_in_epoch,
+                              const std::vector<double>& epoch_sums) {
+  const nn::Module& model = strategy_->module();
+  checkpointer_->save(optimizer, scaler_,
+                      {.global_step = global_step_,
+                       .epoch = epoch,
+                       .step_in_epoch = step_in_epoch,
+                       .updates_per_epoch = updates_per_epoch(),
+                       .epochs = options_.epochs,
+                       .batch_size = data_.batch_size,
+                       .data_seed = data_.seed},
+                      epoch_sums, fmt::format("{} ({} parameters on this rank)", model.describe(), model.num_parameters()));
+}
+
 void Trainer::report(const EpochSummary& s) const {
   if (!strategy_->reports()) return;
   if (options_.verbose) {
@@ -418,7 +509,8 @@ FitResult Trainer::fit(optim::Optimizer& optimizer, const optim::LrSchedule* sch
   // the target: evaluation is part of knowing that it was reached.
   const auto start = Clock::now();
   fit_start_ = start;
-  for (int epoch = 1; epoch <= options_.epochs; ++epoch) {
+  const int first_epoch = resume(optimizer);
+  for (int epoch = first_epoch; epoch <= options_.epochs; ++epoch) {
     early_evaluation_.reset();
     EpochSummary summary = train_epoch(optimizer, schedule, epoch);
     if (test_loader_) {
@@ -431,6 +523,7 @@ FitResult Trainer::fit(optim::Optimizer& optimizer, const optim::LrSchedule* sch
     if (options_.check_replicas) summary.replica_divergence = strategy_->replica_divergence();
     report(summary);
     for (const auto& callback : epoch_callbacks_) callback(summary);
+    if (checkpointer_ && !options_.checkpoint.dir.empty()) save_checkpoint(optimizer, epoch + 1, 0, {});
     result.epochs.push_back(summary);
     result.test_accuracy = summary.test_accuracy;
     // Every rank has the same all-reduced accuracy, so all of them stop together.
@@ -438,6 +531,7 @@ FitResult Trainer::fit(optim::Optimizer& optimizer, const optim::LrSchedule* sch
     if (result.reached_target) break;
   }
   result.seconds = seconds_since(start);
+  if (checkpointer_ && !options_.checkpoint.dir.empty()) checkpointer_->finish();
   const dist::Strategy::EpochReport run = strategy_->end_training();
   if (strategy_->reports() && metrics_ && !run.values.empty()) metrics_->write("summary", run.values, run.series);
   if (strategy_->reports() && options_.verbose) {

@@ -93,6 +93,9 @@ class DataLoader {
   // Starts a pass over the current epoch, stopping the previous pass if one is running
   // (its iterators then throw when used).
   Iterator begin();
+  // A pass that starts at batch `first_batch` of the epoch (in [0, num_batches()]), as a
+  // run resumed from a checkpoint taken inside the epoch continues it.
+  Iterator begin_at(std::int64_t first_batch);
   Iterator end() { return Iterator(); }
 
  private:

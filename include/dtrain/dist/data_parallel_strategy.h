@@ -35,6 +35,11 @@ class DataParallelStrategy final : public Strategy {
   void reduce_sums(Tensor& sums) override;
   std::optional<double> replica_divergence() override;
   nn::StateDict checkpoint_state() const override;
+  // Rank 0 writes the model and the optimizer state; every replica holds the same.
+  CheckpointRole checkpoint_role() const override {
+    return {.rank = comm_->rank(), .ranks = comm_->size(), .part = comm_->rank() == 0 ? "model" : "",
+            .replicas = comm_->size()};
+  }
 
   // The wrapper, after prepare().
   DataParallel& data_parallel();

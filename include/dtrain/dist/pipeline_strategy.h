@@ -99,6 +99,9 @@ class PipelineStrategy final : public Strategy {
   std::optional<double> replica_divergence() override;
   // This stage's state on replica 0, nothing on the other replicas.
   nn::StateDict checkpoint_state() const override;
+  // Replica 0 of each stage writes "stage<k>", its layers under their indices in the whole
+  // model, so a checkpoint loads into another cut of the same layers.
+  CheckpointRole checkpoint_role() const override;
 
   int stage() const { return stage_; }
   int replica() const { return replica_; }

@@ -38,6 +38,8 @@ class ParameterServerStrategy final : public Strategy {
   // The chief's model (after an epoch: the servers' values, which every worker then holds);
   // nothing on the other ranks (a server's copy of the model is the initial one).
   nn::StateDict checkpoint_state() const override;
+  // Throws: the servers hold the parameters and the optimizer state, and do not save yet.
+  CheckpointRole checkpoint_role() const override;
 
   StepStats train_step(std::span<const MicroBatch> micro, optim::Optimizer& optimizer,
                        const StepConfig& config) override;

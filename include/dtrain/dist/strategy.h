@@ -150,6 +150,16 @@ class Strategy {
   // name, or nothing on a rank whose state another rank saves (data-parallel replicas
   // other than rank 0).
   virtual nn::StateDict checkpoint_state() const;
+  // Who saves what (train::Checkpointer): this rank among the job's ranks, the name of the
+  // part of the model it writes ("model" for a whole replica, "stage<k>" for a pipeline
+  // stage; empty on a rank whose state another rank writes), and the job's shape for the
+  // manifest. Every rank writes its own record (random-number state, epoch sums).
+  struct CheckpointRole {
+    int rank = 0, ranks = 1;
+    std::string part;
+    int stages = 1, replicas = 1, servers = 0;
+  };
+  virtual CheckpointRole checkpoint_role() const { return {.part = "model"}; }
 
  protected:
   // Forward, loss (times `weight`, scaled by the config's scaler) and backward of one

@@ -30,6 +30,7 @@
 #include "dtrain/dist/strategy.h"
 #include "dtrain/optim/loss_scaler.h"
 #include "dtrain/optim/lr_schedule.h"
+#include "dtrain/train/checkpointer.h"
 #include "dtrain/train/metrics_log.h"
 
 #include <chrono>
@@ -77,6 +78,11 @@ struct TrainerOptions {
   std::filesystem::path metrics = {};  // JSON lines, written by the reporting rank
   bool verbose = true;                 // progress and epoch lines on the reporting rank
   std::FILE* out = stdout;
+  // Checkpoints at the end of each epoch and every `every` updates, and resuming from one
+  // (train/checkpointer.h). A resumed run on the saving job's shape repeats the
+  // uninterrupted run's updates bit for bit (CPU); fit() then trains the epochs that are
+  // left of options.epochs.
+  CheckpointOptions checkpoint = {};
 };
 
 // What one epoch did, as the reporting rank prints it.
@@ -161,11 +167,18 @@ class Trainer {
 
   optim::LossScaler& scaler() { return scaler_; }
   dist::Strategy& strategy() { return *strategy_; }
+  // The checkpointer, when options.checkpoint names a directory or a checkpoint to resume.
+  Checkpointer* checkpointer() { return checkpointer_.get(); }
 
  private:
   // An epoch's training steps, with evaluations inside it as configured; stops early when
   // one of those reaches the target (its result in early_evaluation_).
   EpochSummary train_epoch(optim::Optimizer& optimizer, const optim::LrSchedule* schedule, int epoch);
+  // Loads options.checkpoint.resume (if any) and returns the first epoch to train.
+  int resume(optim::Optimizer& optimizer);
+  // A checkpoint at `position` (its epoch, its step_in_epoch), with this rank's epoch sums.
+  void save_checkpoint(const optim::Optimizer& optimizer, int epoch, std::int64_t step_in_epoch,
+                       const std::vector<double>& epoch_sums);
   // An evaluation inside epoch `epoch` after `fraction` of it: printed, written, and whether
   // it reached the target accuracy.
   bool evaluate_inside(int epoch, double fraction);
@@ -184,6 +197,11 @@ class Trainer {
   std::int64_t global_step_ = 0;
   std::chrono::steady_clock::time_point fit_start_;
   std::optional<EvalResult> early_evaluation_;
+  std::unique_ptr<Checkpointer> checkpointer_;
+  // Where the first epoch trained by fit() starts, after a resume: its first update, and
+  // this rank's epoch sums so far (RunningSums order).
+  std::int64_t resume_step_ = 0;
+  std::vector<double> resume_sums_;
 };
 
 // Number of rows of `logits` (N, C) whose argmax equals `labels` (N), as an i64 scalar on

@@ -1,0 +1,378 @@
+#include "dtrain/train/checkpointer.h"
+
+#include "dtrain/checkpoint/atomic_file.h"
+#include "dtrain/checkpoint/store.h"
+#include "dtrain/core/error.h"
+#include "dtrain/tensor/ops.h"
+#include "train/fault_injection.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <ctime>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_map>
+
+namespace dtrain::train {
+
+namespace fs = std::filesystem;
+using checkpoint::NamedTensors;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
+// A copy in host memory that later steps cannot change.
+Tensor host_copy(const Tensor& t) { return t.device().is_cpu() ? t.contiguous().clone() : t.to(Device::cpu()).contiguous(); }
+
+// The name of each of the optimizer's parameters in `module`.
+std::vector<std::string> parameter_names(const optim::Optimizer& optimizer, const nn::Module& module) {
+  std::unordered_map<const void*, std::string> by_id;
+  for (const auto& [name, p] : module.named_parameters()) by_id.emplace(p.id(), name);
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < optimizer.params().size(); ++i) {
+    const auto it = by_id.find(optimizer.params()[i].id());
+    DTRAIN_CHECK(it != by_id.end(), "checkpoint: the optimizer's parameter {} is not one of the model's", i);
+    names.push_back(it->second);
+  }
+  return names;
+}
+
+// "<buffer>.<index>" -> (buffer, index).
+std::pair<std::string, std::size_t> split_indexed(const std::string& key) {
+  const auto dot = key.rfind('.');
+  DTRAIN_CHECK(dot != std::string::npos, "checkpoint: unexpected optimizer entry '{}'", key);
+  return {key.substr(0, dot), static_cast<std::size_t>(std::stoull(key.substr(dot + 1)))};
+}
+
+constexpr const char* kScalerPrefix = "loss_scaler/";
+
+std::string part_file(const char* kind, const std::string& part) {
+  // A whole model is "model.safetensors", the name Python users expect.
+  return part == "model" ? fmt::format("{}.safetensors", kind) : fmt::format("{}-{}.safetensors", kind, part);
+}
+
+}  // namespace
+
+NamedTensors named_optimizer_state(const optim::Optimizer& optimizer, const nn::Module& module) {
+  const std::vector<std::string> names = parameter_names(optimizer, module);
+  NamedTensors out;
+  for (auto& [key, t] : optimizer.state()) {
+    if (key == "lr" || key == "steps") {
+      out.emplace_back(key, t);
+    } else if (key == "updates") {
+      const std::vector<std::int64_t> counts = t.to_vector<std::int64_t>();
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        out.emplace_back(names[i] + "/updates", Tensor::scalar(static_cast<double>(counts[i]), {DType::i64}));
+      }
+    } else {
+      const auto [buffer, index] = split_indexed(key);
+      out.emplace_back(names.at(index) + "/" + buffer, t);
+    }
+  }
+  return out;
+}
+
+void load_named_optimizer_state(optim::Optimizer& optimizer, const nn::Module& module, const NamedTensors& tensors,
+                                const std::string& origin) {
+  const std::vector<std::string> names = parameter_names(optimizer, module);
+  std::unordered_map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < names.size(); ++i) index.emplace(names[i], i);
+  NamedTensors state;
+  std::vector<std::int64_t> updates(names.size(), -1);
+  for (const auto& [key, t] : tensors) {
+    if (key == "lr" || key == "steps") {
+      state.emplace_back(key, t);
+      continue;
+    }
+    const auto slash = key.rfind('/');
+    if (slash == std::string::npos || key.rfind(kScalerPrefix, 0) == 0) continue;
+    const auto it = index.find(key.substr(0, slash));
+    if (it == index.end()) continue;  // another stage's parameter
+    const std::string what = key.substr(slash + 1);
+    if (what == "updates") {
+      DTRAIN_CHECK(t.numel() == 1, "{}: '{}' must hold one count", origin, key);
+      updates[it->second] = static_cast<std::int64_t>(t.item());
+    } else {
+      state.emplace_back(fmt::format("{}.{}", what, it->second), t);
+    }
+  }
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    DTRAIN_CHECK(updates[i] >= 0, "{}: no optimizer state for parameter '{}' (a different model or optimizer?)", origin,
+                 names[i]);
+  }
+  state.emplace_back("updates", Tensor::from_vector(updates, {static_cast<std::int64_t>(updates.size())}));
+  try {
+    optimizer.load_state(state);
+  } catch (const Error& e) {
+    DTRAIN_FAIL("{}: {}", origin, e.what());
+  }
+}
+
+// ---- saving ------------------------------------------------------------------------
+
+struct Checkpointer::Snapshot {
+  std::int64_t step = 0;
+  NamedTensors model, optimizer;
+  checkpoint::RankRecord record;
+  checkpoint::Manifest manifest;  // rank 0: all but the files
+  int fault_save = 0;             // which save of this process this is (fault injection)
+};
+
+struct Checkpointer::Writer {
+  std::thread thread;
+  std::string error;  // the last save's failure on this rank ("" when it succeeded)
+  std::atomic<bool> cancel{false};
+  mutable std::mutex mu;
+  SaveTimes times;
+  int saves = 0;
+
+  void join() {
+    if (thread.joinable()) thread.join();
+  }
+};
+
+Checkpointer::Checkpointer(CheckpointOptions options, dist::Strategy& strategy)
+    : options_(std::move(options)), strategy_(strategy), role_(strategy.checkpoint_role()),
+      writer_(std::make_unique<Writer>()) {
+  DTRAIN_CHECK(options_.every >= 0, "checkpoint: every must be >= 0 (0: at epoch ends only), got {}", options_.every);
+  DTRAIN_CHECK(options_.keep >= 0, "checkpoint: keep must be >= 0 (0: all), got {}", options_.keep);
+  DTRAIN_CHECK(options_.resume.empty() || options_.resume == "auto" || !options_.dir.empty() ||
+                   fs::exists(options_.resume),
+               "checkpoint: --resume {}: no such checkpoint", options_.resume);
+  DTRAIN_CHECK(options_.resume != "auto" || !options_.dir.empty(), "checkpoint: --resume auto needs a checkpoint directory");
+}
+
+Checkpointer::~Checkpointer() {
+  writer_->join();
+  if (!writer_->error.empty()) spdlog::error("{}", writer_->error);
+}
+
+SaveTimes Checkpointer::last_save() const {
+  std::lock_guard lock(writer_->mu);
+  return writer_->times;
+}
+
+void Checkpointer::save(const optim::Optimizer& optimizer, const optim::LossScaler& scaler,
+                        const checkpoint::TrainingPosition& position, const std::vector<double>& epoch_sums,
+                        const std::string& model_summary) {
+  DTRAIN_CHECK(!options_.dir.empty(), "checkpoint: save() needs a checkpoint directory");
+  const auto start = Clock::now();
+  const checkpoint::CheckpointStore store(options_.dir);
+  // Rank 0 clears what crashed saves left before any rank starts this one (the collective
+  // below orders it before the others' writes).
+  if (role_.rank == 0 && !cleaned_) {
+    store.remove_incomplete();
+    cleaned_ = true;
+  }
+  finish();
+
+  Snapshot s;
+  s.step = position.global_step;
+  if (!role_.part.empty()) {
+    for (const auto& [name, t] : strategy_.module().state_dict()) s.model.emplace_back(name, host_copy(t));
+    for (auto& [name, t] : named_optimizer_state(optimizer, strategy_.module())) s.optimizer.emplace_back(name, host_copy(t));
+    for (auto& [name, t] : scaler.state()) s.optimizer.emplace_back(kScalerPrefix + name, host_copy(t));
+  }
+  const Generator& gen = default_generator();
+  s.record.rank = role_.rank;
+  s.record.rng_seed = gen.seed();
+  s.record.rng_offset = gen.offset();
+  s.record.epoch_sums = epoch_sums;
+  if (role_.rank == 0) {
+    s.manifest = {.created = utc_now(),
+                  .model = model_summary,
+                  .job = {.strategy = strategy_.name(),
+                          .world_size = role_.ranks,
+                          .stages = role_.stages,
+                          .replicas = role_.replicas,
+                          .servers = role_.servers},
+                  .position = position,
+                  .files = {}};
+  }
+  s.fault_save = ++writer_->saves;
+  {
+    std::lock_guard lock(writer_->mu);
+    writer_->times = {};
+  }
+  if (options_.async) {
+    writer_->thread = std::thread([this, s = std::move(s)] { write(s); });
+  } else {
+    write(s);
+  }
+  std::lock_guard lock(writer_->mu);
+  writer_->times.held_s = seconds_since(start);
+}
+
+void Checkpointer::write(const Snapshot& s) {
+  const auto start = Clock::now();
+  const checkpoint::CheckpointStore store(options_.dir);
+  const fs::path dir = store.incomplete(s.step);
+  checkpoint::RankRecord record = s.record;
+  std::uint64_t bytes = 0;
+  try {
+    fs::create_directories(dir);
+    const auto write_part = [&](const char* kind, const NamedTensors& tensors, const checkpoint::Metadata& metadata) {
+      checkpoint::AtomicFile f(dir / part_file(kind, role_.part));
+      checkpoint::write_safetensors(f, tensors, metadata);
+      f.commit();
+      record.files.push_back({.name = f.target().filename().string(), .bytes = f.bytes(), .xxh3 = f.checksum(),
+                              .rank = role_.rank});
+      bytes += f.bytes();
+    };
+    if (!role_.part.empty()) {
+      write_part("model", s.model, {{"format", "pt"}});
+      fault::maybe_kill_in_save(role_.rank, s.fault_save);
+      write_part("optimizer", s.optimizer, {});
+    }
+    checkpoint::write_file_atomically(dir / fmt::format("rank-{}.json", role_.rank), record.to_json());
+    if (role_.rank == 0) {
+      const std::vector<checkpoint::RankRecord> records = store.wait_for_ranks(s.step, role_.ranks, writer_->cancel);
+      checkpoint::Manifest manifest = s.manifest;
+      for (const checkpoint::RankRecord& r : records) {
+        manifest.files.insert(manifest.files.end(), r.files.begin(), r.files.end());
+        const fs::path path = dir / fmt::format("rank-{}.json", r.rank);
+        const std::vector<std::uint8_t> text = checkpoint::read_file_bytes(path);
+        checkpoint::Checksum sum;
+        sum.update(text.data(), text.size());
+        manifest.files.push_back({.name = path.filename().string(), .bytes = text.size(), .xxh3 = sum.hex(),
+                                  .rank = r.rank});
+      }
+      const fs::path saved = store.commit(s.step, manifest, options_.keep);
+      spdlog::info("checkpoint {} saved ({:.1f} MB, {:.2f} s)", saved.string(), static_cast<double>(bytes) / 1e6,
+                   seconds_since(start));
+    }
+    std::lock_guard lock(writer_->mu);
+    writer_->times.write_s = seconds_since(start);
+    writer_->times.bytes = bytes;
+  } catch (const std::exception& e) {
+    // The others must not wait for this rank: its record says it failed. The previous
+    // checkpoint is untouched (nothing is renamed until every rank is done).
+    writer_->error = fmt::format("checkpoint {} failed on rank {}: {}", store.name_of(s.step), role_.rank, e.what());
+    record.error = e.what();
+    try {
+      checkpoint::write_file_atomically(dir / fmt::format("rank-{}.json", role_.rank), record.to_json());
+    } catch (const std::exception&) {
+      // A disk too full for the record too: rank 0 waits until the job ends.
+    }
+  }
+}
+
+void Checkpointer::finish() {
+  writer_->join();
+  std::string error = std::move(writer_->error);
+  writer_->error.clear();
+  // Every rank learns whether any rank's save failed, and all stop together.
+  Tensor failed = Tensor::full({1}, error.empty() ? 0.0 : 1.0, {DType::f64});
+  strategy_.reduce_sums(failed);
+  if (!error.empty()) DTRAIN_FAIL("{}", error);
+  DTRAIN_CHECK(failed.item() == 0, "a checkpoint save failed on another rank (see its message); the previous checkpoint "
+                                   "is intact");
+}
+
+// ---- restoring -----------------------------------------------------------------------
+
+std::optional<Restored> Checkpointer::restore(optim::Optimizer& optimizer, optim::LossScaler& scaler) {
+  if (options_.resume.empty()) return std::nullopt;
+  fs::path dir;
+  if (options_.resume == "auto") {
+    const auto latest = checkpoint::CheckpointStore(options_.dir).latest();
+    if (!latest) return std::nullopt;
+    dir = *latest;
+  } else {
+    dir = options_.resume;
+    // A checkpoint root (holding `latest`) names its latest checkpoint.
+    if (!fs::exists(dir / "manifest.json") && fs::exists(dir / "latest")) {
+      const auto latest = checkpoint::CheckpointStore(dir).latest();
+      DTRAIN_CHECK(latest.has_value(), "checkpoint {}: `latest` names no whole checkpoint", dir.string());
+      dir = *latest;
+    }
+  }
+  const checkpoint::OpenCheckpoint c = checkpoint::OpenCheckpoint::open(dir);
+  const checkpoint::Manifest& m = c.manifest;
+
+  // The model: every tensor this rank's module has, by name, from whichever part holds it.
+  nn::Module& module = strategy_.module();
+  const nn::StateDict mine = module.state_dict();
+  std::map<std::string, std::pair<Tensor, std::string>> found;  // name -> (tensor, file)
+  NamedTensors optimizer_tensors;
+  std::vector<std::string> model_files;
+  for (const checkpoint::FileRecord& f : c.manifest.files) {
+    const bool model = f.name.rfind("model", 0) == 0, optim = f.name.rfind("optimizer", 0) == 0;
+    if (!model && !optim) continue;
+    const auto file = checkpoint::SafetensorsFile::parse((c.dir / f.name).string(), c.read_verified(f));
+    for (const std::string& name : file.names()) {
+      if (model) found.emplace(name, std::pair{file.tensor(name), f.name});
+      else optimizer_tensors.emplace_back(name, file.tensor(name));
+    }
+    if (model) model_files.push_back(f.name);
+  }
+  DTRAIN_CHECK(!model_files.empty(), "checkpoint {}: the manifest lists no model file", dir.string());
+  const std::string files = fmt::format("{}", fmt::join(model_files, ", "));
+  std::size_t present = 0;
+  for (const auto& [name, t] : mine) present += found.count(name);
+  DTRAIN_CHECK(present > 0 || mine.empty(),
+               "checkpoint {} holds a different model: none of this model's {} tensors (first '{}') are in {}, which "
+               "hold '{}'... (saved from: {})",
+               dir.string(), mine.size(), mine.front().first, files, found.empty() ? "" : found.begin()->first, m.model);
+  nn::StateDict load;
+  for (const auto& [name, t] : mine) {
+    const auto it = found.find(name);
+    DTRAIN_CHECK(it != found.end(), "checkpoint {}: tensor '{}' of this model is missing from {} (saved from: {})",
+                 dir.string(), name, files, m.model);
+    const Tensor& saved = it->second.first;
+    DTRAIN_CHECK(saved.shape() == t.shape(), "checkpoint {}: tensor '{}' has shape {} in {}, this model's is {}",
+                 dir.string(), name, shape_str(saved.shape()), it->second.second, shape_str(t.shape()));
+    load.emplace_back(name, saved);
+  }
+  // Outside a pipeline the module is the whole model: a tensor it lacks means another model.
+  if (role_.stages == 1 && m.job.stages == 1) {
+    std::set<std::string> names;
+    for (const auto& [name, t] : mine) names.insert(name);
+    for (const auto& [name, entry] : found) {
+      DTRAIN_CHECK(names.count(name), "checkpoint {}: {} holds tensor '{}', which this model does not have (a different "
+                   "model? saved from: {})", dir.string(), entry.second, name, m.model);
+    }
+  }
+  module.load_state_dict(load);
+  const std::string optimizer_origin = fmt::format("checkpoint {} (optimizer files)", dir.string());
+  load_named_optimizer_state(optimizer, module, optimizer_tensors, optimizer_origin);
+  NamedTensors scaler_state;
+  std::set<std::string> seen;
+  for (const auto& [name, t] : optimizer_tensors) {
+    if (name.rfind(kScalerPrefix, 0) == 0 && seen.insert(name).second) {
+      scaler_state.emplace_back(name.substr(std::string(kScalerPrefix).size()), t);
+    }
+  }
+  if (!scaler_state.empty()) scaler.load_state(scaler_state);
+
+  // This rank's record; on another number of ranks the generator continues from the
+  // record of rank (r mod saved ranks), and the epoch's sums start afresh.
+  const bool same_shape = m.job.world_size == role_.ranks && m.job.stages == role_.stages;
+  const int from = role_.rank % m.job.world_size;
+  const checkpoint::FileRecord* rf = c.find(fmt::format("rank-{}.json", from));
+  DTRAIN_CHECK(rf != nullptr, "checkpoint {}: the manifest lists no rank-{}.json", dir.string(), from);
+  const std::vector<std::uint8_t> text = c.read_verified(*rf);
+  const checkpoint::RankRecord record =
+      checkpoint::RankRecord::parse((c.dir / rf->name).string(), std::string(text.begin(), text.end()));
+  default_generator().set_state(record.rng_seed, record.rng_offset);
+  Restored r{.from = dir, .manifest = m, .epoch_sums = std::nullopt};
+  if (same_shape) r.epoch_sums = record.epoch_sums;
+  return r;
+}
+
+}  // namespace dtrain::train
