@@ -75,6 +75,7 @@ struct Config {
   std::uint64_t seed = 1;
   int threads = 0;
   std::string metrics;
+  train::CheckpointOptions checkpoint;
   std::int64_t limit_train = 0;
   std::int64_t limit_test = 0;
   double target_accuracy = 0;
@@ -138,6 +139,7 @@ void add_flags(CLI::App& app, Config& c) {
   app.add_option("--seed", c.seed, "seed for initialization, shuffling and augmentation")->capture_default_str();
   app.add_option("--threads", c.threads, "intra-op threads (default: cores / local ranks)")->check(CLI::Range(1, 1024));
   app.add_option("--metrics", c.metrics, "write metrics as JSON lines to this file");
+  examples::add_checkpoint_flags(app, c.checkpoint);
   app.add_option("--limit-train", c.limit_train, "train on N images only: evenly spaced over the class folders, the first N of the (shuffled) shards, or N random inputs with --synthetic")
       ->check(CLI::PositiveNumber);
   app.add_option("--limit-test", c.limit_test, "evaluate on N validation images only (chosen as for --limit-train)")
@@ -267,7 +269,8 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
                           .loss_scaler = {.enabled = c.precision == "f16"},
                           .target_accuracy = c.target_accuracy,
                           .evaluations_per_epoch = c.evaluations_per_epoch,
-                          .metrics = c.metrics});
+                          .metrics = c.metrics,
+                          .checkpoint = c.checkpoint});
   auto schedule = examples::make_schedule(
       {.name = "cosine", .lr = lr, .warmup_epochs = c.warmup_epochs, .epochs = c.epochs}, trainer.updates_per_epoch());
   if (strategy->reports()) {

@@ -68,6 +68,7 @@ struct Config {
   std::uint64_t seed = 1;
   int threads = 0;  // 0: dtrain's default (cores / local ranks)
   std::string metrics;
+  train::CheckpointOptions checkpoint;
   std::int64_t limit_train = 0;  // 0: all
   std::int64_t limit_test = 0;
   bool check_replicas = false;
@@ -118,6 +119,7 @@ void add_flags(CLI::App& app, Config& c) {
   app.add_option("--seed", c.seed, "seed for initialization and shuffling")->capture_default_str();
   app.add_option("--threads", c.threads, "intra-op threads (default: cores / local ranks)")->check(CLI::Range(1, 1024));
   app.add_option("--metrics", c.metrics, "write metrics as JSON lines to this file");
+  examples::add_checkpoint_flags(app, c.checkpoint);
   app.add_option("--limit-train", c.limit_train, "train on the first N examples only")->check(CLI::PositiveNumber);
   app.add_option("--limit-test", c.limit_test, "evaluate on the first N test examples only")->check(CLI::PositiveNumber);
   app.add_option("--target-accuracy", c.target_accuracy,
@@ -243,7 +245,8 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
                           .target_accuracy = c.target_accuracy,
                           .evaluations_per_epoch = c.evaluations_per_epoch,
                           .check_replicas = c.check_replicas,
-                          .metrics = c.metrics});
+                          .metrics = c.metrics,
+                          .checkpoint = c.checkpoint});
   auto schedule = examples::make_schedule(
       {.name = c.schedule, .lr = c.lr, .warmup_epochs = c.warmup_epochs, .epochs = c.epochs}, trainer.updates_per_epoch());
   if (strategy->reports()) {

@@ -48,6 +48,18 @@ std::shared_ptr<const optim::LrSchedule> make_schedule(const ScheduleConfig& c, 
   return std::make_shared<optim::WarmupLr>(main, warmup, 0.1);
 }
 
+void add_checkpoint_flags(CLI::App& app, train::CheckpointOptions& c) {
+  app.add_option("--checkpoint-dir", c.dir, "save checkpoints here, at the end of each epoch (and see --checkpoint-every)");
+  app.add_option("--checkpoint-every", c.every, "also save every N updates (0: at epoch ends only)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--keep", c.keep, "keep the newest K checkpoints (0: all)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--resume", c.resume,
+                 "continue from a checkpoint: auto (the latest in --checkpoint-dir, or start afresh when there is none) "
+                 "or a checkpoint directory");
+  app.add_flag("!--sync-checkpoint", c.async, "write checkpoints before training goes on (default: in the background)");
+}
+
 std::optional<DType> autocast_type(const std::string& precision) {
   if (precision == "bf16") return DType::bf16;
   if (precision == "f16") return DType::f16;

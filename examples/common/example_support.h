@@ -7,6 +7,9 @@
 #include "dtrain/optim/lr_schedule.h"
 #include "dtrain/optim/optimizer.h"
 #include "dtrain/tensor/dtype.h"
+#include "dtrain/train/checkpointer.h"
+
+#include <CLI/CLI.hpp>
 
 #include <functional>
 #include <memory>
@@ -34,6 +37,9 @@ struct ScheduleConfig {
   int epochs = 1;
 };
 std::shared_ptr<const optim::LrSchedule> make_schedule(const ScheduleConfig& c, std::int64_t updates_per_epoch);
+
+// --checkpoint-dir, --checkpoint-every, --keep, --resume and --sync-checkpoint, into `c`.
+void add_checkpoint_flags(CLI::App& app, train::CheckpointOptions& c);
 
 // "fp32" -> none, "bf16" / "f16" -> the autocast type.
 std::optional<DType> autocast_type(const std::string& precision);

@@ -39,6 +39,10 @@ CommunicatorOptions detail::with_environment(CommunicatorOptions options) {
                  *seconds);
     options.timeout = std::chrono::seconds(*seconds);
   }
+  if (auto check = env::get_int("DTRAIN_CHECK_COLLECTIVES")) {
+    DTRAIN_CHECK(*check == 0 || *check == 1, "DTRAIN_CHECK_COLLECTIVES={}: expected 0 or 1", *check);
+    options.check_collectives = *check == 1;
+  }
   return options;
 }
 

@@ -94,9 +94,11 @@ void load_named_optimizer_state(optim::Optimizer& optimizer, const nn::Module& m
   for (std::size_t i = 0; i < names.size(); ++i) index.emplace(names[i], i);
   NamedTensors state;
   std::vector<std::int64_t> updates(names.size(), -1);
+  std::set<std::string> counters;
   for (const auto& [key, t] : tensors) {
     if (key == "lr" || key == "steps") {
-      state.emplace_back(key, t);
+      // Every part of a pipeline saves them alike: the first is taken.
+      if (counters.insert(key).second) state.emplace_back(key, t);
       continue;
     }
     const auto slash = key.rfind('/');

@@ -24,6 +24,26 @@
 // operation it was in and which peers it was waiting for, and then by default the whole
 // job is aborted (MPI_Abort), so a dead or stalled rank never leaves the others hanging
 // silently. A program that embeds the library can choose OnTimeout::Throw instead.
+//
+// Checking the calls (DTRAIN_CHECK_COLLECTIVES=1 on every rank, or
+// CommunicatorOptions::check_collectives): before each collective the ranks all-gather a
+// small record of it (operation, dtype, shape, root, reduce op, its sequence number on the
+// communicator and a fingerprint of every earlier call) and compare. When they differ,
+// every rank throws the same dtrain::Error before any enters the collective, instead of
+// hanging or reducing mismatched buffers, e.g. "collective mismatch at call #17 on
+// communicator 'world': rank 0 called all_reduce(f32 [3], sum) but rank 1 called
+// all_reduce(f32 [4], sum)", and the communicator stays usable. Checked: all_reduce (and
+// _async), broadcast, all_gather, reduce_scatter, barrier and split, whose children are
+// checked too ("world.split(1)"). Not checked: point-to-point messages (two ranks).
+// - MPI: the exchange runs on the same MPI communicator just before the collective, on its
+//   communication thread, so an async collective stays async; a mismatch fails it from
+//   its wait().
+// - NCCL (nccl_communicator() with the option or the variable): the records go over a
+//   split of the bootstrap communicator, on the host, when the collective is called; the
+//   call then waits for every rank to make its call (never for the GPU), and a mismatch
+//   throws from the call itself.
+// - The local (single-rank) communicator has nobody to compare with and checks nothing.
+// Off, the default, costs one branch per collective.
 #pragma once
 
 #include "dtrain/tensor/ops.h"
@@ -75,6 +95,9 @@ struct CommunicatorOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   AllReduceAlgorithm all_reduce = AllReduceAlgorithm::Auto;
   OnTimeout on_timeout = OnTimeout::AbortJob;
+  // Compare every collective call across the ranks before running it (see the top of
+  // this file). DTRAIN_CHECK_COLLECTIVES=1 (or 0) overrides it when set.
+  bool check_collectives = false;
 };
 
 // An operation in flight. wait() blocks until it is done and rethrows its failure (NCCL:

@@ -7,6 +7,7 @@
 // Blocking operations are the same followed by wait(). Nothing blocks the host except
 // barrier(), which is its job.
 #include "dist/cuda/nccl_watchdog.h"
+#include "dist/checked_communicator.h"
 #include "dist/collective_checks.h"
 #include "dist/communicator_options.h"
 #include "dtrain/core/environment.h"
@@ -377,7 +378,10 @@ CommunicatorPtr nccl_communicator(const CommunicatorPtr& bootstrap, Device devic
     if (comm != nullptr) ncclCommAbort(comm);
     nccl::throw_error(status, "ncclCommInitRank", nullptr);
   }
-  return std::make_shared<NcclCommunicator>(comm, device.index, resolved);
+  auto nccl = std::make_shared<NcclCommunicator>(comm, device.index, resolved);
+  if (!resolved.check_collectives || bootstrap->size() == 1) return nccl;
+  // The records go over the host (a split of the bootstrap), so checking waits for no GPU.
+  return std::make_shared<CheckedCommunicator>(nccl, bootstrap->split(0, bootstrap->rank()), "nccl");
 }
 
 }  // namespace dtrain::dist

@@ -52,14 +52,15 @@ MpiCommunicator::State::~State() {
   (void)shm.release();
 }
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicatorOptions& options)
-    : state_(std::make_unique<State>()), options_(options) {
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicatorOptions& options, std::string name)
+    : state_(std::make_unique<State>()), options_(options), name_(std::move(name)) {
   State& state = *state_;
   state.comm = comm;
   check(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   MPI_Comm_rank(comm, &rank_);
   MPI_Comm_size(comm, &size_);
   state.size = size_;
+  if (options_.check_collectives) state.checker = std::make_unique<CollectiveChecker>(name_, size_);
   world_ranks_ = world_ranks_of(comm);
   check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &state.host), "MPI_Comm_split_type");
   std::vector<int> host_world = world_ranks_of(state.host);
@@ -184,7 +185,20 @@ std::pair<OpInfo, std::function<void()>> MpiCommunicator::prepare_all_reduce(con
   if (algorithm == AllReduceAlgorithm::Auto) algorithm = choose_all_reduce(t.nbytes(), single_host_);
   if (algorithm == AllReduceAlgorithm::Mpi) mpi_count(t.numel(), "all_reduce");
   return {OpInfo{"all_reduce", t.nbytes(), waiting_for(algorithm)},
-          [state = state_.get(), t, op, algorithm] { all_reduce_now(*state, t, op, algorithm); }};
+          checked([state = state_.get(), t, op, algorithm] { all_reduce_now(*state, t, op, algorithm); },
+                  CollectiveOp::AllReduce, &t, -1, static_cast<int>(op))};
+}
+
+std::function<void()> MpiCommunicator::checked(std::function<void()> body, CollectiveOp op, const Tensor* t, int root,
+                                               int reduce) const {
+  if (!options_.check_collectives) return body;
+  return [state = state_.get(), call = CollectiveRecord::call(op, t, root, reduce), body = std::move(body)] {
+    state->checker->check(call, [state](const std::int64_t* mine, std::int64_t* all) {
+      constexpr int kWords = static_cast<int>(kRecordWords);
+      check(MPI_Allgather(mine, kWords, MPI_INT64_T, all, kWords, MPI_INT64_T, state->comm), "MPI_Allgather");
+    });
+    body();
+  };
 }
 
 void MpiCommunicator::all_reduce_now(State& state, const Tensor& t, ReduceOp op, AllReduceAlgorithm algorithm) {
@@ -213,11 +227,12 @@ void MpiCommunicator::broadcast(Tensor& t, int root) {
   check_host_tensor(t, "broadcast");
   check_rank(root, size_, "broadcast", "root");
   int count = mpi_count(t.numel(), "broadcast");
+  auto body = [comm = state_->comm, t, root, count] {
+    check(MPI_Bcast(t.raw_data(), count, datatype(t.dtype()), root, comm), "MPI_Bcast");
+  };
   thread("broadcast")
       .run({"broadcast", t.nbytes(), root == rank_ ? std::string("all ranks") : peer(root)},
-           [comm = state_->comm, t, root, count] {
-             check(MPI_Bcast(t.raw_data(), count, datatype(t.dtype()), root, comm), "MPI_Bcast");
-           });
+           checked(body, CollectiveOp::Broadcast, &t, root));
 }
 
 void MpiCommunicator::all_gather(const Tensor& in, Tensor& out) {
@@ -226,10 +241,11 @@ void MpiCommunicator::all_gather(const Tensor& in, Tensor& out) {
   check_gather_shapes(in, out, size_, "all_gather");
   int count = mpi_count(in.numel(), "all_gather");
   mpi_count(out.numel(), "all_gather");
-  thread("all_gather").run({"all_gather", out.nbytes(), "all ranks"}, [comm = state_->comm, in, out, count] {
+  auto body = [comm = state_->comm, in, out, count] {
     MPI_Datatype type = datatype(in.dtype());
     check(MPI_Allgather(in.raw_data(), count, type, out.raw_data(), count, type, comm), "MPI_Allgather");
-  });
+  };
+  thread("all_gather").run({"all_gather", out.nbytes(), "all ranks"}, checked(body, CollectiveOp::AllGather, &in));
 }
 
 void MpiCommunicator::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) {
@@ -239,12 +255,14 @@ void MpiCommunicator::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op)
   check_reduction(in, op, "reduce_scatter");
   int count = mpi_count(out.numel(), "reduce_scatter");
   mpi_count(in.numel(), "reduce_scatter");
+  auto body = [comm = state_->comm, ranks = size_, in, out, op, count] {
+    check(MPI_Reduce_scatter_block(in.raw_data(), out.raw_data(), count, datatype(in.dtype()), reduce_op(op), comm),
+          "MPI_Reduce_scatter_block");
+    if (op == ReduceOp::Mean) divide(out.raw_data(), static_cast<std::size_t>(count), out.dtype(), ranks);
+  };
   thread("reduce_scatter")
-      .run({"reduce_scatter", in.nbytes(), "all ranks"}, [comm = state_->comm, ranks = size_, in, out, op, count] {
-        check(MPI_Reduce_scatter_block(in.raw_data(), out.raw_data(), count, datatype(in.dtype()), reduce_op(op), comm),
-              "MPI_Reduce_scatter_block");
-        if (op == ReduceOp::Mean) divide(out.raw_data(), static_cast<std::size_t>(count), out.dtype(), ranks);
-      });
+      .run({"reduce_scatter", in.nbytes(), "all ranks"},
+           checked(body, CollectiveOp::ReduceScatter, &in, -1, static_cast<int>(op)));
 }
 
 // ---- point to point -------------------------------------------------------------
@@ -298,23 +316,27 @@ void MpiCommunicator::recv(Tensor& t, int src, int tag) {
 // ---- synchronization --------------------------------------------------------------
 
 void MpiCommunicator::barrier() {
-  thread("barrier").run({"barrier", 0, "all ranks"}, [comm = state_->comm] {
+  auto body = [comm = state_->comm] {
     MPI_Request request;
     check(MPI_Ibarrier(comm, &request), "MPI_Ibarrier");
     wait_all(&request, 1, "MPI_Ibarrier");
-  });
+  };
+  thread("barrier").run({"barrier", 0, "all ranks"}, checked(body, CollectiveOp::Barrier));
 }
 
 std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   DTRAIN_CHECK(color >= 0, "split: color must be >= 0, got {}", color);
   // The body owns what it writes: under OnTimeout::Throw this call may return (throwing)
-  // while the body still runs.
+  // while the body still runs. Colors and keys differ between ranks by design: a check
+  // compares only the call.
   auto child = std::make_shared<std::shared_ptr<Communicator>>();
-  thread("split").run({"split", 0, "all ranks"}, [comm = state_->comm, options = options_, color, key, child] {
+  auto body = [comm = state_->comm, options = options_, name = fmt::format("{}.split({})", name_, color), color, key,
+               child] {
     MPI_Comm split;
     check(MPI_Comm_split(comm, color, key, &split), "MPI_Comm_split");
-    *child = std::make_shared<MpiCommunicator>(split, options);
-  });
+    *child = std::make_shared<MpiCommunicator>(split, options, name);
+  };
+  thread("split").run({"split", 0, "all ranks"}, checked(body, CollectiveOp::Split));
   return *child;
 }
 

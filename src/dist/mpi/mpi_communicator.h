@@ -5,6 +5,12 @@
 // shared-memory algorithms use duplicates of their own, and MPI's collectives never match
 // messages), issued at once rather than queued behind the collectives.
 //
+// Checking the collectives (CommunicatorOptions::check_collectives): each collective's body
+// on the CommThread first all-gathers the call's record on the same MPI communicator and
+// compares (CollectiveChecker), so the checks keep the collectives' order, and an async
+// collective stays async: a mismatch fails it from its wait(), on every rank, before any
+// rank has entered it.
+//
 // OnTimeout::Throw: a timeout in either part fails the other too, so the communicator
 // refuses every later call. Shutting a failed communicator down frees no MPI object (the
 // peers may be gone, and freeing is collective); a collective that still has not ended
@@ -13,6 +19,7 @@
 // never the communicator itself.
 #pragma once
 
+#include "dist/collective_record.h"
 #include "dist/comm_thread.h"
 #include "dist/mpi/mpi_runtime.h"
 #include "dist/mpi/p2p_engine.h"
@@ -33,8 +40,9 @@ namespace dtrain::dist::mpi {
 class MpiCommunicator final : public Communicator, public Resource {
  public:
   // Takes ownership of `comm` (a fresh duplicate or split), which every member constructs
-  // together: the constructor is collective.
-  MpiCommunicator(MPI_Comm comm, const CommunicatorOptions& options);
+  // together: the constructor is collective. `name` ("world") names it in the checks'
+  // messages.
+  MpiCommunicator(MPI_Comm comm, const CommunicatorOptions& options, std::string name);
   ~MpiCommunicator() override;
 
   int rank() const override { return rank_; }
@@ -71,6 +79,7 @@ class MpiCommunicator final : public Communicator, public Resource {
     // MPI_Finalize (freeing is collective, and MPI may be finalized already).
     std::unique_ptr<RingAllReduce> ring;
     std::unique_ptr<ShmAllReduce> shm;
+    std::unique_ptr<CollectiveChecker> checker;  // when the collectives are checked
     ~State();
   };
   // Lets the CommThread's timeout handler reach the P2pEngine until abandon() disarms it:
@@ -83,6 +92,10 @@ class MpiCommunicator final : public Communicator, public Resource {
   CommThread& thread(const char* op);
   // Checks the arguments and returns what all_reduce runs on the comm thread.
   std::pair<OpInfo, std::function<void()>> prepare_all_reduce(const Tensor& t, ReduceOp op);
+  // `body` preceded by the check of its call (op, tensor, root, reduce op) when checking
+  // is on; `body` itself otherwise.
+  std::function<void()> checked(std::function<void()> body, CollectiveOp op, const Tensor* t = nullptr, int root = -1,
+                                int reduce = -1) const;
   static void all_reduce_now(State& state, const Tensor& t, ReduceOp op, AllReduceAlgorithm algorithm);
   // Checks one message and describes it for the P2pEngine; `in_batch` allows this rank as
   // the peer and refuses the wildcards.
@@ -103,6 +116,7 @@ class MpiCommunicator final : public Communicator, public Resource {
   std::string host_peers_;        // the other ranks on this host, for messages
   bool single_host_ = true;
   CommunicatorOptions options_;
+  std::string name_;
   int tag_ub_ = 32767;  // MPI's largest tag here (MPI_TAG_UB; the standard's minimum until read)
   std::unique_ptr<CommThread> thread_;
   std::unique_ptr<P2pEngine> p2p_;

@@ -9,7 +9,7 @@ CommunicatorPtr mpi_world(const CommunicatorOptions& options) {
   mpi::ensure_initialized();
   MPI_Comm comm;
   mpi::check(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "dist::world: MPI_Comm_dup");
-  return std::make_shared<mpi::MpiCommunicator>(comm, options);
+  return std::make_shared<mpi::MpiCommunicator>(comm, options, "world");
 }
 
 bool mpi_running() {
