@@ -25,14 +25,14 @@ build=$root/build/gpu
 libdir=usr/lib/x86_64-linux-gnu
 
 # What CMakeLists.txt finds with MPI off: formatting and logging, Eigen, JSON, flags,
-# Catch2, zlib, libjpeg-turbo, libarchive (with the compression libraries it links; not
-# libxml2, whose ICU data alone would break the carry's 64 MiB, and which CUDA images ship),
-# oneDNN and the OpenCL pieces its CMake package insists on.
+# Catch2, zlib, libjpeg-turbo, xxhash (header-only), libarchive (with the compression
+# libraries it links; not libxml2, whose ICU data alone would break the carry's 64 MiB, and
+# which CUDA images ship), oneDNN and the OpenCL pieces its CMake package insists on.
 packages=(
   libfmt-dev libfmt9 libspdlog-dev libspdlog1.10 libeigen3-dev nlohmann-json3-dev libcli11-dev catch2
   zlib1g-dev zlib1g libjpeg62-turbo-dev libjpeg62-turbo libarchive-dev libarchive13 libnettle8
   liblz4-1 libzstd1 libdnnl-dev libdnnl2 ocl-icd-opencl-dev ocl-icd-libopencl1 opencl-c-headers
-  opencl-clhpp-headers
+  opencl-clhpp-headers libxxhash-dev
 )
 
 die() {
