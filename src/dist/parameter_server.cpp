@@ -7,8 +7,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <optional>
+#include <unordered_map>
 
 namespace dtrain::dist {
 
@@ -209,6 +211,7 @@ ParameterServer::ParameterServer(CommunicatorPtr world, std::shared_ptr<nn::Modu
                  dtype_name(p.dtype()), dtype_name(*dtype));
     dtype = p.dtype();
     params_.push_back(p);
+    param_names_.push_back(name);
     numels.push_back(p.numel());
   }
   DTRAIN_CHECK(!params_.empty(), "ParameterServer: the model has no trainable parameters");
@@ -232,11 +235,13 @@ void ParameterServer::check_worker(const char* op) const {
   DTRAIN_CHECK(!stopped_, "ParameterServer::{}: this worker has shut down", op);
 }
 
-void ParameterServer::serve(const optim::Optimizer& prototype) {
+void ParameterServer::serve(const optim::Optimizer& prototype, PsSaveShare save) {
   DTRAIN_CHECK(is_server(), "ParameterServer::serve: rank {} is a worker", comm_->rank());
   DTRAIN_CHECK(!stopped_, "ParameterServer::serve: this server has served its job already");
   const int server = comm_->rank() - workers_;
+  const ServerState proto = prototype_state(prototype);
   std::vector<Tensor> values;
+  std::vector<optim::NamedTensors> states;
   for (std::size_t i : layout_->server_pieces[static_cast<std::size_t>(server)]) {
     const PsPiece& piece = layout_->pieces[i];
     Tensor flat = Tensor::empty({piece.length}, {params_.front().dtype()});
@@ -244,8 +249,33 @@ void ParameterServer::serve(const optim::Optimizer& prototype) {
       flat.narrow(0, s.at, s.length).copy_(params_[s.param].data().reshape({-1}).narrow(0, s.offset, s.length));
     }
     values.push_back(std::move(flat));
+    states.push_back(piece_state(proto, piece));
   }
-  PsServer(*comm_, workers_, server, *layout_, std::move(values), options_, prototype).run();
+  // A piece's optimizer state as the checkpoint names it: by parameter and element range.
+  const auto share = [this](std::size_t id, const optim::NamedTensors& state) {
+    const PsPiece& piece = layout_->pieces[id];
+    optim::NamedTensors out;
+    for (const auto& [key, t] : state) {
+      if (key == "lr" || key == "steps") {
+        out.emplace_back(key, t);
+        continue;
+      }
+      for (const PsSegment& s : piece.segments) {
+        const std::string& name = param_names_[s.param];
+        if (key == "updates") {
+          out.emplace_back(name + "/updates", t.reshape({}).clone());
+        } else {
+          const std::string buffer = key.substr(0, key.rfind('.'));  // "<buffer>.0": one parameter per piece
+          out.emplace_back(fmt::format("{}[{}:{}]/{}", name, s.offset, s.offset + s.length, buffer),
+                           t.narrow(0, s.at, s.length).clone());
+        }
+      }
+    }
+    return out;
+  };
+  PsServer(*comm_, workers_, server, *layout_, std::move(values), options_, prototype, std::move(states), share,
+           std::move(save))
+      .run();
   stopped_ = true;
 }
 
@@ -305,6 +335,69 @@ StalenessStats ParameterServer::staleness() {
   for (std::int64_t k = 0; k < ps::kStalenessBins; ++k) stats.counts.push_back(static_cast<std::int64_t>(v[k]));
   stats.max = static_cast<std::int64_t>(v.back());
   return stats;
+}
+
+ParameterServer::ServerState ParameterServer::prototype_state(const optim::Optimizer& prototype) const {
+  ServerState out;
+  if (prototype.steps() == 0) return out;  // fresh: nothing to carry over
+  std::unordered_map<const void*, std::size_t> index;  // prototype parameter -> position
+  for (std::size_t i = 0; i < prototype.params().size(); ++i) index.emplace(prototype.params()[i].id(), i);
+  std::vector<std::size_t> position;
+  for (const Variable& p : params_) {
+    const auto it = index.find(p.id());
+    DTRAIN_CHECK(it != index.end(), "parameter server: the optimizer is not over this model's parameters");
+    position.push_back(it->second);
+  }
+  for (const auto& [key, t] : prototype.state()) {
+    if (key == "lr" || key == "steps") {
+      out.scalars.emplace_back(key, t);
+    } else if (key == "updates") {
+      const std::vector<std::int64_t> all = t.to_vector<std::int64_t>();
+      for (std::size_t p : position) out.updates.push_back(all[p]);
+    } else {
+      const auto dot = key.rfind('.');
+      const std::size_t at = std::stoull(key.substr(dot + 1));
+      auto& slots = out.buffers[key.substr(0, dot)];
+      slots.resize(params_.size());
+      for (std::size_t p = 0; p < position.size(); ++p) {
+        if (position[p] == at) slots[p] = t;
+      }
+    }
+  }
+  return out;
+}
+
+optim::NamedTensors ParameterServer::piece_state(const ServerState& proto, const PsPiece& piece) const {
+  if (proto.scalars.empty()) return {};
+  optim::NamedTensors state = proto.scalars;
+  std::int64_t updates = 0;
+  for (const PsSegment& s : piece.segments) updates = std::max(updates, proto.updates[s.param]);
+  state.emplace_back("updates", Tensor::from_vector<std::int64_t>({updates}, {1}));
+  for (const auto& [name, slots] : proto.buffers) {
+    bool any = false;
+    Tensor flat = Tensor::zeros({piece.length}, {params_.front().dtype()});
+    for (const PsSegment& s : piece.segments) {
+      if (!slots[s.param].defined()) continue;  // never updated: starts at zero
+      any = true;
+      flat.narrow(0, s.at, s.length).copy_(slots[s.param].reshape({-1}).narrow(0, s.offset, s.length));
+    }
+    if (any) state.emplace_back(name + ".0", flat);
+  }
+  return state;
+}
+
+void ParameterServer::request_save(std::int64_t step) {
+  check_worker("request_save");
+  DTRAIN_CHECK(worker_index() == 0, "ParameterServer::request_save: only worker 0 asks for checkpoints");
+  worker_->wait_sends();
+  std::vector<RecvWorkPtr> acks;
+  std::vector<Tensor> replies;
+  for (int s = 0; s < options_.servers; ++s) {
+    replies.push_back(Tensor::empty({1}, {DType::f64}));
+    acks.push_back(comm_->irecv(replies.back(), workers_ + s, ps::kSaveTag));
+  }
+  for (int s = 0; s < options_.servers; ++s) worker_->control(s, Control::Save, static_cast<double>(step));
+  for (const RecvWorkPtr& a : acks) a->wait();
 }
 
 void ParameterServer::shutdown() {

@@ -9,6 +9,7 @@
 //                     when the bound allows), a join or a fetch
 //   server 0 -> worker  a claimed batch (kClaimTag): f64[1], -1 when none is left;
 //                     staleness (kStatsTag): f64[kStalenessBins + 1], the counts then max
+//   server -> worker 0  a checkpoint share taken (kSaveTag): f64[1]
 // Worker w is rank w of the communicator; server s is rank workers + s.
 #pragma once
 
@@ -19,6 +20,7 @@ namespace dtrain::dist::ps {
 inline constexpr int kControlTag = 1;
 inline constexpr int kClaimTag = 2;
 inline constexpr int kStatsTag = 3;
+inline constexpr int kSaveTag = 4;
 inline constexpr int kPieceTag = 16;
 
 inline constexpr std::int64_t kControlWords = 4;
@@ -32,6 +34,7 @@ enum class Control : std::int64_t {
   Claim,     // server 0: the next batch of epoch a among b
   Stats,     // server 0: the staleness histogram since the last request
   Stop,      // I am done; serve() returns when every worker is
+  Save,      // hand your share to the checkpoint of global step a, then answer (worker 0)
 };
 
 }  // namespace dtrain::dist::ps

@@ -41,9 +41,11 @@ struct PsServer::Slot {
 };
 
 PsServer::PsServer(Communicator& comm, int workers, int server, const PsLayout& layout, std::vector<Tensor> values,
-                   const PsOptions& options, const optim::Optimizer& prototype)
+                   const PsOptions& options, const optim::Optimizer& prototype, std::vector<optim::NamedTensors> states,
+                   std::function<optim::NamedTensors(std::size_t, const optim::NamedTensors&)> share,
+                   PsSaveShare save)
     : comm_(comm), workers_(workers), server_(server), options_(options),
-      workers_state_(static_cast<std::size_t>(workers)) {
+      workers_state_(static_cast<std::size_t>(workers)), share_(std::move(share)), save_(std::move(save)) {
   const auto& mine = layout.server_pieces[static_cast<std::size_t>(server)];
   DTRAIN_CHECK(values.size() == mine.size(), "parameter server {}: {} value tensors for {} pieces", server,
                values.size(), mine.size());
@@ -54,6 +56,7 @@ PsServer::PsServer(Communicator& comm, int workers, int server, const PsLayout& 
     p.length = layout.pieces[p.id].length;
     p.value = Variable(std::move(values[i]), true);
     p.optimizer = prototype.rebind({p.value});
+    if (i < states.size() && !states[i].empty()) p.optimizer->load_state(states[i]);
   }
   if (server_ == 0) staleness_.assign(ps::kStalenessBins, 0);
   for (int w = 0; w < workers_; ++w) {
@@ -133,6 +136,9 @@ void PsServer::on_control(int w, const std::vector<double>& message) {
     case Control::Stats:
       reply_stats(w);
       return;
+    case Control::Save:
+      save_share(w, static_cast<std::int64_t>(message[1]));
+      return;
     case Control::Stop:
       wk.stopped = true;
       wk.state = Worker::State::Idle;
@@ -182,6 +188,18 @@ void PsServer::on_push(int w, std::size_t local, const Tensor& buffer) {
     if (options_.mode == PsMode::Async) send_piece(w, local);  // at once: overlaps the rest of its push
   }
   if (++wk.pushed == pieces_.size()) push_complete(w);
+}
+
+void PsServer::save_share(int w, std::int64_t step) {
+  DTRAIN_CHECK(save_ != nullptr, "parameter server {}: worker {} asked for a checkpoint, but this server has no "
+               "checkpoint directory (give every rank the same --checkpoint-dir)", server_, w);
+  optim::NamedTensors all;
+  for (const Piece& p : pieces_) {
+    optim::NamedTensors named = share_(p.id, p.optimizer->state());
+    all.insert(all.end(), std::make_move_iterator(named.begin()), std::make_move_iterator(named.end()));
+  }
+  save_(step, std::move(all));
+  comm_.send(Tensor::full({1}, 1.0, {DType::f64}), w, ps::kSaveTag);
 }
 
 void PsServer::push_complete(int w) {

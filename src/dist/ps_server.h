@@ -8,6 +8,7 @@
 #include "dtrain/dist/parameter_server.h"
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -17,8 +18,12 @@ class PsServer {
  public:
   // `values`: this server's pieces (layout.server_pieces[server]), flat, in order; updated
   // in place by a rebound copy of `prototype` per piece.
+  // `states`: per piece, the optimizer state to start from (empty: fresh); `share` turns a
+  // piece's optimizer state into the checkpoint's named entries; `save` receives them.
   PsServer(Communicator& comm, int workers, int server, const PsLayout& layout, std::vector<Tensor> values,
-           const PsOptions& options, const optim::Optimizer& prototype);
+           const PsOptions& options, const optim::Optimizer& prototype, std::vector<optim::NamedTensors> states,
+           std::function<optim::NamedTensors(std::size_t piece, const optim::NamedTensors& state)> share,
+           PsSaveShare save);
   ~PsServer();
   PsServer(const PsServer&) = delete;
   PsServer& operator=(const PsServer&) = delete;
@@ -48,6 +53,8 @@ class PsServer {
   void reply_claim(int w, std::int64_t epoch, std::int64_t batches);
   void reply_stats(int w);
   void report_stalls();
+  // Hands this server's share of the checkpoint of `step` to save_, then tells worker w.
+  void save_share(int w, std::int64_t step);
 
   Communicator& comm_;
   const int workers_;
@@ -56,6 +63,8 @@ class PsServer {
   std::vector<Piece> pieces_;
   std::vector<Worker> workers_state_;
   std::vector<Slot> slots_;
+  std::function<optim::NamedTensors(std::size_t, const optim::NamedTensors&)> share_;
+  PsSaveShare save_;
   std::int64_t version_ = 0;  // completed pushes (sync: updates)
   std::int64_t waiting_order_ = 0;
   int stopped_ = 0;

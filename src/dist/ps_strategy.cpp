@@ -50,8 +50,16 @@ StepStats ParameterServerStrategy::train_step(std::span<const MicroBatch> micro,
 }
 
 Strategy::CheckpointRole ParameterServerStrategy::checkpoint_role() const {
-  DTRAIN_FAIL("checkpoints: parameter-server jobs cannot save or resume yet (their servers hold the optimizer state); "
-              "use the data-parallel or pipeline strategy, or train without --checkpoint-dir");
+  const int rank = world_->rank(), workers = world_->size() - options_.servers;
+  // The chief writes the model (its values are the servers' after each sync step and at
+  // every epoch's end); each server its share of the optimizer state.
+  return {.rank = rank,
+          .ranks = world_->size(),
+          .part = rank == 0 ? "model" : rank >= workers ? fmt::format("server{}", rank - workers) : "",
+          .replicas = workers,
+          .servers = options_.servers,
+          .saves_optimizer = rank >= workers,
+          .step_saves = options_.mode == PsMode::Sync};
 }
 
 nn::StateDict ParameterServerStrategy::checkpoint_state() const {
@@ -60,7 +68,17 @@ nn::StateDict ParameterServerStrategy::checkpoint_state() const {
 
 bool ParameterServerStrategy::trains() const { return world_->rank() < world_->size() - options_.servers; }
 
-void ParameterServerStrategy::serve(optim::Optimizer& optimizer) { parameter_server().serve(optimizer); }
+void ParameterServerStrategy::serve(optim::Optimizer& optimizer, const SaveShare& save_share) {
+  parameter_server().serve(optimizer, save_share);
+}
+
+void ParameterServerStrategy::checkpoint_servers(std::int64_t step) {
+  ParameterServer& ps = parameter_server();
+  if (ps.worker_index() == 0) ps.request_save(step);
+  // No worker pushes again before every server has taken its share, so that in every mode
+  // the shares belong to the parameters the chief saved.
+  ps.worker_group()->barrier();
+}
 
 std::optional<std::int64_t> ParameterServerStrategy::claim_batch(std::int64_t epoch, std::int64_t batches) {
   return parameter_server().claim_batch(epoch, batches);

@@ -117,7 +117,7 @@ EvalSums Strategy::eval_step(const MicroBatch& batch, const StepConfig& config) 
   return sums;
 }
 
-void Strategy::serve(optim::Optimizer&) { DTRAIN_FAIL("{} strategy: every rank trains; none serves", name()); }
+void Strategy::serve(optim::Optimizer&, const SaveShare&) { DTRAIN_FAIL("{} strategy: every rank trains; none serves", name()); }
 
 std::optional<std::int64_t> Strategy::claim_batch(std::int64_t, std::int64_t) {
   DTRAIN_FAIL("{} strategy: ranks read fixed shards; no batches are handed out", name());

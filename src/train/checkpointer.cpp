@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <map>
@@ -64,6 +65,50 @@ constexpr const char* kScalerPrefix = "loss_scaler/";
 std::string part_file(const char* kind, const std::string& part) {
   // A whole model is "model.safetensors", the name Python users expect.
   return part == "model" ? fmt::format("{}.safetensors", kind) : fmt::format("{}-{}.safetensors", kind, part);
+}
+
+// Entries named "<parameter>[begin:end]<suffix>" (a flat element range, as parameter
+// servers save their shares) joined into "<parameter><suffix>" of the parameter's shape;
+// the ranges must cover it exactly. Other entries pass through.
+NamedTensors join_ranges(const NamedTensors& tensors, const nn::Module& module, const std::string& origin) {
+  std::unordered_map<std::string, Shape> shapes;
+  for (const auto& [name, p] : module.named_parameters()) shapes.emplace(name, p.shape());
+  struct Range {
+    std::int64_t begin, end;
+    Tensor t;
+  };
+  std::map<std::pair<std::string, std::string>, std::vector<Range>> ranges;  // (parameter, suffix)
+  NamedTensors out;
+  for (const auto& [key, t] : tensors) {
+    const auto open = key.find('['), colon = key.find(':', open), close = key.find(']', open);
+    if (open == std::string::npos || colon == std::string::npos || close == std::string::npos || colon > close ||
+        !shapes.count(key.substr(0, open))) {
+      out.emplace_back(key, t);
+      continue;
+    }
+    const std::int64_t begin = std::stoll(key.substr(open + 1, colon - open - 1));
+    const std::int64_t end = std::stoll(key.substr(colon + 1, close - colon - 1));
+    DTRAIN_CHECK(t.dim() == 1 && t.numel() == end - begin, "{}: '{}' holds {} elements", origin, key, t.numel());
+    ranges[{key.substr(0, open), key.substr(close + 1)}].push_back({begin, end, t});
+  }
+  for (auto& [what, parts] : ranges) {
+    const auto& [name, suffix] = what;
+    std::sort(parts.begin(), parts.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+    const Shape& shape = shapes.at(name);
+    std::int64_t numel = 1;
+    for (std::int64_t d : shape) numel *= d;
+    std::int64_t at = 0;
+    std::vector<Tensor> pieces;
+    for (const Range& r : parts) {
+      DTRAIN_CHECK(r.begin == at, "{}: the saved ranges of '{}{}' leave out or repeat elements at {}", origin, name,
+                   suffix, at);
+      at = r.end;
+      pieces.push_back(r.t);
+    }
+    DTRAIN_CHECK(at == numel, "{}: the saved ranges of '{}{}' end at element {} of {}", origin, name, suffix, at, numel);
+    out.emplace_back(name + suffix, cat(pieces, 0).reshape(shape));
+  }
+  return out;
 }
 
 }  // namespace
@@ -157,6 +202,9 @@ Checkpointer::Checkpointer(CheckpointOptions options, dist::Strategy& strategy)
                    fs::exists(options_.resume),
                "checkpoint: --resume {}: no such checkpoint", options_.resume);
   DTRAIN_CHECK(options_.resume != "auto" || !options_.dir.empty(), "checkpoint: --resume auto needs a checkpoint directory");
+  DTRAIN_CHECK(options_.every == 0 || role_.step_saves,
+               "checkpoint: this {} job can save only at the end of an epoch, where its ranks meet (asynchronous "
+               "parameter servers): drop --checkpoint-every", strategy_.name());
 }
 
 Checkpointer::~Checkpointer() {
@@ -173,7 +221,7 @@ void Checkpointer::save(const optim::Optimizer& optimizer, const optim::LossScal
                         const checkpoint::TrainingPosition& position, const std::vector<double>& epoch_sums,
                         const std::string& model_summary) {
   DTRAIN_CHECK(!options_.dir.empty(), "checkpoint: save() needs a checkpoint directory");
-  const auto start = Clock::now();
+  const auto start_time = Clock::now();
   const checkpoint::CheckpointStore store(options_.dir);
   // Rank 0 clears what crashed saves left before any rank starts this one (the collective
   // below orders it before the others' writes).
@@ -181,12 +229,14 @@ void Checkpointer::save(const optim::Optimizer& optimizer, const optim::LossScal
     store.remove_incomplete();
     cleaned_ = true;
   }
-  finish();
+  const std::int64_t step = finish_and_agree(position.global_step);
 
   Snapshot s;
-  s.step = position.global_step;
+  s.step = step;
   if (!role_.part.empty()) {
     for (const auto& [name, t] : strategy_.module().state_dict()) s.model.emplace_back(name, host_copy(t));
+  }
+  if (!role_.part.empty() && role_.saves_optimizer) {
     for (auto& [name, t] : named_optimizer_state(optimizer, strategy_.module())) s.optimizer.emplace_back(name, host_copy(t));
     for (auto& [name, t] : scaler.state()) s.optimizer.emplace_back(kScalerPrefix + name, host_copy(t));
   }
@@ -205,7 +255,15 @@ void Checkpointer::save(const optim::Optimizer& optimizer, const optim::LossScal
                           .servers = role_.servers},
                   .position = position,
                   .files = {}};
+    s.manifest.position.global_step = step;
   }
+  start(std::move(s));
+  strategy_.checkpoint_servers(step);
+  std::lock_guard lock(writer_->mu);
+  writer_->times.held_s = seconds_since(start_time);
+}
+
+void Checkpointer::start(Snapshot s) {
   s.fault_save = ++writer_->saves;
   {
     std::lock_guard lock(writer_->mu);
@@ -216,8 +274,21 @@ void Checkpointer::save(const optim::Optimizer& optimizer, const optim::LossScal
   } else {
     write(s);
   }
-  std::lock_guard lock(writer_->mu);
-  writer_->times.held_s = seconds_since(start);
+}
+
+void Checkpointer::save_share(std::int64_t step, checkpoint::NamedTensors share) {
+  writer_->join();
+  Snapshot s;
+  s.step = step;
+  std::set<std::string> seen;  // pieces repeat "lr", "steps" and a straddling parameter's updates
+  for (auto& [name, t] : share) {
+    if (seen.insert(name).second) s.optimizer.emplace_back(name, host_copy(t));
+  }
+  const Generator& gen = default_generator();
+  s.record.rank = role_.rank;
+  s.record.rng_seed = gen.seed();
+  s.record.rng_offset = gen.offset();
+  start(std::move(s));
 }
 
 void Checkpointer::write(const Snapshot& s) {
@@ -236,11 +307,9 @@ void Checkpointer::write(const Snapshot& s) {
                               .rank = role_.rank});
       bytes += f.bytes();
     };
-    if (!role_.part.empty()) {
-      write_part("model", s.model, {{"format", "pt"}});
-      fault::maybe_kill_in_save(role_.rank, s.fault_save);
-      write_part("optimizer", s.optimizer, {});
-    }
+    if (!s.model.empty()) write_part("model", s.model, {{"format", "pt"}});
+    fault::maybe_kill_in_save(role_.rank, s.fault_save);
+    if (!s.optimizer.empty()) write_part("optimizer", s.optimizer, {});
     checkpoint::write_file_atomically(dir / fmt::format("rank-{}.json", role_.rank), record.to_json());
     if (role_.rank == 0) {
       const std::vector<checkpoint::RankRecord> records = store.wait_for_ranks(s.step, role_.ranks, writer_->cancel);
@@ -274,16 +343,22 @@ void Checkpointer::write(const Snapshot& s) {
   }
 }
 
-void Checkpointer::finish() {
+void Checkpointer::finish() { finish_and_agree(0); }
+
+std::int64_t Checkpointer::finish_and_agree(std::int64_t step) {
   writer_->join();
   std::string error = std::move(writer_->error);
   writer_->error.clear();
-  // Every rank learns whether any rank's save failed, and all stop together.
-  Tensor failed = Tensor::full({1}, error.empty() ? 0.0 : 1.0, {DType::f64});
-  strategy_.reduce_sums(failed);
+  // Every rank learns whether any rank's save failed, and all stop together; and the
+  // checkpoint takes rank 0's step (asynchronous workers count their own updates).
+  Tensor t = Tensor::from_vector<double>({error.empty() ? 0.0 : 1.0, role_.rank == 0 ? static_cast<double>(step) : 0.0},
+                                         {2});
+  strategy_.reduce_sums(t);
+  const std::vector<double> v = t.to_vector<double>();
   if (!error.empty()) DTRAIN_FAIL("{}", error);
-  DTRAIN_CHECK(failed.item() == 0, "a checkpoint save failed on another rank (see its message); the previous checkpoint "
-                                   "is intact");
+  DTRAIN_CHECK(v[0] == 0, "a checkpoint save failed on another rank (see its message); the previous checkpoint "
+                          "is intact");
+  return static_cast<std::int64_t>(v[1]);
 }
 
 // ---- restoring -----------------------------------------------------------------------
@@ -352,6 +427,7 @@ std::optional<Restored> Checkpointer::restore(optim::Optimizer& optimizer, optim
   }
   module.load_state_dict(load);
   const std::string optimizer_origin = fmt::format("checkpoint {} (optimizer files)", dir.string());
+  optimizer_tensors = join_ranges(optimizer_tensors, module, optimizer_origin);
   load_named_optimizer_state(optimizer, module, optimizer_tensors, optimizer_origin);
   NamedTensors scaler_state;
   std::set<std::string> seen;

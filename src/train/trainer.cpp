@@ -502,7 +502,18 @@ void Trainer::report(const EpochSummary& s) const {
 FitResult Trainer::fit(optim::Optimizer& optimizer, const optim::LrSchedule* schedule) {
   FitResult result;
   if (!strategy_->trains()) {
-    strategy_->serve(optimizer);
+    // A server starts from the checkpoint too (its shard of the model and of the optimizer
+    // state), and writes its share of each checkpoint when the chief asks.
+    dist::Strategy::SaveShare save_share;
+    if (checkpointer_) {
+      resume(optimizer);
+      if (!options_.checkpoint.dir.empty()) {
+        save_share = [this](std::int64_t step, optim::NamedTensors share) {
+          checkpointer_->save_share(step, std::move(share));
+        };
+      }
+    }
+    strategy_->serve(optimizer, save_share);
     return result;
   }
   // Time to accuracy runs from the first step to the end of the evaluation that reached

@@ -49,6 +49,8 @@
 #include "dtrain/optim/optimizer.h"
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -57,6 +59,7 @@
 namespace dtrain::dist {
 
 struct PsLayout;
+struct PsPiece;
 
 enum class PsMode : std::uint8_t { Sync, Async, Ssp };
 
@@ -81,6 +84,11 @@ struct StalenessStats {
   double mean() const;  // the last bin counted at its lower bound
 };
 
+// A server's share of a checkpoint: the optimizer state of the parameter elements it owns,
+// named "<parameter>[begin:end]/<buffer>" (a flat element range of the parameter),
+// "<parameter>/updates", "lr" and "steps". The tensors are copies, the callee's to keep.
+using PsSaveShare = std::function<void(std::int64_t step, optim::NamedTensors share)>;
+
 class ParameterServer {
  public:
   // Collective over `world` (MPI; at least 2 ranks): checks that every rank's model has
@@ -103,8 +111,10 @@ class ParameterServer {
   // ---- servers ----
   // Serves until every worker has called shutdown(), updating this server's shard with an
   // optimizer of `prototype`'s kind and options (Optimizer::rebind; the learning rate of
-  // each update comes with the gradient).
-  void serve(const optim::Optimizer& prototype);
+  // each update comes with the gradient). The shard starts from the model's values and
+  // from the state `prototype` holds for them (a restored checkpoint's), cut to the shard.
+  // `save` takes this server's share when worker 0 asks (request_save).
+  void serve(const optim::Optimizer& prototype, PsSaveShare save = {});
 
   // ---- workers ----
   // Receives the parameters to start from (in ssp mode, once the bound allows).
@@ -131,10 +141,23 @@ class ParameterServer {
   StalenessStats staleness();
   // Tells the servers that this worker is done; serve() returns when every worker is.
   void shutdown();
+  // Worker 0: every server hands its share of the checkpoint of `step` to its save
+  // callback; returns when all have taken their copies (in sync mode no update can come in
+  // between, since worker 0 has not pushed the next step's gradient).
+  void request_save(std::int64_t step);
 
  private:
   class Worker;
   void check_worker(const char* op) const;
+  // The state a server's optimizers start from, from the prototype's (per trainable
+  // parameter): none when the prototype has not stepped (a fresh run).
+  struct ServerState {
+    optim::NamedTensors scalars;                              // lr, steps
+    std::vector<std::int64_t> updates;                        // per parameter
+    std::map<std::string, std::vector<Tensor>> buffers;       // name -> per parameter
+  };
+  ServerState prototype_state(const optim::Optimizer& prototype) const;
+  optim::NamedTensors piece_state(const ServerState& proto, const PsPiece& piece) const;
 
   CommunicatorPtr comm_;          // split from world: this object's messages alone
   CommunicatorPtr worker_group_;  // the workers
@@ -144,6 +167,7 @@ class ParameterServer {
   std::unique_ptr<PsLayout> layout_;
   std::unique_ptr<Worker> worker_;
   std::vector<Variable> params_;  // trainable, registration order
+  std::vector<std::string> param_names_;
   bool stopped_ = false;          // shut down (worker) or served (server)
 };
 

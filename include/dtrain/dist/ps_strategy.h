@@ -38,13 +38,16 @@ class ParameterServerStrategy final : public Strategy {
   // The chief's model (after an epoch: the servers' values, which every worker then holds);
   // nothing on the other ranks (a server's copy of the model is the initial one).
   nn::StateDict checkpoint_state() const override;
-  // Throws: the servers hold the parameters and the optimizer state, and do not save yet.
+  // The chief writes the model, each server its share of the optimizer state (by parameter
+  // name and element range, so that it loads onto another number of servers). In async
+  // and ssp modes only at the end of an epoch, where the workers meet.
   CheckpointRole checkpoint_role() const override;
+  void checkpoint_servers(std::int64_t step) override;
 
   StepStats train_step(std::span<const MicroBatch> micro, optim::Optimizer& optimizer,
                        const StepConfig& config) override;
   bool trains() const override;
-  void serve(optim::Optimizer& optimizer) override;
+  void serve(optim::Optimizer& optimizer, const SaveShare& save_share = {}) override;
   bool hands_out_batches() const override { return options_.mode != PsMode::Sync; }
   std::optional<std::int64_t> claim_batch(std::int64_t epoch, std::int64_t batches) override;
   void begin_epoch(std::int64_t epoch) override;

@@ -125,7 +125,9 @@ class Strategy {
   virtual bool trains() const { return true; }
   // Serves the training ranks until all of them are done, updating the parameters with
   // optimizers like `optimizer`. Throws on a strategy whose ranks all train.
-  virtual void serve(optim::Optimizer& optimizer);
+  // `save_share`: where a server rank hands its share of a checkpoint (the Checkpointer's).
+  using SaveShare = std::function<void(std::int64_t step, optim::NamedTensors share)>;
+  virtual void serve(optim::Optimizer& optimizer, const SaveShare& save_share = {});
   // Whether training batches are handed out while an epoch runs (claim_batch), so that a
   // fast rank takes more of them, instead of read from the fixed shard data_shard().
   virtual bool hands_out_batches() const { return false; }
@@ -154,12 +156,19 @@ class Strategy {
   // part of the model it writes ("model" for a whole replica, "stage<k>" for a pipeline
   // stage; empty on a rank whose state another rank writes), and the job's shape for the
   // manifest. Every rank writes its own record (random-number state, epoch sums).
+  // `saves_optimizer`: whether the part includes the optimizer's state (not where servers
+  // hold it); `step_saves`: whether the ranks can save inside an epoch (all at the same
+  // update), or only at its end.
   struct CheckpointRole {
     int rank = 0, ranks = 1;
     std::string part;
     int stages = 1, replicas = 1, servers = 0;
+    bool saves_optimizer = true, step_saves = true;
   };
   virtual CheckpointRole checkpoint_role() const { return {.part = "model"}; }
+  // After this rank's snapshot for the checkpoint of `step` (every training rank): ranks
+  // that serve take their shares (parameter servers; SaveShare).
+  virtual void checkpoint_servers(std::int64_t /*step*/) {}
 
  protected:
   // Forward, loss (times `weight`, scaled by the config's scaler) and backward of one

@@ -73,6 +73,9 @@ class Checkpointer {
   // Waits for the save in flight and agrees with the other ranks that every save succeeded
   // (collective); throws naming the failure otherwise.
   void finish();
+  // On a rank that serves (a parameter server): writes its share of the checkpoint of
+  // `step` in the background (Strategy::SaveShare). Errors go into its record, for rank 0.
+  void save_share(std::int64_t step, checkpoint::NamedTensors share);
   // Loads the checkpoint options.resume names into the strategy's module, `optimizer`,
   // `scaler` and the default generator; nullopt when there is nothing to resume ("" or
   // "auto" with no checkpoint). Not collective: every rank reads the files itself.
@@ -84,6 +87,9 @@ class Checkpointer {
   struct Snapshot;
   struct Writer;
   void write(const Snapshot& snapshot);  // on the writer thread (or the caller's)
+  // finish(), and every rank learns rank 0's step (the checkpoint's name).
+  std::int64_t finish_and_agree(std::int64_t step);
+  void start(Snapshot snapshot);  // write() on the writer thread, or now when not async
 
   CheckpointOptions options_;
   dist::Strategy& strategy_;
