@@ -4,6 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <limits>
+#include <type_traits>
+#include <utility>
+
 namespace dtrain::checkpoint {
 
 namespace {
@@ -15,10 +19,26 @@ using nlohmann::json;
 template <class T>
 T field(const std::string& origin, const json& object, const char* key) {
   DTRAIN_CHECK(object.is_object() && object.contains(key), "{}: missing field \"{}\"", origin, key);
-  try {
-    return object.at(key).get<T>();
-  } catch (const json::exception&) {
-    DTRAIN_FAIL("{}: field \"{}\" has the wrong type ({})", origin, key, object.at(key).dump());
+  const json& v = object.at(key);
+  if constexpr (std::is_integral_v<T>) {
+    // Integers only, in T's range: a float (1e10) or an out-of-range count would convert
+    // silently (or undefinedly) otherwise.
+    bool fits = false;
+    if (v.is_number_unsigned()) {
+      fits = std::cmp_less_equal(v.get<std::uint64_t>(), std::numeric_limits<T>::max());
+    } else if (v.is_number_integer()) {
+      const std::int64_t x = v.get<std::int64_t>();
+      fits = std::cmp_greater_equal(x, std::numeric_limits<T>::min()) && std::cmp_less_equal(x, std::numeric_limits<T>::max());
+    }
+    DTRAIN_CHECK(fits, "{}: field \"{}\" must be an integer in [{}, {}], got {}", origin, key,
+                 std::numeric_limits<T>::min(), std::numeric_limits<T>::max(), v.dump());
+    return v.is_number_unsigned() ? static_cast<T>(v.get<std::uint64_t>()) : static_cast<T>(v.get<std::int64_t>());
+  } else {
+    try {
+      return v.get<T>();
+    } catch (const json::exception&) {
+      DTRAIN_FAIL("{}: field \"{}\" has the wrong type ({})", origin, key, v.dump());
+    }
   }
 }
 

@@ -117,17 +117,24 @@ SafetensorsFile SafetensorsFile::parse(std::string origin, std::vector<std::uint
                      offsets[1].is_number_unsigned(),
                  "{}: tensor '{}': data_offsets must be two unsigned integers", o, name);
     Entry e{.name = name, .dtype = parse_dtype(o, name, dtype.get<std::string>()), .shape = {}};
-    // The element count, refusing overflow: a corrupt shape must not wrap around to a small size.
-    std::uint64_t numel = 1;
+    // The element count, refusing overflow: a corrupt shape must not wrap around to a small
+    // size. A zero anywhere makes an empty tensor, whatever the other dimensions.
+    bool empty = false;
     for (const auto& d : shape) {
       DTRAIN_CHECK(d.is_number_unsigned(), "{}: tensor '{}': every dimension must be an unsigned integer", o, name);
       const std::uint64_t v = d.get<std::uint64_t>();
-      DTRAIN_CHECK(v <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) &&
-                       (v == 0 || numel <= data_size / v),
+      DTRAIN_CHECK(v <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()),
+                   "{}: tensor '{}': dimension {} is out of range", o, name, v);
+      empty = empty || v == 0;
+      e.shape.push_back(static_cast<std::int64_t>(v));
+    }
+    std::uint64_t numel = empty ? 0 : 1;
+    for (const std::int64_t v : e.shape) {
+      if (empty) break;
+      DTRAIN_CHECK(numel <= data_size / static_cast<std::uint64_t>(v),
                    "{}: tensor '{}': shape {} does not fit in the file's {} data bytes", o, name, shape.dump(),
                    data_size);
-      numel *= v;
-      e.shape.push_back(static_cast<std::int64_t>(v));
+      numel *= static_cast<std::uint64_t>(v);
     }
     e.begin = offsets[0].get<std::uint64_t>();
     e.end = offsets[1].get<std::uint64_t>();

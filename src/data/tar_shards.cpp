@@ -327,6 +327,21 @@ void TarShardReader::read_pending_data(std::vector<std::uint8_t>& out) {
     if (r == ARCHIVE_EOF) break;
     if (r != ARCHIVE_OK && r != ARCHIVE_WARN) fail(fmt::format("reading member '{}'", pending_name_));
     // Blocks come in order; a sparse member (never written by TarShardWriter) leaves gaps of zeros.
+    // Its map of blocks comes from the file, unchecked by libarchive against the member's size,
+    // and a gap is memory that the file does not back: unchecked, a corrupt map (or size) would
+    // allocate whatever it claims.
+    DTRAIN_CHECK(offset >= 0 && offset + static_cast<std::int64_t>(size) <= pending_size_,
+                 "tar shard '{}': member '{}' has data at bytes [{}, {}), outside its {} bytes (a corrupt sparse map)",
+                 path_.string(), pending_name_, offset, offset + static_cast<std::int64_t>(size), pending_size_);
+    if (static_cast<std::size_t>(offset) > out.size()) {
+      std::error_code ec;
+      const auto shard_bytes = static_cast<std::int64_t>(fs::file_size(path_, ec));
+      DTRAIN_CHECK(!ec, "tar shard '{}': {}", path_.string(), ec.message());
+      DTRAIN_CHECK(pending_size_ <= shard_bytes,
+                   "tar shard '{}': member '{}' is a sparse file of {} bytes, more than the whole shard ({} bytes): a "
+                   "corrupt size (samples are plain files)",
+                   path_.string(), pending_name_, pending_size_, shard_bytes);
+    }
     const auto end = static_cast<std::size_t>(offset) + size;
     if (end > out.size()) out.resize(end);
     if (size > 0) std::memcpy(out.data() + offset, block, size);

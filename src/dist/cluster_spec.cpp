@@ -36,7 +36,7 @@ ClusterSpec parse_cluster_spec(const std::string& text, const std::string& sourc
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     DTRAIN_FAIL("{}: not valid JSON ({})", source, e.what());
   }
   DTRAIN_CHECK(doc.is_object(), "{}: expected a JSON object {{\"cluster\": {{...}}}}, got {}", source,

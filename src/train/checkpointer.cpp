@@ -208,6 +208,9 @@ Checkpointer::Checkpointer(CheckpointOptions options, dist::Strategy& strategy)
 }
 
 Checkpointer::~Checkpointer() {
+  // Reached with a save in flight only on the way out of an error: rank 0 stops waiting for
+  // ranks that may be gone (that checkpoint is then not committed; the previous one stands).
+  writer_->cancel = true;
   writer_->join();
   if (!writer_->error.empty()) spdlog::error("{}", writer_->error);
 }

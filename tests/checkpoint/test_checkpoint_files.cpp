@@ -23,7 +23,8 @@ NamedTensors sample_tensors() {
           {"fc.bias", test::random_tensor({3}, 2, DType::f64)},
           {"bn.num_batches_tracked", Tensor::scalar(7, {DType::i64})},
           {"half", test::random_tensor({2, 2}, 3).to(DType::f16)},
-          {"empty", Tensor::zeros({0, 5})}};
+          {"empty", Tensor::zeros({0, 5})},
+          {"empty_inner", Tensor::zeros({3, 0})}};
 }
 
 std::vector<std::uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
@@ -63,7 +64,8 @@ TEST_CASE("safetensors files round-trip every dtype, in order, with metadata", "
   write_safetensors(f, tensors, {{"format", "pt"}});
   f.commit();
   const SafetensorsFile r = SafetensorsFile::read(dir / "t.safetensors");
-  REQUIRE(r.names() == std::vector<std::string>{"fc.weight", "fc.bias", "bn.num_batches_tracked", "half", "empty"});
+  REQUIRE(r.names() ==
+          std::vector<std::string>{"fc.weight", "fc.bias", "bn.num_batches_tracked", "half", "empty", "empty_inner"});
   REQUIRE(r.metadata().at("format") == "pt");
   for (const auto& [name, t] : tensors) {
     const Tensor back = r.tensor(name);
@@ -158,6 +160,9 @@ TEST_CASE("Manifests round-trip and bad ones are named", "[checkpoint][cpu]") {
   std::string missing = m.to_json();
   missing.replace(missing.find("\"world_size\""), 12, "\"world_sise\"");
   REQUIRE_THROWS_WITH(Manifest::parse("m.json", missing), Catch::Contains("missing field \"world_size\""));
+  std::string fraction = m.to_json();
+  fraction.replace(fraction.find("\"world_size\": 2"), 15, "\"world_size\": 2.5");
+  REQUIRE_THROWS_WITH(Manifest::parse("m.json", fraction), Catch::Contains("\"world_size\" must be an integer"));
   std::string escape = m.to_json();
   escape.replace(escape.find("model.safetensors"), 17, "../../etc/passwd");
   REQUIRE_THROWS_WITH(Manifest::parse("m.json", escape), Catch::Contains("not a plain file name"));
@@ -219,7 +224,7 @@ TEST_CASE("OpenCheckpoint names a missing, truncated or corrupt file", "[checkpo
   m.files = {{.name = "model.safetensors", .bytes = f.bytes(), .xxh3 = f.checksum(), .rank = 0}};
   write_file_atomically(c / "manifest.json", m.to_json());
   const OpenCheckpoint ok = OpenCheckpoint::open(c);
-  REQUIRE(SafetensorsFile::parse("m", ok.read_verified(ok.manifest.files[0])).names().size() == 5);
+  REQUIRE(SafetensorsFile::parse("m", ok.read_verified(ok.manifest.files[0])).names().size() == 6);
 
   // Same size, one byte flipped: only the checksum sees it.
   std::string bytes = file_text(c / "model.safetensors");

@@ -60,7 +60,9 @@ struct SaveTimes {
 class Checkpointer {
  public:
   Checkpointer(CheckpointOptions options, dist::Strategy& strategy);
-  ~Checkpointer();  // waits for a save in flight (its error, if any, is logged)
+  // Waits for a save in flight, except that rank 0 no longer waits for the other ranks'
+  // parts (a save still in flight here is an error's way out); its error, if any, is logged.
+  ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
 
