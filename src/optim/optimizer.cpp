@@ -67,13 +67,21 @@ std::size_t Optimizer::add_buffer(std::string name) {
 }
 
 NamedTensors Optimizer::state() const {
+  NamedTensors out = state_view();
+  for (auto& [key, t] : out) {
+    if (key != "lr" && key != "steps" && key != "updates") t = t.clone();
+  }
+  return out;
+}
+
+NamedTensors Optimizer::state_view() const {
   NamedTensors out;
   out.emplace_back("lr", Tensor::scalar(lr_, {DType::f64}));
   out.emplace_back("steps", Tensor::scalar(static_cast<double>(steps_), {DType::i64}));
   out.emplace_back("updates", Tensor::from_vector(updates_, {static_cast<std::int64_t>(updates_.size())}));
   for (const Buffer& b : buffers_) {
     for (std::size_t i = 0; i < b.slots.size(); ++i) {
-      if (b.slots[i].defined()) out.emplace_back(b.name + "." + std::to_string(i), b.slots[i].clone());
+      if (b.slots[i].defined()) out.emplace_back(b.name + "." + std::to_string(i), b.slots[i]);
     }
   }
   return out;

@@ -3,6 +3,7 @@
 #include "dtrain/checkpoint/atomic_file.h"
 #include "dtrain/checkpoint/store.h"
 #include "dtrain/core/error.h"
+#include "dtrain/core/parallel.h"
 #include "dtrain/tensor/ops.h"
 #include "train/fault_injection.h"
 
@@ -39,6 +40,35 @@ std::string utc_now() {
 
 // A copy in host memory that later steps cannot change.
 Tensor host_copy(const Tensor& t) { return t.device().is_cpu() ? t.contiguous().clone() : t.to(Device::cpu()).contiguous(); }
+
+// Copies `tensors` into host memory in place, reusing the previous snapshot's buffers where
+// the shapes match (fresh memory is paid for in page faults, which would double the time
+// a step is held) and spreading the copies over the thread pool.
+void copy_into_host(NamedTensors& tensors, std::vector<Tensor>& pool) {
+  std::vector<Tensor> targets(tensors.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i].second;
+    if (!t.device().is_cpu()) {
+      tensors[i].second = t.to(Device::cpu());  // a new host tensor already: nothing left to copy
+      continue;
+    }
+    if (i < pool.size() && pool[i].defined() && pool[i].shape() == t.shape() && pool[i].dtype() == t.dtype()) {
+      targets[i] = std::move(pool[i]);
+    } else {
+      targets[i] = Tensor::empty(t.shape(), {t.dtype()});
+    }
+  }
+  pool.clear();
+  parallel_for(0, static_cast<std::int64_t>(tensors.size()), 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      if (targets[k].defined()) targets[k].copy_(tensors[k].second);
+    }
+  });
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (targets[i].defined()) tensors[i].second = std::move(targets[i]);
+  }
+}
 
 // The name of each of the optimizer's parameters in `module`.
 std::vector<std::string> parameter_names(const optim::Optimizer& optimizer, const nn::Module& module) {
@@ -113,10 +143,12 @@ NamedTensors join_ranges(const NamedTensors& tensors, const nn::Module& module, 
 
 }  // namespace
 
-NamedTensors named_optimizer_state(const optim::Optimizer& optimizer, const nn::Module& module) {
-  const std::vector<std::string> names = parameter_names(optimizer, module);
+namespace {
+
+// An optimizer's state (Optimizer::state or state_view) keyed by parameter name.
+NamedTensors name_entries(const NamedTensors& state, const std::vector<std::string>& names) {
   NamedTensors out;
-  for (auto& [key, t] : optimizer.state()) {
+  for (auto& [key, t] : state) {
     if (key == "lr" || key == "steps") {
       out.emplace_back(key, t);
     } else if (key == "updates") {
@@ -130,6 +162,12 @@ NamedTensors named_optimizer_state(const optim::Optimizer& optimizer, const nn::
     }
   }
   return out;
+}
+
+}  // namespace
+
+NamedTensors named_optimizer_state(const optim::Optimizer& optimizer, const nn::Module& module) {
+  return name_entries(optimizer.state(), parameter_names(optimizer, module));
 }
 
 void load_named_optimizer_state(optim::Optimizer& optimizer, const nn::Module& module, const NamedTensors& tensors,
@@ -184,6 +222,9 @@ struct Checkpointer::Writer {
   std::thread thread;
   std::string error;  // the last save's failure on this rank ("" when it succeeded)
   std::atomic<bool> cancel{false};
+  // The last snapshot's host buffers, for the next one to copy into (model, then optimizer
+  // entries); handed back by the writer thread when its write is done.
+  std::vector<Tensor> pool;
   mutable std::mutex mu;
   SaveTimes times;
   int saves = 0;
@@ -224,6 +265,13 @@ void Checkpointer::save(const optim::Optimizer& optimizer, const optim::LossScal
                         const checkpoint::TrainingPosition& position, const std::vector<double>& epoch_sums,
                         const std::string& model_summary) {
   DTRAIN_CHECK(!options_.dir.empty(), "checkpoint: save() needs a checkpoint directory");
+  // What a resume would refuse is refused here, before anything is written.
+  DTRAIN_CHECK(position.epoch >= 1 && position.updates_per_epoch >= 1 && position.step_in_epoch >= 0 &&
+                   position.step_in_epoch <= position.updates_per_epoch && position.epochs >= 1 &&
+                   position.batch_size >= 1 && position.global_step >= 0,
+               "checkpoint: impossible training position (epoch {}, update {} of {}, {} epochs, batch {}, step {})",
+               position.epoch, position.step_in_epoch, position.updates_per_epoch, position.epochs,
+               position.batch_size, position.global_step);
   const auto start_time = Clock::now();
   const checkpoint::CheckpointStore store(options_.dir);
   // Rank 0 clears what crashed saves left before any rank starts this one (the collective
@@ -236,12 +284,21 @@ void Checkpointer::save(const optim::Optimizer& optimizer, const optim::LossScal
 
   Snapshot s;
   s.step = step;
-  if (!role_.part.empty()) {
-    for (const auto& [name, t] : strategy_.module().state_dict()) s.model.emplace_back(name, host_copy(t));
-  }
+  // The live tensors: a synchronous save writes them before training changes them; an
+  // asynchronous one copies them into host memory first.
+  if (!role_.part.empty()) s.model = strategy_.module().state_dict();
   if (!role_.part.empty() && role_.saves_optimizer) {
-    for (auto& [name, t] : named_optimizer_state(optimizer, strategy_.module())) s.optimizer.emplace_back(name, host_copy(t));
-    for (auto& [name, t] : scaler.state()) s.optimizer.emplace_back(kScalerPrefix + name, host_copy(t));
+    s.optimizer = name_entries(optimizer.state_view(), parameter_names(optimizer, strategy_.module()));
+    for (auto& [name, t] : scaler.state()) s.optimizer.emplace_back(kScalerPrefix + name, t);
+  }
+  if (options_.async) {
+    NamedTensors all = std::move(s.model);
+    const std::size_t model_entries = all.size();
+    all.insert(all.end(), std::make_move_iterator(s.optimizer.begin()), std::make_move_iterator(s.optimizer.end()));
+    copy_into_host(all, writer_->pool);
+    s.model.assign(std::make_move_iterator(all.begin()), std::make_move_iterator(all.begin() + static_cast<std::ptrdiff_t>(model_entries)));
+    s.optimizer.assign(std::make_move_iterator(all.begin() + static_cast<std::ptrdiff_t>(model_entries)),
+                       std::make_move_iterator(all.end()));
   }
   const Generator& gen = default_generator();
   s.record.rank = role_.rank;
@@ -273,7 +330,11 @@ void Checkpointer::start(Snapshot s) {
     writer_->times = {};
   }
   if (options_.async) {
-    writer_->thread = std::thread([this, s = std::move(s)] { write(s); });
+    writer_->thread = std::thread([this, s = std::move(s)] {
+      write(s);
+      for (const auto& [name, t] : s.model) writer_->pool.push_back(t);
+      for (const auto& [name, t] : s.optimizer) writer_->pool.push_back(t);
+    });
   } else {
     write(s);
   }

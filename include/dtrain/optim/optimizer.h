@@ -47,6 +47,9 @@ class Optimizer {
   // index>" (only the buffers created so far). The tensors are copies: a snapshot stays
   // valid while training continues.
   virtual NamedTensors state() const;
+  // state() without copying the buffers: they are the optimizer's own, valid and unchanged
+  // until the next step() (a checkpoint copies them into memory it reuses).
+  NamedTensors state_view() const;
   // Restores what state() returned for an optimizer of the same kind over parameters of
   // the same shapes (buffers are converted to each parameter's dtype and device). Throws
   // on a missing, unknown, repeated or mis-shaped entry and then leaves this unchanged.
