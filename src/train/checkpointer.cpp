@@ -300,10 +300,7 @@ void Checkpointer::save(const optim::Optimizer& optimizer, const optim::LossScal
     s.optimizer.assign(std::make_move_iterator(all.begin() + static_cast<std::ptrdiff_t>(model_entries)),
                        std::make_move_iterator(all.end()));
   }
-  const Generator& gen = default_generator();
-  s.record.rank = role_.rank;
-  s.record.rng_seed = gen.seed();
-  s.record.rng_offset = gen.offset();
+  s.record = own_record();
   s.record.epoch_sums = epoch_sums;
   if (role_.rank == 0) {
     s.manifest = {.created = utc_now(),
@@ -321,6 +318,15 @@ void Checkpointer::save(const optim::Optimizer& optimizer, const optim::LossScal
   strategy_.checkpoint_servers(step);
   std::lock_guard lock(writer_->mu);
   writer_->times.held_s = seconds_since(start_time);
+}
+
+checkpoint::RankRecord Checkpointer::own_record() const {
+  const Generator& gen = default_generator();
+  checkpoint::RankRecord r;
+  r.rank = role_.rank;
+  r.rng_seed = gen.seed();
+  r.rng_offset = gen.offset();
+  return r;
 }
 
 void Checkpointer::start(Snapshot s) {
@@ -348,10 +354,7 @@ void Checkpointer::save_share(std::int64_t step, checkpoint::NamedTensors share)
   for (auto& [name, t] : share) {
     if (seen.insert(name).second) s.optimizer.emplace_back(name, host_copy(t));
   }
-  const Generator& gen = default_generator();
-  s.record.rank = role_.rank;
-  s.record.rng_seed = gen.seed();
-  s.record.rng_offset = gen.offset();
+  s.record = own_record();
   start(std::move(s));
 }
 

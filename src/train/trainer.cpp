@@ -257,7 +257,7 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
       callback({.epoch = epoch, .step = step, .global_step = global_step_, .lr = optimizer.lr(), .stats = &stats});
     }
     if (!checkpointer_) return;
-    fault::maybe_kill_at_step(strategy_->checkpoint_role().rank, global_step_);
+    fault::maybe_kill_at_step(checkpointer_->rank(), global_step_);
     // The epoch's last update is saved by the end-of-epoch checkpoint, after its evaluation.
     const std::int64_t every = checkpointer_->options().every;
     if (every > 0 && global_step_ % every == 0 && step < updates && !checkpointer_->options().dir.empty()) {

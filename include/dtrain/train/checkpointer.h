@@ -67,6 +67,7 @@ class Checkpointer {
   Checkpointer& operator=(const Checkpointer&) = delete;
 
   const CheckpointOptions& options() const { return options_; }
+  int rank() const { return role_.rank; }  // this rank among the job's (Strategy::checkpoint_role)
 
   // Saves at `position` (collective). `model_summary` goes into the manifest for messages.
   void save(const optim::Optimizer& optimizer, const optim::LossScaler& scaler,
@@ -92,6 +93,8 @@ class Checkpointer {
   // finish(), and every rank learns rank 0's step (the checkpoint's name).
   std::int64_t finish_and_agree(std::int64_t step);
   void start(Snapshot snapshot);  // write() on the writer thread, or now when not async
+  // This rank's record without its epoch sums or files: its rank and generator state.
+  checkpoint::RankRecord own_record() const;
 
   CheckpointOptions options_;
   dist::Strategy& strategy_;
