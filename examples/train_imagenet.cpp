@@ -76,6 +76,7 @@ struct Config {
   int threads = 0;
   std::string metrics;
   train::CheckpointOptions checkpoint;
+  examples::ReportingFlags reporting;
   std::int64_t limit_train = 0;
   std::int64_t limit_test = 0;
   double target_accuracy = 0;
@@ -140,6 +141,7 @@ void add_flags(CLI::App& app, Config& c) {
   app.add_option("--threads", c.threads, "intra-op threads (default: cores / local ranks)")->check(CLI::Range(1, 1024));
   app.add_option("--metrics", c.metrics, "write metrics as JSON lines to this file");
   examples::add_checkpoint_flags(app, c.checkpoint);
+  examples::add_reporting_flags(app, c.reporting);
   app.add_option("--limit-train", c.limit_train, "train on N images only: evenly spaced over the class folders, the first N of the (shuffled) shards, or N random inputs with --synthetic")
       ->check(CLI::PositiveNumber);
   app.add_option("--limit-test", c.limit_test, "evaluate on N validation images only (chosen as for --limit-train)")
@@ -270,7 +272,10 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
                           .target_accuracy = c.target_accuracy,
                           .evaluations_per_epoch = c.evaluations_per_epoch,
                           .metrics = c.metrics,
-                          .checkpoint = c.checkpoint});
+                          .checkpoint = c.checkpoint,
+                          .progress = c.reporting.progress,
+                          .trace = c.reporting.trace,
+                          .tensorboard = c.reporting.tensorboard});
   auto schedule = examples::make_schedule(
       {.name = "cosine", .lr = lr, .warmup_epochs = c.warmup_epochs, .epochs = c.epochs}, trainer.updates_per_epoch());
   if (strategy->reports()) {

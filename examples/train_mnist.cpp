@@ -69,6 +69,7 @@ struct Config {
   int threads = 0;  // 0: dtrain's default (cores / local ranks)
   std::string metrics;
   train::CheckpointOptions checkpoint;
+  examples::ReportingFlags reporting;
   std::int64_t limit_train = 0;  // 0: all
   std::int64_t limit_test = 0;
   bool check_replicas = false;
@@ -120,6 +121,7 @@ void add_flags(CLI::App& app, Config& c) {
   app.add_option("--threads", c.threads, "intra-op threads (default: cores / local ranks)")->check(CLI::Range(1, 1024));
   app.add_option("--metrics", c.metrics, "write metrics as JSON lines to this file");
   examples::add_checkpoint_flags(app, c.checkpoint);
+  examples::add_reporting_flags(app, c.reporting);
   app.add_option("--limit-train", c.limit_train, "train on the first N examples only")->check(CLI::PositiveNumber);
   app.add_option("--limit-test", c.limit_test, "evaluate on the first N test examples only")->check(CLI::PositiveNumber);
   app.add_option("--target-accuracy", c.target_accuracy,
@@ -246,7 +248,10 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
                           .evaluations_per_epoch = c.evaluations_per_epoch,
                           .check_replicas = c.check_replicas,
                           .metrics = c.metrics,
-                          .checkpoint = c.checkpoint});
+                          .checkpoint = c.checkpoint,
+                          .progress = c.reporting.progress,
+                          .trace = c.reporting.trace,
+                          .tensorboard = c.reporting.tensorboard});
   auto schedule = examples::make_schedule(
       {.name = c.schedule, .lr = c.lr, .warmup_epochs = c.warmup_epochs, .epochs = c.epochs}, trainer.updates_per_epoch());
   if (strategy->reports()) {

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 namespace dtrain::examples {
 
@@ -58,6 +59,39 @@ void add_checkpoint_flags(CLI::App& app, train::CheckpointOptions& c) {
                  "continue from a checkpoint: auto (the latest in --checkpoint-dir, or start afresh when there is none) "
                  "or a checkpoint directory");
   app.add_flag("!--sync-checkpoint", c.async, "write checkpoints before training goes on (default: in the background)");
+}
+
+void add_reporting_flags(CLI::App& app, ReportingFlags& r) {
+  const std::map<std::string, train::ProgressMode> modes{{"auto", train::ProgressMode::Auto},
+                                                          {"bar", train::ProgressMode::Bar},
+                                                          {"lines", train::ProgressMode::Lines},
+                                                          {"none", train::ProgressMode::None}};
+  app.add_option("--progress", r.progress,
+                 "auto (a bar on a terminal, lines when the output goes to a file, under mpirun too), bar, lines or "
+                 "none")
+      ->transform(CLI::CheckedTransformer(modes))
+      ->default_str("auto");
+  app.add_option("--trace", r.trace.file,
+                 "write a timeline of the --trace-steps updates of every rank to this file (Chrome trace-event JSON: "
+                 "open it in https://ui.perfetto.dev)");
+  app.add_option_function<std::string>(
+         "--trace-steps", [&r](const std::string& text) { train::parse_trace_steps(text, r.trace); },
+         "the global updates the timeline covers, A-B or A (from 1)")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            try {
+              train::TraceOptions probe;
+              train::parse_trace_steps(text, probe);
+              return std::string();
+            } catch (const std::exception& e) {
+              return std::string(e.what());
+            }
+          },
+          "A-B"))
+      ->default_str("1-5");
+  app.add_option("--tensorboard", r.tensorboard,
+                 "write TensorBoard event files here (loss, accuracy, learning rate, samples/s, exposed "
+                 "communication share; staleness for parameter servers)");
 }
 
 std::optional<DType> autocast_type(const std::string& precision) {

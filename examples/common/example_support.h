@@ -8,6 +8,7 @@
 #include "dtrain/optim/optimizer.h"
 #include "dtrain/tensor/dtype.h"
 #include "dtrain/train/checkpointer.h"
+#include "dtrain/train/trainer.h"
 
 #include <CLI/CLI.hpp>
 
@@ -40,6 +41,14 @@ std::shared_ptr<const optim::LrSchedule> make_schedule(const ScheduleConfig& c, 
 
 // --checkpoint-dir, --checkpoint-every, --keep, --resume and --sync-checkpoint, into `c`.
 void add_checkpoint_flags(CLI::App& app, train::CheckpointOptions& c);
+
+// How a run shows itself: --progress, --trace FILE, --trace-steps A-B and --tensorboard DIR.
+struct ReportingFlags {
+  train::ProgressMode progress = train::ProgressMode::Auto;
+  train::TraceOptions trace = {};
+  std::filesystem::path tensorboard = {};
+};
+void add_reporting_flags(CLI::App& app, ReportingFlags& r);
 
 // "fp32" -> none, "bf16" / "f16" -> the autocast type.
 std::optional<DType> autocast_type(const std::string& precision);

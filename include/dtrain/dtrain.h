@@ -1,7 +1,7 @@
 // Every public dtrain header, for programs that want the whole library in one include.
 // The layers' own code never includes this (tools/check_layering.py forbids it: it reaches
 // every layer). By layer, bottom up:
-//   core      Device, Error and the checks, environment, logging, the thread pool
+//   core      Device, Error and the checks, environment, logging, the thread pool, trace spans
 //   tensor    Tensor, Storage, shapes, dtypes (f16/bf16), ops, the device stream, Upload,
 //             memory stats
 //   autograd  Variable, differentiable functions, autocast, gradient checks
@@ -10,7 +10,7 @@
 //   data      Dataset, MNIST, ImageFolder, tar shards, JPEG and transforms, Subset, TensorDataset,
 //             samplers, DataLoader
 //   dist      Communicator, NCCL, DataParallel, Strategy, SyncBatchNorm
-//   train     Trainer (the training loop), progress, metrics log
+//   train     Trainer (the training loop), progress, metrics log, TensorBoard event files
 // Left out: dtrain/core/cuda/ (CUDA helpers that need the CUDA toolkit's headers). The
 // lint test layering.umbrella fails when a public header is missing here.
 #pragma once
@@ -23,6 +23,7 @@
 #include "dtrain/core/host_device.h"
 #include "dtrain/core/log.h"
 #include "dtrain/core/parallel.h"
+#include "dtrain/core/trace.h"
 
 #include "dtrain/tensor/dtype.h"
 #include "dtrain/tensor/half.h"
@@ -96,4 +97,5 @@
 #include "dtrain/train/checkpointer.h"
 #include "dtrain/train/metrics_log.h"
 #include "dtrain/train/progress.h"
+#include "dtrain/train/tensorboard.h"
 #include "dtrain/train/trainer.h"

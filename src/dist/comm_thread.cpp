@@ -1,6 +1,7 @@
 #include "dist/comm_thread.h"
 
 #include "dtrain/core/error.h"
+#include "dtrain/core/trace.h"
 
 #include <atomic>
 #include <exception>
@@ -123,6 +124,8 @@ void CommThread::run_front(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   std::exception_ptr error;
   try {
+    // On whichever thread runs it: the executor, or a waiter that ran it inline.
+    trace::Span span(task->info.name, "communication", static_cast<std::int64_t>(task->info.bytes));
     task->body();
   } catch (const Error& e) {
     error = std::make_exception_ptr(Error(fmt::format("{}: {}", task->info.name, e.message())));
@@ -152,6 +155,7 @@ void CommThread::wait_for(Task& task) {
 
 void CommThread::run_worker() {
   pthread_setname_np(pthread_self(), "dtrain-comm");
+  trace::name_thread("communication thread");
   // Backoff sleeps of 20-200 us would otherwise be stretched by the default 50 us timer slack.
   prctl(PR_SET_TIMERSLACK, 5'000UL, 0UL, 0UL, 0UL);
   std::unique_lock lock(mutex_);

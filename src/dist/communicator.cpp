@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include <climits>
 #include <cstdio>
 #include <exception>
 
@@ -42,6 +43,10 @@ CommunicatorOptions detail::with_environment(CommunicatorOptions options) {
   if (auto check = env::get_int("DTRAIN_CHECK_COLLECTIVES")) {
     DTRAIN_CHECK(*check == 0 || *check == 1, "DTRAIN_CHECK_COLLECTIVES={}: expected 0 or 1", *check);
     options.check_collectives = *check == 1;
+  }
+  if (auto host = env::get_int("DTRAIN_HOST_ID")) {
+    DTRAIN_CHECK(*host >= 0 && *host <= INT_MAX, "DTRAIN_HOST_ID={}: expected a host number >= 0", *host);
+    options.host_id = static_cast<int>(*host);
   }
   return options;
 }

@@ -1,5 +1,6 @@
 // The options every backend applies: the caller's, with DTRAIN_TIMEOUT (seconds) over the
-// timeout and DTRAIN_CHECK_COLLECTIVES (0 or 1) over check_collectives when they are set.
+// timeout, DTRAIN_CHECK_COLLECTIVES (0 or 1) over check_collectives and DTRAIN_HOST_ID
+// (>= 0) over host_id when they are set.
 #pragma once
 
 #include "dtrain/dist/communicator.h"
@@ -8,7 +9,8 @@ namespace dtrain::dist::detail {
 
 // Throws dtrain::Error naming DTRAIN_TIMEOUT when it is not a number of seconds in
 // [1, 10000000] (capped so that deadlines stay representable), or naming
-// DTRAIN_CHECK_COLLECTIVES when it is neither 0 nor 1.
+// DTRAIN_CHECK_COLLECTIVES when it is neither 0 nor 1, or naming DTRAIN_HOST_ID when it
+// is not an integer >= 0.
 CommunicatorOptions with_environment(CommunicatorOptions options);
 
 }  // namespace dtrain::dist::detail

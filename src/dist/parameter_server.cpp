@@ -4,6 +4,7 @@
 #include "dist/ps_protocol.h"
 #include "dist/ps_server.h"
 #include "dist/replica_state.h"
+#include "dtrain/core/trace.h"
 
 #include <fmt/format.h>
 
@@ -301,11 +302,13 @@ std::optional<std::int64_t> ParameterServer::claim_batch(std::int64_t epoch, std
 
 void ParameterServer::begin_push(double lr, bool deferred) {
   check_worker("begin_push");
+  trace::Span span("parameter server: previous push", trace::Phase::Communication);
   worker_->begin_push(lr, deferred);
 }
 
 void ParameterServer::finish_push(bool skip) {
   check_worker("finish_push");
+  trace::Span span("parameter server: push and pull", trace::Phase::Communication);
   worker_->finish_push(skip);
 }
 

@@ -1,5 +1,7 @@
 #include "dist/pipeline_executor.h"
 
+#include "dtrain/core/trace.h"
+
 #include "dtrain/autograd/autocast.h"
 #include "dtrain/core/error.h"
 
@@ -77,6 +79,7 @@ PipelineExecutor::Timing PipelineExecutor::run(const std::vector<Tensor>& inputs
   }
   exchange(plan.tail);
   const auto start = Clock::now();
+  trace::Span span("send wait", trace::Phase::Communication);
   for (auto& [work, tensor] : sends_) work->wait();
   timing_.wait_s += seconds_since(start);
   sends_.clear();
@@ -95,6 +98,7 @@ Variable PipelineExecutor::forward_chunk(int chunk, const Variable& input, int m
 
 void PipelineExecutor::forward(const PipelineAction& a, bool train, const LastStageFn& last) {
   const int c = virtual_stage(a.chunk);
+  trace::Span span(trace::recording() ? fmt::format("forward {}", a.micro) : std::string(), trace::Phase::Forward);
   Tensor in_data;
   if (c == 0) {
     in_data = (*inputs_)[static_cast<std::size_t>(a.micro)];
@@ -127,6 +131,7 @@ void PipelineExecutor::forward(const PipelineAction& a, bool train, const LastSt
 
 void PipelineExecutor::backward(const PipelineAction& a, const LastStageFn& last) {
   const int c = virtual_stage(a.chunk);
+  trace::Span span(trace::recording() ? fmt::format("backward {}", a.micro) : std::string(), trace::Phase::Backward);
   auto it = live_.find({a.chunk, a.micro});
   DTRAIN_CHECK(it != live_.end(), "pipeline: backward of chunk {} micro-batch {} before its forward", a.chunk, a.micro);
   Live live = std::move(it->second);
@@ -155,6 +160,7 @@ void PipelineExecutor::backward(const PipelineAction& a, const LastStageFn& last
 void PipelineExecutor::exchange(const std::vector<Msg>& messages) {
   if (messages.empty()) return;
   const auto start = Clock::now();
+  trace::Span span("send/receive", trace::Phase::Communication);
   auto key = [](const Msg& m) { return std::tuple{static_cast<int>(m.kind), m.boundary, m.micro}; };
   // Headers of first-seen activation sizes go out before anything waits.
   for (const Msg& m : messages) {

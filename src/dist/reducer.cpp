@@ -1,6 +1,9 @@
 #include "dist/reducer.h"
 
+#include "dtrain/core/trace.h"
+
 #include <algorithm>
+#include <fmt/format.h>
 #include <map>
 #include <spdlog/spdlog.h>
 
@@ -104,6 +107,7 @@ void DataParallel::Reducer::mark_ready(std::size_t i) {
 void DataParallel::Reducer::launch_in_order() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     Bucket& bucket = buckets_[next_launch_++];
+    if (trace::recording()) trace::instant(fmt::format("bucket {} ready", next_launch_ - 1), "communication");
     if (communicate_) bucket.work = comm_->all_reduce_async(bucket.buffer, ReduceOp::Mean);
   }
 }
@@ -112,6 +116,8 @@ void DataParallel::Reducer::finish() {
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     if (!slots_[i].ready) mark_ready(i);
   }
+  // What backward did not hide: the wait for the all-reduces still running.
+  trace::Span wait("gradient all-reduce wait", trace::Phase::Communication);
   for (auto& bucket : buckets_) {
     if (bucket.work) bucket.work->wait();
     bucket.work.reset();

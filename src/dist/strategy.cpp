@@ -1,6 +1,7 @@
 #include "dtrain/dist/strategy.h"
 
 #include "dtrain/autograd/autocast.h"
+#include "dtrain/core/trace.h"
 #include "dtrain/dist/data_parallel_strategy.h"
 #include "dtrain/optim/clip_grad.h"
 
@@ -72,15 +73,20 @@ void Strategy::forward_backward(const MicroBatch& batch, double weight, bool las
                                 StepStats& stats) {
   Variable scaled;
   {
+    trace::Span span("forward", trace::Phase::Forward);
     std::optional<AutocastGuard> guard;  // forward and loss only, as in output_and_loss
     if (config.autocast) guard.emplace(*config.autocast);
     scaled = weighted_loss(module_->forward(Variable(batch.inputs)), batch.targets, weight, config, &stats);
   }
-  scaled.backward();
+  {
+    trace::Span span("backward", trace::Phase::Backward);
+    scaled.backward();
+  }
   stats.samples += batch.inputs.size(0);
 }
 
 void Strategy::update(optim::Optimizer& optimizer, const StepConfig& config, StepStats& stats) {
+  trace::Span span("optimizer", trace::Phase::Optimizer);
   // With the gradients spread over ranks, a scaler's inf/NaN must be seen by all of them:
   // the summed norm carries it.
   const bool shared_overflow = config.scaler && gradients_spread();

@@ -1,9 +1,14 @@
 #include "dtrain/train/progress.h"
 
+#include "dtrain/core/error.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <system_error>
 #include <unistd.h>
 
 namespace dtrain::train {
@@ -14,12 +19,49 @@ std::string format_duration(double seconds) {
   return fmt::format("{}:{:02}", s / 60, s % 60);
 }
 
-Progress::Progress(std::string label, std::int64_t total_steps, bool enabled, std::FILE* out, double interval_s)
+ProgressMode parse_progress_mode(std::string_view text) {
+  if (text == "auto") return ProgressMode::Auto;
+  if (text == "bar") return ProgressMode::Bar;
+  if (text == "lines") return ProgressMode::Lines;
+  if (text == "none") return ProgressMode::None;
+  DTRAIN_FAIL("progress mode '{}': expected auto, bar, lines or none", text);
+}
+
+namespace {
+
+bool under_mpi_launcher() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    if (std::getenv(name) != nullptr) return true;
+  }
+  return false;
+}
+
+// Whether the process `pid`'s standard output is a terminal device, from /proc.
+bool stdout_of_is_terminal(pid_t pid) {
+  std::error_code ec;
+  const std::filesystem::path target = std::filesystem::read_symlink(fmt::format("/proc/{}/fd/1", pid), ec);
+  if (ec) return false;
+  const std::string t = target.string();
+  return t.starts_with("/dev/pts/") || t.starts_with("/dev/tty") || t == "/dev/console";
+}
+
+}  // namespace
+
+bool output_is_terminal(std::FILE* out) {
+  if (::isatty(::fileno(out)) == 0) return false;
+  // mpirun (Open MPI's local ranks are its children; remote ones, orted's, whose output
+  // is a socket) relays the ranks' output through pseudo-terminals.
+  if (under_mpi_launcher()) return stdout_of_is_terminal(::getppid());
+  return true;
+}
+
+Progress::Progress(std::string label, std::int64_t total_steps, bool enabled, std::FILE* out, double interval_s,
+                   ProgressMode mode)
     : label_(std::move(label)),
       total_(total_steps),
-      enabled_(enabled),
+      enabled_(enabled && mode != ProgressMode::None),
       out_(out),
-      terminal_(::isatty(::fileno(out)) != 0),
+      bar_(mode == ProgressMode::Bar || (mode == ProgressMode::Auto && output_is_terminal(out))),
       interval_s_(interval_s),
       start_(std::chrono::steady_clock::now()),
       last_print_(start_) {}
@@ -54,7 +96,7 @@ void Progress::update(std::int64_t step, double loss, std::int64_t samples) {
   loss_ = loss;
   samples_ += samples * sample_scale_;
   if (!due(step)) return;
-  if (terminal_) {
+  if (bar_) {
     fmt::print(out_, "\r{}\033[K", render(true));
     finished_ = false;  // a line is open again (after a finish() in the middle)
   } else {
@@ -70,13 +112,13 @@ bool Progress::due(std::int64_t step) const {
   // A terminal is redrawn at most ~10 times a second (it is slow too); a log gets a line
   // every interval_s.
   const std::chrono::duration<double> since = std::chrono::steady_clock::now() - last_print_;
-  return since.count() >= (terminal_ ? 0.1 : interval_s_);
+  return since.count() >= (bar_ ? 0.1 : interval_s_);
 }
 
 void Progress::finish() {
   if (finished_) return;
   finished_ = true;
-  if (enabled_ && terminal_) {
+  if (enabled_ && bar_) {
     fmt::print(out_, "\n");
     std::fflush(out_);
   }

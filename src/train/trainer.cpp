@@ -5,13 +5,17 @@
 #include "dtrain/data/subset.h"
 #include "dtrain/tensor/upload.h"
 #include "dtrain/train/progress.h"
+#include "dtrain/train/tensorboard.h"
 #include "train/fault_injection.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
+#include <fstream>
+#include <numeric>
 #include <utility>
 
 namespace dtrain::train {
@@ -102,6 +106,28 @@ class RunningSums {
   std::int64_t updates_ = 0, samples_ = 0, counted_ = 0, losses_ = 0;
 };
 
+// Every training rank's piece of text, through the strategy's sums (a collective over the
+// training ranks): each rank writes its bytes into its own range of a vector of zeros. Slow
+// per byte, but it needs no other channel and runs once per timeline.
+std::vector<std::string> gather_text(dist::Strategy& strategy, int rank, int ranks, const std::string& mine) {
+  std::vector<double> lengths(static_cast<std::size_t>(ranks), 0.0);
+  lengths[static_cast<std::size_t>(rank)] = static_cast<double>(mine.size());
+  lengths = over_ranks(strategy, lengths);
+  std::vector<std::size_t> offsets(lengths.size() + 1, 0);
+  for (std::size_t r = 0; r < lengths.size(); ++r) offsets[r + 1] = offsets[r] + static_cast<std::size_t>(lengths[r]);
+  std::vector<std::string> texts(lengths.size());
+  if (offsets.back() == 0) return texts;
+  std::vector<double> bytes(offsets.back(), 0.0);
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    bytes[offsets[static_cast<std::size_t>(rank)] + i] = static_cast<unsigned char>(mine[i]);
+  }
+  bytes = over_ranks(strategy, bytes);
+  for (std::size_t r = 0; r < texts.size(); ++r) {
+    for (std::size_t i = offsets[r]; i < offsets[r + 1]; ++i) texts[r] += static_cast<char>(bytes[i]);
+  }
+  return texts;
+}
+
 // A batch whose upload to the device was queued ahead of the step that uses it: on a GPU
 // the copy overlaps the previous step's kernels (upload.h); on the CPU it is the batch.
 struct Staged {
@@ -110,6 +136,21 @@ struct Staged {
 };
 
 }  // namespace
+
+void parse_trace_steps(std::string_view text, TraceOptions& options) {
+  const auto number = [text](std::string_view part) {
+    std::int64_t v = 0;
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
+    DTRAIN_CHECK(ec == std::errc() && end == part.data() + part.size() && v >= 1,
+                 "--trace-steps '{}': expected A-B or A, global update numbers from 1", text);
+    return v;
+  };
+  const std::size_t dash = text.find('-');
+  options.first_step = number(text.substr(0, dash));
+  options.last_step = dash == std::string_view::npos ? options.first_step : number(text.substr(dash + 1));
+  DTRAIN_CHECK(options.first_step <= options.last_step, "--trace-steps '{}': the first update comes after the last",
+               text);
+}
 
 Trainer::Trainer(std::shared_ptr<dist::Strategy> strategy, TrainerData data, TrainerOptions options)
     : strategy_(std::move(strategy)), data_(std::move(data)), options_(std::move(options)),
@@ -159,6 +200,19 @@ Trainer::Trainer(std::shared_ptr<dist::Strategy> strategy, TrainerData data, Tra
     }
   }
   if (strategy_->reports() && !options_.metrics.empty()) metrics_ = std::make_unique<MetricsLog>(options_.metrics);
+  if (strategy_->reports() && !options_.tensorboard.empty()) {
+    tensorboard_ = std::make_unique<TensorBoardWriter>(options_.tensorboard);
+  }
+  if (!options_.trace.file.empty()) {
+    DTRAIN_CHECK(options_.trace.first_step >= 1 && options_.trace.first_step <= options_.trace.last_step,
+                 "Trainer: trace steps {}-{}: expected 1 <= first <= last", options_.trace.first_step,
+                 options_.trace.last_step);
+    if (strategy_->reports()) {
+      // Fail now, not after the steps: the file is written at the end of an epoch.
+      std::ofstream probe(options_.trace.file, std::ios::trunc);
+      DTRAIN_CHECK(probe.good(), "--trace {}: cannot write the file", options_.trace.file.string());
+    }
+  }
   if (!options_.checkpoint.dir.empty() || !options_.checkpoint.resume.empty()) {
     checkpointer_ = std::make_unique<Checkpointer>(options_.checkpoint, *strategy_);
   }
@@ -216,7 +270,7 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
   // GPU the sums are read only when the progress line is due and at the end.
   const bool read_each_step = device.is_cpu();
   Progress progress(fmt::format("epoch {}/{}", epoch, options_.epochs), updates,
-                    options_.verbose && strategy_->reports(), options_.out);
+                    options_.verbose && strategy_->reports(), options_.out, 10.0, options_.progress);
   progress.set_sample_scale(shards);
   RunningSums sums(device);
   // A resumed epoch continues from its first update not done, with its sums so far.
@@ -226,6 +280,7 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
   const double waited_before = train_loader_->wait_seconds();
   train_loader_->set_epoch(epoch - 1);
   strategy_->begin_epoch(epoch - 1);
+  const trace::PhaseTotals time_before = trace::thread_totals();
 
   std::vector<Staged> staged;
   std::vector<dist::MicroBatch> micro;
@@ -247,12 +302,17 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
     const bool due = progress.due(step);
     if (stats.loss.defined() && (read_each_step || due || step == updates)) {
       shown_loss = stats.loss.item();
+      if (tensorboard_) {
+        tensorboard_->add_scalar("train/loss", shown_loss, global_step_);
+        tensorboard_->add_scalar("train/learning_rate", optimizer.lr(), global_step_);
+      }
       DTRAIN_CHECK(!unscaled || sums.nonfinite() == 0, "training diverged {} step {}: loss {} (lower the learning rate?{})",
                    read_each_step ? "at" : "by", global_step_, shown_loss,
                    read_each_step ? "" : " on a GPU a label outside the model's classes makes the loss NaN too");
     }
     if (due) progress.update(step, shown_loss, stats.samples);
     else progress.count(stats.samples);
+    trace_after_update();
     for (const auto& callback : step_callbacks_) {
       callback({.epoch = epoch, .step = step, .global_step = global_step_, .lr = optimizer.lr(), .stats = &stats});
     }
@@ -304,6 +364,7 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
           const std::int64_t begin = b * micro_batch_;
           const std::vector<std::int64_t> indices(order.begin() + begin,
                                                   order.begin() + std::min(n, begin + micro_batch_));
+          trace::Span wait("data", trace::Phase::Data);
           staged.emplace_back(data_.train->get_epoch_batch(indices, epoch - 1), device);
         }
         if (staged.empty()) break;
@@ -312,14 +373,19 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
       evaluation_point(part);
     }
   } else {
+    std::optional<trace::Span> first_wait(std::in_place, "data", trace::Phase::Data);
     auto it = train_loader_->begin_at(first_step * options_.accumulate);
     const auto end = train_loader_->end();
     std::optional<Staged> next;
     if (it != end) next.emplace(*it, device);
+    first_wait.reset();
     while (next && !stop) {
       staged.push_back(std::move(*next));
       next.reset();
-      if (++it != end) next.emplace(*it, device);  // queued before this step's kernels
+      {
+        trace::Span wait("data", trace::Phase::Data);
+        if (++it != end) next.emplace(*it, device);  // queued before this step's kernels
+      }
       if (next && static_cast<int>(staged.size()) < options_.accumulate) continue;
       run_update(sums.updates());
       if (sums.updates() % span == 0) evaluation_point(static_cast<int>(sums.updates() / span) - 1);
@@ -330,6 +396,7 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
   // The seconds are this rank's training time; the totals' collective comes after it.
   const double seconds = seconds_since(start) - evaluating_s;
   EpochSummary summary;
+  summary.time = trace::thread_totals() - time_before;
   summary.strategy_report = stop ? std::move(report) : strategy_->end_epoch();
   // loss sum, finite, non-finite, correct, counted, samples
   const std::vector<double> t = sums.totals(*strategy_);
@@ -349,6 +416,10 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
   summary.samples = handed_out ? static_cast<std::int64_t>(t[5]) : sums.samples() * shards;
   summary.seconds = seconds;
   summary.samples_per_s = summary.seconds > 0 ? static_cast<double>(summary.samples) / summary.seconds : 0;
+  // Ranks whose updates differ in number (handed-out batches) agree on when to write.
+  if (!options_.trace.file.empty() && !trace_written_ && over_ranks(*strategy_, {trace_pending_ ? 1.0 : 0.0})[0] > 0) {
+    write_trace();
+  }
   return summary;
 }
 
@@ -362,6 +433,10 @@ bool Trainer::evaluate_inside(int epoch, double fraction) {
     fmt::print(options_.out, "epoch {}/{} at {:.0f}%: test loss {:.4f}, test accuracy {:.2f}%, {:.1f} s since the start\n",
                epoch, options_.epochs, 100 * fraction, e.loss(), 100 * e.accuracy(), seconds);
     std::fflush(options_.out);
+  }
+  if (tensorboard_) {
+    tensorboard_->add_scalar("evaluation/test_loss", e.loss(), global_step_);
+    tensorboard_->add_scalar("evaluation/test_accuracy", e.accuracy(), global_step_);
   }
   if (metrics_) {
     metrics_->write("evaluation", {{"epoch", epoch - 1 + fraction},
@@ -481,7 +556,7 @@ void Trainer::report(const EpochSummary& s) const {
                notes);
     std::fflush(options_.out);
   }
-  if (!metrics_) return;
+  if (!metrics_ && !tensorboard_) return;
   std::vector<std::pair<std::string, double>> values{{"epoch", s.epoch},
                                                      {"train_loss", s.train_loss},
                                                      {"train_accuracy", s.train_accuracy}};
@@ -490,13 +565,85 @@ void Trainer::report(const EpochSummary& s) const {
   values.insert(values.end(), {{"bad_samples_skipped", static_cast<double>(s.bad_samples_skipped)},
                                {"loader_wait_s", s.loader_wait_s}});
   values.insert(values.end(), {{"samples_per_s", s.samples_per_s}, {"seconds", s.seconds}});
+  values.insert(values.end(), {{"compute_s", s.time.compute()},
+                               {"exposed_comm_s", s.time[trace::Phase::Communication]},
+                               {"data_wait_s", s.time[trace::Phase::Data]},
+                               {"exposed_comm_share", s.exposed_comm_share()}});
   if (s.replica_divergence) values.emplace_back("replica_max_diff", *s.replica_divergence);
   if (train_config_.scaler) {
     values.insert(values.end(), {{"skipped_updates", static_cast<double>(s.nonfinite_updates)},
                                  {"loss_scale", scaler_.scale_value()}});
   }
   values.insert(values.end(), s.strategy_report.values.begin(), s.strategy_report.values.end());
-  metrics_->write("epoch", values, s.strategy_report.series);
+  if (tensorboard_) {
+    // At the epoch's last update, so that they line up with the step scalars.
+    for (const auto& [name, value] : values) {
+      if (name != "epoch") tensorboard_->add_scalar("epoch/" + name, value, global_step_);
+    }
+    tensorboard_->flush();
+  }
+  if (metrics_) metrics_->write("epoch", values, s.strategy_report.series);
+}
+
+void Trainer::report_time(const std::vector<EpochSummary>& epochs) const {
+  if (!strategy_->reports() || !options_.verbose || epochs.empty()) return;
+  const auto cell = [](double part, double whole) {
+    return fmt::format("{:8.2f} {:>6}", part, whole > 0 ? fmt::format("{:.1f}%", 100 * part / whole) : "-");
+  };
+  fmt::print(options_.out, "where the training time went on rank {} (seconds, share of the epoch):\n",
+             strategy_->checkpoint_role().rank);
+  fmt::print(options_.out, "{:>5} {:>9}  {:>15}  {:>15}  {:>15}  {:>15}\n", "epoch", "training", "compute",
+             "exposed comm", "data wait", "other");
+  for (const EpochSummary& e : epochs) {
+    const double comm = e.time[trace::Phase::Communication], data = e.time[trace::Phase::Data];
+    const double other = std::max(0.0, e.seconds - e.time.compute() - comm - data);
+    fmt::print(options_.out, "{:>5} {:>9.2f}  {}  {}  {}  {}\n", e.epoch, e.seconds, cell(e.time.compute(), e.seconds),
+               cell(comm, e.seconds), cell(data, e.seconds), cell(other, e.seconds));
+  }
+  std::fflush(options_.out);
+}
+
+void Trainer::trace_after_update() {
+  if (options_.trace.file.empty()) return;
+  if (global_step_ + 1 == options_.trace.first_step) {
+    trace::start_recording();
+    trace_started_ = Clock::now();
+  } else if (global_step_ == options_.trace.last_step && trace::recording()) {
+    trace::stop_recording();
+    trace_pending_ = true;
+  }
+}
+
+void Trainer::write_trace() {
+  trace::stop_recording();
+  trace_pending_ = false;
+  trace_written_ = true;
+  const dist::Strategy::CheckpointRole role = strategy_->checkpoint_role();
+  // The ranks leave a collective together: times count from there, less the longest time
+  // any rank has been recording, so that every event lies after 0 and the tracks line up.
+  over_ranks(*strategy_, {0.0});
+  const auto synced = Clock::now();
+  std::vector<double> leads(static_cast<std::size_t>(role.ranks), 0.0);
+  leads[static_cast<std::size_t>(role.rank)] = std::chrono::duration<double>(synced - trace_started_).count();
+  leads = over_ranks(*strategy_, leads);
+  const auto lead = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(*std::max_element(leads.begin(), leads.end())));
+  const std::vector<std::string> events =
+      gather_text(*strategy_, role.rank, role.ranks, trace::chrome_events(role.rank, synced - lead));
+  if (!strategy_->reports()) return;
+  std::ofstream file(options_.trace.file, std::ios::trunc);
+  file << trace::chrome_document(events, "rank");
+  file.close();
+  DTRAIN_CHECK(file.good(), "--trace {}: writing the timeline failed", options_.trace.file.string());
+  if (options_.verbose && global_step_ < options_.trace.first_step) {
+    fmt::print(options_.out, "timeline {} holds no update: the run ended after update {}, before {}\n",
+               options_.trace.file.string(), global_step_, options_.trace.first_step);
+  } else if (options_.verbose) {
+    fmt::print(options_.out, "timeline of updates {}-{} written to {} (open it in https://ui.perfetto.dev)\n",
+               options_.trace.first_step, std::min(options_.trace.last_step, global_step_),
+               options_.trace.file.string());
+    std::fflush(options_.out);
+  }
 }
 
 FitResult Trainer::fit(optim::Optimizer& optimizer, const optim::LrSchedule* schedule) {
@@ -521,6 +668,8 @@ FitResult Trainer::fit(optim::Optimizer& optimizer, const optim::LrSchedule* sch
   const auto start = Clock::now();
   fit_start_ = start;
   const int first_epoch = resume(optimizer);
+  trace::name_thread("training");
+  trace_after_update();  // a timeline from the first update starts here
   for (int epoch = first_epoch; epoch <= options_.epochs; ++epoch) {
     early_evaluation_.reset();
     EpochSummary summary = train_epoch(optimizer, schedule, epoch);
@@ -542,6 +691,8 @@ FitResult Trainer::fit(optim::Optimizer& optimizer, const optim::LrSchedule* sch
     if (result.reached_target) break;
   }
   result.seconds = seconds_since(start);
+  if (!options_.trace.file.empty() && !trace_written_) write_trace();  // the run ended inside the window
+  report_time(result.epochs);
   if (checkpointer_ && !options_.checkpoint.dir.empty()) checkpointer_->finish();
   const dist::Strategy::EpochReport run = strategy_->end_training();
   if (strategy_->reports() && metrics_ && !run.values.empty()) metrics_->write("summary", run.values, run.series);

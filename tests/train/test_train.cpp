@@ -12,6 +12,7 @@
 #include "dtrain/train/trainer.h"
 #include "support/test_support.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -286,4 +287,35 @@ TEST_CASE("Progress prints plain lines when not on a terminal", "[train][cpu]") 
   CHECK(text.find('\r') == std::string::npos);
   CHECK(train::format_duration(3723) == "1:02:03");
   CHECK(train::format_duration(61) == "1:01");
+}
+
+TEST_CASE("Progress modes: a bar on request, lines in a file, nothing for none", "[train][cpu]") {
+  CHECK(train::parse_progress_mode("auto") == train::ProgressMode::Auto);
+  CHECK(train::parse_progress_mode("bar") == train::ProgressMode::Bar);
+  CHECK(train::parse_progress_mode("lines") == train::ProgressMode::Lines);
+  CHECK(train::parse_progress_mode("none") == train::ProgressMode::None);
+  CHECK_THROWS_WITH(train::parse_progress_mode("fancy"), Catch::Contains("expected auto, bar, lines or none"));
+  test::TempDir dir;
+  const auto run = [&](train::ProgressMode mode) {
+    const auto path = dir / "progress.txt";
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    CHECK_FALSE(train::output_is_terminal(f));  // a file, under mpirun or not
+    {
+      train::Progress p("epoch 1/1", 3, true, f, 0.0, mode);
+      for (int i = 1; i <= 3; ++i) p.update(i, 0.25, 10);
+    }
+    std::fclose(f);
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string bar = run(train::ProgressMode::Bar);
+  CHECK(bar.find('\r') != std::string::npos);
+  CHECK(bar.find("] 3/3 loss 0.2500") != std::string::npos);
+  const std::string automatic = run(train::ProgressMode::Auto);
+  CHECK(automatic.find('\r') == std::string::npos);
+  CHECK(automatic.find("epoch 1/1 3/3 loss 0.2500") != std::string::npos);
+  const std::string lines = run(train::ProgressMode::Lines);
+  CHECK(std::count(lines.begin(), lines.end(), '\n') == 3);  // one per update (interval 0)
+  CHECK(lines.find('\r') == std::string::npos);
+  CHECK(run(train::ProgressMode::None).empty());
 }

@@ -98,6 +98,12 @@ struct CommunicatorOptions {
   // Compare every collective call across the ranks before running it (see the top of
   // this file). DTRAIN_CHECK_COLLECTIVES=1 (or 0) overrides it when set.
   bool check_collectives = false;
+  // MPI: which host this rank is on, for the shared-memory and hierarchical all-reduce.
+  // -1 (the default): the ranks that MPI finds share memory (MPI_COMM_TYPE_SHARED). An id
+  // >= 0 on every rank: the ranks with the same id form one host; for emulated hosts on
+  // one machine (network namespaces, bench/netns/), where MPI sees one host. Ranks given
+  // one id must really share memory. DTRAIN_HOST_ID overrides it when set.
+  int host_id = -1;
 };
 
 // An operation in flight. wait() blocks until it is done and rethrows its failure (NCCL:

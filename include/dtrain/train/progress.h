@@ -1,19 +1,32 @@
-// Progress reporting for a training loop: on a terminal, one line redrawn in place
-// (step, loss, samples/s, ETA); otherwise plain lines at most every `interval_s`
-// seconds, so logs stay readable. Disabled instances (other ranks) print nothing.
+// Progress reporting for a training loop: a bar redrawn in place (step, loss, samples/s,
+// ETA), or plain lines at most every `interval_s` seconds so that logs stay readable, or
+// nothing. Disabled instances (other ranks) print nothing.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <string_view>
 
 namespace dtrain::train {
+
+// Auto: a bar where the output reaches a person's terminal, lines otherwise. Under mpirun
+// a rank's stdout is a pseudo-terminal even when the job's output goes to a file, so
+// there the terminal that counts is the launcher's (see output_is_terminal).
+enum class ProgressMode { Auto, Bar, Lines, None };
+// "auto", "bar", "lines" or "none"; anything else throws, naming the choices.
+ProgressMode parse_progress_mode(std::string_view text);
+// Whether `out` ends on a terminal. Under an MPI launcher (Open MPI, MPICH, PMIx, Slurm)
+// the rank's own descriptor is the launcher's relay, so the answer is whether the
+// launcher's standard output (the parent process's) is a terminal; where that cannot be
+// read, false: lines are safe in a log and still readable on a terminal.
+bool output_is_terminal(std::FILE* out);
 
 class Progress {
  public:
   Progress(std::string label, std::int64_t total_steps, bool enabled = true, std::FILE* out = stdout,
-           double interval_s = 10.0);
+           double interval_s = 10.0, ProgressMode mode = ProgressMode::Auto);
   ~Progress();
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
@@ -41,7 +54,7 @@ class Progress {
   std::int64_t total_;
   bool enabled_;
   std::FILE* out_;
-  bool terminal_;
+  bool bar_;  // a bar redrawn in place (else plain lines)
   double interval_s_;
   std::chrono::steady_clock::time_point start_, last_print_;
   std::int64_t step_ = 0;

@@ -26,12 +26,14 @@
 // ranks, so every rank sees the same divergence and stops together.
 #pragma once
 
+#include "dtrain/core/trace.h"
 #include "dtrain/data/dataloader.h"
 #include "dtrain/dist/strategy.h"
 #include "dtrain/optim/loss_scaler.h"
 #include "dtrain/optim/lr_schedule.h"
 #include "dtrain/train/checkpointer.h"
 #include "dtrain/train/metrics_log.h"
+#include "dtrain/train/progress.h"
 
 #include <chrono>
 #include <cstdio>
@@ -40,9 +42,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dtrain::train {
+
+class TensorBoardWriter;
 
 struct TrainerData {
   std::shared_ptr<const data::Dataset> train = nullptr;
@@ -55,6 +60,17 @@ struct TrainerData {
   std::uint64_t seed = 1;              // the training order of every epoch
   int workers = 1;                     // loader threads per rank
 };
+
+// A timeline of a few updates (core/trace.h): data wait, forward, backward, each bucket's
+// all-reduce, the optimizer, per thread of every training rank (parameter servers are not
+// in it), in the Chrome trace-event JSON that Perfetto and chrome://tracing open.
+struct TraceOptions {
+  std::filesystem::path file = {};  // empty: no timeline
+  std::int64_t first_step = 1;      // global updates, 1-based, inclusive
+  std::int64_t last_step = 5;
+};
+// "A-B" or "A" (global updates, 1-based) into first and last; throws naming the expectation.
+void parse_trace_steps(std::string_view text, TraceOptions& options);
 
 struct TrainerOptions {
   int epochs = 1;
@@ -83,6 +99,12 @@ struct TrainerOptions {
   // uninterrupted run's updates bit for bit (CPU); fit() then trains the epochs that are
   // left of options.epochs.
   CheckpointOptions checkpoint = {};
+  // How progress shows on the reporting rank (with verbose): a bar, lines, or nothing.
+  ProgressMode progress = ProgressMode::Auto;
+  TraceOptions trace = {};
+  // TensorBoard event files (train/tensorboard.h), written by the reporting rank: the loss
+  // and learning rate of the updates whose loss was read, and each epoch's figures.
+  std::filesystem::path tensorboard = {};
 };
 
 // What one epoch did, as the reporting rank prints it.
@@ -107,6 +129,11 @@ struct EpochSummary {
   // zero when the loader keeps ahead.
   double loader_wait_s = 0;
   dist::Strategy::EpochReport strategy_report = {};  // e.g. a parameter server's staleness
+  // Where the reporting rank's training seconds went (core/trace.h): compute (forward,
+  // backward, optimizer), exposed communication (waiting for messages that the step needs)
+  // and data wait; the rest of `seconds` is the loop's own work.
+  trace::PhaseTotals time = {};
+  double exposed_comm_share() const { return seconds > 0 ? time[trace::Phase::Communication] / seconds : 0; }
 };
 
 struct FitResult {
@@ -183,6 +210,13 @@ class Trainer {
   // it reached the target accuracy.
   bool evaluate_inside(int epoch, double fraction);
   void report(const EpochSummary& summary) const;
+  // The per-epoch breakdown of where the time went, after the last epoch.
+  void report_time(const std::vector<EpochSummary>& epochs) const;
+  // The timeline (options.trace): recording starts before update first_step and stops
+  // after last_step; the ranks' events are gathered (a collective over the training
+  // ranks) at the end of the epoch in which it stopped, and the reporting rank writes them.
+  void trace_after_update();
+  void write_trace();
 
   std::shared_ptr<dist::Strategy> strategy_;
   TrainerData data_;
@@ -198,6 +232,10 @@ class Trainer {
   std::chrono::steady_clock::time_point fit_start_;
   std::optional<EvalResult> early_evaluation_;
   std::unique_ptr<Checkpointer> checkpointer_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // on the reporting rank, when asked for
+  bool trace_pending_ = false;  // recorded, not yet written
+  bool trace_written_ = false;
+  std::chrono::steady_clock::time_point trace_started_;
   // Where the first epoch trained by fit() starts, after a resume: its first update, and
   // this rank's epoch sums so far (RunningSums order).
   std::int64_t resume_step_ = 0;

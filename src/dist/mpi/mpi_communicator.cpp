@@ -2,6 +2,7 @@
 
 #include "dist/collective_checks.h"
 #include "dist/mpi/algorithm_choice.h"
+#include "dist/mpi/host_groups.h"
 #include "dist/mpi/request_wait.h"
 #include "dist/reduce_kernels.h"
 
@@ -62,7 +63,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicatorOptions& optio
   state.size = size_;
   if (options_.check_collectives) state.checker = std::make_unique<CollectiveChecker>(name_, size_);
   world_ranks_ = world_ranks_of(comm);
-  check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &state.host), "MPI_Comm_split_type");
+  state.host = split_hosts(comm, options_.host_id);
   std::vector<int> host_world = world_ranks_of(state.host);
   single_host_ = host_world.size() == static_cast<std::size_t>(size_);
   std::erase(host_world, world_ranks_[static_cast<std::size_t>(rank_)]);

@@ -1,0 +1,80 @@
+// Hosts given by the caller (CommunicatorOptions::host_id, DTRAIN_HOST_ID) instead of the
+// ones MPI finds: how emulated hosts on one machine (bench/netns/) reach the hierarchical
+// all-reduce. The MPI cases need mpirun with an even number of ranks.
+#include "dist/communicator_options.h"
+#include "dist/mpi/host_groups.h"
+#include "support/test_support.h"
+
+#include <mpi.h>
+
+#include <cstdlib>
+
+using namespace dtrain;
+using Catch::Matchers::Contains;
+
+namespace {
+int world_size() {
+  int initialized = 0, size = 1;
+  MPI_Initialized(&initialized);
+  if (initialized) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+int world_rank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+int host_size(int host_id) {
+  MPI_Comm host = dist::mpi::split_hosts(MPI_COMM_WORLD, host_id);
+  int n = 0;
+  MPI_Comm_size(host, &n);
+  MPI_Comm_free(&host);
+  return n;
+}
+}  // namespace
+
+TEST_CASE("DTRAIN_HOST_ID sets the host id, and must be a number >= 0", "[cpu][dist]") {
+  ::unsetenv("DTRAIN_HOST_ID");
+  CHECK(dist::detail::with_environment({}).host_id == -1);
+  CHECK(dist::detail::with_environment({.host_id = 3}).host_id == 3);
+  ::setenv("DTRAIN_HOST_ID", "2", 1);
+  CHECK(dist::detail::with_environment({.host_id = 3}).host_id == 2);
+  ::setenv("DTRAIN_HOST_ID", "-1", 1);
+  CHECK_THROWS_WITH(dist::detail::with_environment({}), Contains("DTRAIN_HOST_ID=-1: expected a host number >= 0"));
+  ::unsetenv("DTRAIN_HOST_ID");
+}
+
+TEST_CASE("host ids split the ranks into hosts, on every rank or on none", "[cpu][dist][mpi]") {
+  const int size = world_size();
+  if (size < 2 || size % 2 != 0) return;
+  const int rank = world_rank();
+  CHECK(host_size(-1) == size);  // one machine
+  CHECK(host_size(rank * 2 / size) == size / 2);
+  CHECK(host_size(rank) == 1);
+  CHECK_THROWS_WITH(dist::mpi::split_hosts(MPI_COMM_WORLD, rank == 0 ? 0 : -1),
+                    Contains("DTRAIN_HOST_ID (CommunicatorOptions::host_id) is set on 1 of the"));
+}
+
+TEST_CASE("the hierarchical all-reduce across two given hosts sums exactly", "[cpu][dist][mpi]") {
+  const int size = world_size();
+  if (size < 2 || size % 2 != 0) return;
+  const int rank = world_rank();
+  for (auto algorithm : {dist::AllReduceAlgorithm::SharedMemory, dist::AllReduceAlgorithm::Auto}) {
+    dist::CommunicatorPtr c = dist::world({.all_reduce = algorithm, .host_id = rank * 2 / size});
+    for (std::int64_t n : {1, 1000, 300'000}) {  // Auto: MPI below 256 KB across hosts, hierarchical above
+      Tensor t = Tensor::empty({n});
+      float* p = t.data<float>();
+      for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<float>((i + rank * 3) % 7);
+      c->all_reduce(t);
+      bool exact = true;
+      for (std::int64_t i = 0; i < n && exact; ++i) {
+        float want = 0;
+        for (int r = 0; r < size; ++r) want += static_cast<float>((i + r * 3) % 7);
+        exact = p[i] == want;
+      }
+      CHECK(exact);
+    }
+  }
+}
