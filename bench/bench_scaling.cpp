@@ -17,7 +17,8 @@
 // step; efficiency = samples/s over (ranks x the 1-rank samples/s of the same mode), with
 // the one rank training the whole model locally. For data parallelism one traced update
 // also gives the gradient buckets (bytes, and when each was ready after backward began),
-// which the cost model (bench/model/) replays.
+// which the cost model (bench/model/) replays; every rank's compute is listed too (a
+// pipeline's stages in order, for its fill and drain).
 //
 //   mpirun -np 4 --oversubscribe bench_scaling --strategies data_parallel,pipeline,ps_sync,ps_async \
 //       --modes weak,strong --model cnn --ranks 1,2,4 [--json]
@@ -75,6 +76,7 @@ struct Bucket {
 struct Figures {
   double step = 0, step_min = 0, step_max = 0, compute = 0, comm = 0, data = 0, forward = 0, backward = 0,
          optimizer = 0;
+  std::vector<double> rank_compute;  // every rank's compute (ms), in rank order: a pipeline's stages
 };
 
 struct Case {
@@ -202,7 +204,9 @@ Figures run_case(const Config& c, const Case& k, const dist::CommunicatorPtr& co
     longest = std::max(longest, v[r * kFields]);
   }
   const double* b = v.data() + busiest * kFields;
-  return {longest, b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8]};
+  Figures out{longest, b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], {}};
+  for (std::int64_t r = 0; r < comm->size(); ++r) out.rank_compute.push_back(bench::round4(v[r * kFields + 3]));
+  return out;
 }
 
 void print_header(const Config& c, int world) {
@@ -255,7 +259,8 @@ void report(const Config& c, const Case& k, const Figures& f, double baseline, c
                               {"forward_ms_median", bench::round4(f.forward)},
                               {"backward_ms_median", bench::round4(f.backward)},
                               {"optimizer_ms_median", bench::round4(f.optimizer)},
-                              {"param_bytes", param_bytes}};
+                              {"param_bytes", param_bytes},
+                              {"rank_compute_ms", f.rank_compute}};
   if (k.strategy.starts_with("ps_") && k.ranks > 1) j["servers"] = 1;
   if (k.strategy == "pipeline") {
     j["stages"] = k.ranks;

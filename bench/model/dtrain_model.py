@@ -277,11 +277,24 @@ def bubble_fraction(stages, micro_batches):
 
 
 def pipeline_step_ms(stage_compute_ms, stages, micro_batches, send_ms):
-    """One pipeline step: M micro-batches through K stages take M+K-1 slots; each slot is
-    a micro-batch's share of the stage's compute plus its activation going forward and
-    its gradient coming back across a boundary (send_ms each, 0 for one stage)."""
+    """One pipeline step of balanced stages: M micro-batches through K stages take M+K-1
+    slots; each slot is a micro-batch's share of the stage's compute plus its activation
+    going forward and its gradient coming back across a boundary (send_ms each, 0 for
+    one stage)."""
     per_micro = stage_compute_ms / micro_batches + (2.0 * send_ms if stages > 1 else 0.0)
     return (micro_batches + stages - 1) * per_micro
+
+
+def pipeline_step_unbalanced_ms(stage_compute_ms, micro_batches, send_ms):
+    """One pipeline step of stages with per-step compute C_k (a list, in stage order):
+    the slowest stage runs M micro-batches back to back, and the others add the fill and
+    drain, one micro-batch's worth each: (M-1) c_max + sum_k c_k with c_k = C_k / M, plus
+    a send each way per boundary for that one micro-batch. Balanced stages give
+    pipeline_step_ms."""
+    m = float(micro_batches)
+    per_micro = [c / m for c in stage_compute_ms]
+    sends = 2.0 * send_ms * (len(stage_compute_ms) - 1)
+    return (m - 1.0) * max(per_micro) + sum(per_micro) + sends
 
 
 def ps_comm_ms(param_bytes, workers, servers, server_link_bps, worker_link_bps, alpha_ms, messages):
@@ -367,8 +380,13 @@ def _predict_pipeline(rec, fits, compute, link, hosts):
     if fit is None and stages > 1:
         return None, "no point-to-point fit for link %s" % link
     send = fit.p2p_us(act) / 1e3 if (fit and act) else 0.0
-    # compute_ms_median is a stage's busy time per step (its share of every micro-batch)
-    step = pipeline_step_ms(compute, stages, micro, send)
+    stage_compute = rec.get("rank_compute_ms")
+    if isinstance(stage_compute, list) and len(stage_compute) == stages and stages > 1:
+        # The stages' own compute (bench_scaling lists them in rank = stage order).
+        step = pipeline_step_unbalanced_ms([float(c) for c in stage_compute], micro, send)
+    else:
+        # compute_ms_median is a stage's busy time per step (its share of every micro-batch)
+        step = pipeline_step_ms(compute, stages, micro, send)
     return step, step - compute
 
 

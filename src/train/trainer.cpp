@@ -357,7 +357,11 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
       for (;;) {
         std::int64_t first = -1;
         for (int k = 0; k < options_.accumulate; ++k) {
-          const std::optional<std::int64_t> c = strategy_->claim_batch(queue, count);
+          std::optional<std::int64_t> c;
+          {
+            trace::Span claiming("claim batch", trace::Phase::Communication);  // asks server 0
+            c = strategy_->claim_batch(queue, count);
+          }
           if (!c) break;
           const std::int64_t b = first_batch + *c;
           if (first < 0) first = b;

@@ -76,6 +76,14 @@ class PipelineAndPsTest(unittest.TestCase):
         self.assertAlmostEqual(m.pipeline_step_ms(16.0, 4, 16, 0.0), 16.0 / (1 - 3.0 / 19.0))
         self.assertAlmostEqual(m.pipeline_step_ms(8.0, 2, 4, 0.5), 5 * (2.0 + 1.0))
 
+    def test_unbalanced_pipeline(self):
+        # Balanced stages: the same as the bubble formula.
+        self.assertAlmostEqual(m.pipeline_step_unbalanced_ms([16.0] * 4, 16, 0.0), m.pipeline_step_ms(16.0, 4, 16, 0.0))
+        # A slow stage (8 ms per micro-batch) and a fast one (1 ms), M = 4: 3 x 8 + 8 + 1.
+        self.assertAlmostEqual(m.pipeline_step_unbalanced_ms([32.0, 4.0], 4, 0.0), 33.0)
+        # A send each way per boundary for the fill/drain micro-batch.
+        self.assertAlmostEqual(m.pipeline_step_unbalanced_ms([32.0, 4.0], 4, 0.5), 34.0)
+
     def test_ps_bound(self):
         # 8 workers x 2 x 100 MB over 2 servers at 10 GB/s: 80 ms; a worker alone 20 ms
         self.assertAlmostEqual(m.ps_comm_ms(100e6, 8, 2, 10e9, 10e9, 0.0, 2), 80.0)
