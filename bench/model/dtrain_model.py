@@ -254,20 +254,29 @@ def _median(values):
 
 # ---------------------------------------------------------------- step models
 
-def dp_overlap(backward_ms, buckets, allreduce_ms):
+def dp_overlap(backward_ms, buckets, allreduce_ms, slowdown=1.0):
     """Buckets [{"bytes", "ready_ms"}] in launch order, each all-reduced on one channel
-    once ready and once the previous one is done. Returns (comm end ms after backward
-    start, exposed ms = the part after backward ends)."""
+    once ready and once the previous one is done. While backward still runs, an
+    all-reduce shares the cores with it and progresses `slowdown` times slower (on CPUs
+    the copies, reductions and the kernel's TCP work need a core; the measured slowdown
+    of compute at these ranks is the same contention seen from the other side); after
+    backward it runs at its measured speed. Returns (comm end ms after backward start,
+    exposed ms = the part after backward ends)."""
     free = 0.0
     for bucket in buckets:
         start = max(float(bucket["ready_ms"]), free)
-        free = start + allreduce_ms(float(bucket["bytes"]))
+        work = allreduce_ms(float(bucket["bytes"]))
+        overlap = max(0.0, backward_ms - start)  # time left under backward
+        if work * slowdown <= overlap:
+            free = start + work * slowdown
+        else:
+            free = max(start, backward_ms) + work - overlap / slowdown
     return free, max(0.0, free - backward_ms)
 
 
-def dp_step_ms(compute_ms, backward_ms, buckets, allreduce_ms):
+def dp_step_ms(compute_ms, backward_ms, buckets, allreduce_ms, slowdown=1.0):
     """(step ms, exposed communication ms) of one data-parallel step."""
-    _, exposed = dp_overlap(backward_ms, buckets, allreduce_ms)
+    _, exposed = dp_overlap(backward_ms, buckets, allreduce_ms, slowdown)
     return compute_ms + exposed, exposed
 
 
@@ -327,10 +336,15 @@ P2P_IMPLS = ("ring", "mpi", "dtrain_ring")  # MPI send/recv, as pipeline and PS 
 PS_MESSAGE_BYTES = 1 << 20  # ParameterServerOptions::bucket_bytes: one message per MB
 
 
-def predict_scaling(rec, fits):
+def predict_scaling(rec, fits, cpu_slowdown=1.0, bucket_shares=None):
     """Model step (ms), exposed communication (ms) and samples/s for one bench_scaling
     line, from its measured compute and the all-reduce fits of its link; None when the
-    line lacks what its strategy needs (the reason in the second element)."""
+    line lacks what its strategy needs (the reason in the second element).
+    `cpu_slowdown`: the row's measured compute per sample over the 1-rank figure (the
+    cores' contention), which stretches an all-reduce that overlaps backward.
+    `bucket_shares`: for a parameter-server line, the gradient buckets of the same model
+    ({"bytes", "ready_share": ready_ms / backward_ms}, from a data-parallel line), so that
+    pushes and pulls overlap backward as they do."""
     strategy, ranks = rec.get("strategy"), int(_number(rec, "ranks"))
     link, hosts = link_of(rec), int(_number(rec, "hosts") or 1)
     compute = _number(rec, "compute_ms_median")
@@ -341,11 +355,12 @@ def predict_scaling(rec, fits):
         return None, "no compute_ms_median (nor forward/backward/optimizer)"
     workers = int(_number(rec, "workers") or ranks)
     if strategy == "data_parallel":
-        step, exposed = _predict_dp(rec, fits, compute, workers, link, hosts)
+        step, exposed = _predict_dp(rec, fits, compute, workers, link, hosts, max(1.0, cpu_slowdown or 1.0))
     elif strategy == "pipeline":
         step, exposed = _predict_pipeline(rec, fits, compute, link, hosts)
     elif strategy in ("ps_sync", "ps_async"):
-        step, exposed = _predict_ps(rec, fits, compute, workers, link, hosts, strategy)
+        step, exposed = _predict_ps(rec, fits, compute, workers, link, hosts, strategy,
+                                    max(1.0, cpu_slowdown or 1.0), bucket_shares)
     else:
         return None, "unknown strategy %r" % strategy
     if step is None:
@@ -355,7 +370,7 @@ def predict_scaling(rec, fits):
             "samples_per_s": batch / (step / 1e3) if batch else None}, ""
 
 
-def _predict_dp(rec, fits, compute, workers, link, hosts):
+def _predict_dp(rec, fits, compute, workers, link, hosts, slowdown):
     if workers <= 1:
         return compute, 0.0
     fit = find_fit(fits, DP_IMPLS, link, workers, hosts)
@@ -369,7 +384,7 @@ def _predict_dp(rec, fits, compute, workers, link, hosts):
             return None, "no buckets, backward_ms_median or param_bytes"
         exposed = fit.time_us(param_bytes) / 1e3  # no overlap information: all exposed
         return compute + exposed, exposed
-    return dp_step_ms(compute, backward, buckets, lambda n: fit.time_us(n) / 1e3)
+    return dp_step_ms(compute, backward, buckets, lambda n: fit.time_us(n) / 1e3, slowdown)
 
 
 def _predict_pipeline(rec, fits, compute, link, hosts):
@@ -390,7 +405,9 @@ def _predict_pipeline(rec, fits, compute, link, hosts):
     return step, step - compute
 
 
-def _predict_ps(rec, fits, compute, workers, link, hosts, strategy):
+def _predict_ps(rec, fits, compute, workers, link, hosts, strategy, slowdown=1.0, bucket_shares=None):
+    if int(_number(rec, "ranks") or 1) == 1:
+        return compute, 0.0  # the 1-rank baseline trains locally: no server, no messages
     servers = int(_number(rec, "servers") or 1)
     param_bytes = _number(rec, "param_bytes")
     fit = find_fit(fits, P2P_IMPLS, link, 2, hosts)
@@ -399,6 +416,23 @@ def _predict_ps(rec, fits, compute, workers, link, hosts, strategy):
     alpha_us, beta = fit.alpha_beta(min(param_bytes, PS_MESSAGE_BYTES))
     bps = 1e6 / beta if beta > 0 else math.inf
     messages = 2.0 * max(1.0, math.ceil(param_bytes / PS_MESSAGE_BYTES))
+    backward = _number(rec, "backward_ms_median")
+    if bucket_shares and backward is not None:
+        # Workers push each gradient bucket as backward finishes it (the data-parallel
+        # reducer's buckets) and pull its new values as soon as the servers have them: the
+        # push and pull of a bucket overlap backward as an all-reduce would, bounded by the
+        # worker's link or by the servers' links shared among the workers.
+        def push_pull_ms(nbytes):
+            pieces = 2.0 * max(1.0, math.ceil(nbytes / PS_MESSAGE_BYTES))
+            wire = max(2.0 * nbytes / bps, workers * 2.0 * nbytes / (servers * bps))
+            return 1e3 * wire + pieces * alpha_us / 1e3
+        buckets = [{"bytes": b["bytes"], "ready_ms": b["ready_share"] * backward} for b in bucket_shares]
+        step, exposed = dp_step_ms(compute, backward, buckets, push_pull_ms, slowdown)
+        if strategy == "ps_async":
+            server_limited = 1e3 * workers * 2.0 * param_bytes / (servers * bps)
+            step = max(step, server_limited)
+            exposed = step - compute
+        return step, exposed
     if strategy == "ps_sync":
         comm = ps_comm_ms(param_bytes, workers, servers, bps, bps, alpha_us / 1e3, messages)
         return ps_sync_step_ms(compute, comm), comm

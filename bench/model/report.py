@@ -48,18 +48,38 @@ def contention(rec, records):
         c, b = r.get("compute_ms_median"), r.get("batch_per_worker")
         return c / b if isinstance(c, (int, float)) and isinstance(b, (int, float)) and b else None
     mine = per_sample(rec)
-    ones = [per_sample(r) for r in m.scaling_points(records) if r["ranks"] == 1
+    ones = [r for r in m.scaling_points(records) if r["ranks"] == 1
             and r.get("mode") == rec.get("mode") and r.get("model") == rec.get("model")]
-    ones = [x for x in ones if x]
+    # The same run's baseline where there is one: same strategy, same link.
+    same = [r for r in ones if r.get("strategy") == rec.get("strategy") and r.get("link") == rec.get("link")]
+    ones = [x for x in (per_sample(r) for r in (same or ones)) if x]
     return mine / ones[0] if mine and ones else None
+
+
+def bucket_shares(rec, records):
+    """For a parameter-server line: the buckets of the data-parallel line of the same model
+    and link with the nearest batch per worker, each ready time as a share of its
+    backward (the same model finishes its gradients in the same order)."""
+    if not str(rec.get("strategy", "")).startswith("ps_"):
+        return None
+    dp = [r for r in m.scaling_points(records) if r.get("strategy") == "data_parallel" and r.get("buckets")
+          and r.get("model") == rec.get("model") and r.get("link") == rec.get("link")
+          and r.get("backward_ms_median")]
+    if not dp:
+        return None
+    batch = rec.get("batch_per_worker") or 0
+    near = min(dp, key=lambda r: abs((r.get("batch_per_worker") or 0) - batch))
+    return [{"bytes": b["bytes"], "ready_share": min(1.0, b["ready_ms"] / near["backward_ms_median"])}
+            for b in near["buckets"]]
 
 
 def scaling_rows(records, fits):
     rows = []
     key = lambda r: (r.get("strategy", ""), r.get("mode", ""), r.get("model", ""), r.get("_file", ""), r["ranks"])
     for rec in sorted(m.scaling_points(records), key=key):
-        pred, why = m.predict_scaling(rec, fits)
-        row = {"rec": rec, "pred": pred, "why": why, "cpu_x": contention(rec, records)}
+        cpu_x = contention(rec, records)
+        pred, why = m.predict_scaling(rec, fits, cpu_x or 1.0, bucket_shares(rec, records))
+        row = {"rec": rec, "pred": pred, "why": why, "cpu_x": cpu_x}
         if pred:
             row["err"] = m.error(pred["step_ms"], rec["step_ms_median"])
             sps, eff = rec.get("samples_per_s"), rec.get("efficiency")
@@ -113,14 +133,16 @@ def format_scaling(rows):
     out = ["Training steps: measured step_ms_median vs model (measured compute at n ranks is an input)",
            "(cpu x: compute per sample against 1 rank, the cores' contention; exp: exposed communication ms;",
            " sps: samples/s; m/p eff: measured / model efficiency)",
-           "%-13s %-6s %-14s %5s %-10s %5s %9s %9s %8s %9s %9s %10s %10s %6s %6s" % (
+           "%-13s %-6s %-14s %5s %-16s %5s %9s %9s %8s %9s %9s %10s %10s %6s %6s" % (
                "strategy", "mode", "model", "ranks", "layout", "cpu x", "meas ms", "model ms", "error",
                "meas exp", "model exp", "meas sps", "model sps", "m eff", "p eff")]
     for row in rows:
         rec, pred = row["rec"], row["pred"]
         layout = "w%s s%s" % (rec.get("workers", "-"), rec.get("servers", "-")) if str(rec.get("strategy", "")).startswith("ps") \
             else ("K%s M%s" % (rec.get("stages"), rec.get("micro_batches")) if rec.get("strategy") == "pipeline" else "")
-        head = "%-13s %-6s %-14s %5d %-10s %5s %9.2f" % (rec.get("strategy"), rec.get("mode"), rec.get("model"),
+        if rec.get("link"):
+            layout = (layout + " " + rec["link"]).strip()  # emulated hosts (bench/netns)
+        head = "%-13s %-6s %-14s %5d %-16s %5s %9.2f" % (rec.get("strategy"), rec.get("mode"), rec.get("model"),
                                                          rec["ranks"], layout, _opt(row["cpu_x"], "%.2f"),
                                                          rec["step_ms_median"])
         if not pred:
