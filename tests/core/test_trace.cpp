@@ -22,8 +22,10 @@ void busy(std::chrono::microseconds d) {
 }  // namespace
 
 TEST_CASE("trace: phased spans add their exclusive time to the thread's totals", "[core][cpu]") {
-  // A fresh thread: totals are per thread.
+  // A fresh thread: totals are per thread. Only lower bounds and sums are checked, so that
+  // a busy machine (which stretches every span) cannot fail the test.
   std::thread([] {
+    const auto start = std::chrono::steady_clock::now();
     {
       trace::Span outer("backward", trace::Phase::Backward);
       busy(3ms);
@@ -34,12 +36,12 @@ TEST_CASE("trace: phased spans add their exclusive time to the thread's totals",
       trace::Span untimed("all_reduce", "communication", 64);  // traced only: not in any phase
       busy(1ms);
     }
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const trace::PhaseTotals t = trace::thread_totals();
     CHECK(t[trace::Phase::Communication] >= 0.005);
-    CHECK(t[trace::Phase::Communication] < 0.0075);
-    // 3 + 1 ms of its own; the nested 5 ms are the communication's, not backward's too.
-    CHECK(t[trace::Phase::Backward] >= 0.004);
-    CHECK(t[trace::Phase::Backward] < 0.0065);
+    CHECK(t[trace::Phase::Backward] >= 0.004);  // 3 + 1 ms of its own
+    // Exclusive: the nested 5 ms count once, as communication, not as backward too.
+    CHECK(t[trace::Phase::Backward] + t[trace::Phase::Communication] <= elapsed);
     CHECK(t.compute() == t[trace::Phase::Backward]);
     CHECK(t[trace::Phase::Data] == 0);
     const trace::PhaseTotals d = trace::thread_totals() - t;
