@@ -20,7 +20,7 @@
 // which the cost model (bench/model/) replays; every rank's compute is listed too (a
 // pipeline's stages in order, for its fill and drain).
 //
-//   mpirun -np 4 --oversubscribe bench_scaling --strategies data_parallel,pipeline,ps_sync,ps_async \
+//   mpirun -np 4 --oversubscribe bench_scaling --strategies data_parallel,pipeline,ps_sync,ps_async
 //       --modes weak,strong --model cnn --ranks 1,2,4 [--json]
 //
 // Rows with more ranks than hardware threads are marked oversubscribed: there the ranks
@@ -135,9 +135,8 @@ double median_of(std::vector<double> v) { return v.empty() ? 0 : bench::stats(v)
 // and, for data parallelism, the buckets of one traced update.
 Figures run_case(const Config& c, const Case& k, const dist::CommunicatorPtr& comm, std::vector<Bucket>& buckets,
                  std::int64_t& param_bytes) {
+  manual_seed(1);  // the same initial model on every rank
   bench::BenchModel m = bench::bench_model(c.model);
-  manual_seed(1);
-  m = bench::bench_model(c.model);
   param_bytes = 0;
   for (const Variable& p : m.model->parameters()) param_bytes += static_cast<std::int64_t>(p.data().nbytes());
   auto strategy = make_strategy(c, k, comm);
@@ -186,7 +185,7 @@ Figures run_case(const Config& c, const Case& k, const dist::CommunicatorPtr& co
   if (!step.empty()) {
     const bench::Stats s = bench::stats(step);
     f = {s.median_ms, s.min_ms, s.max_ms, 1e3 * median_of(compute), 1e3 * median_of(comm_s), 1e3 * median_of(data_s),
-         1e3 * median_of(forward), 1e3 * median_of(backward), 1e3 * median_of(optimizer)};
+         1e3 * median_of(forward), 1e3 * median_of(backward), 1e3 * median_of(optimizer), {}};
   }
   // One rank's figures, so that they add up: the rank with the most compute (the slowest
   // stage of a pipeline, the busiest replica), with the longest median step of all ranks.
