@@ -1,6 +1,6 @@
 // bench_train: single-process training throughput, the figure bench/peers/pytorch_train.py
 // reports for PyTorch on the same cases. A step is zero_grad + forward + cross-entropy +
-// backward + SGD step (lr 0.01, momentum 0.9) on one fixed synthetic batch (normal
+// backward + SGD step (lr 0.01 unless --lr, momentum 0.9) on one fixed synthetic batch (normal
 // inputs, uniform labels), the model in training mode. After the warm-up steps, each
 // measured step is timed on its own; samples/s is the batch over the median step time.
 //
@@ -11,6 +11,12 @@
 // host's threads) and each step ends by waiting for the device, so that a step's time is
 // the GPU's work and not just the time to queue it. --precision bf16|f16 runs forward
 // under autocast (dtrain/autograd/autocast.h; f16 with dynamic loss scaling).
+//
+// A fast step that does not train is no result: every step's loss must be finite, no
+// step may skip its update (f16's loss scaler skips a step whose gradients overflowed),
+// and the loss must fall from the first step to the last (all fit the same batch). A case
+// that fails any of these prints why and the program exits 1. The loss is read after the
+// step's clock stops, so the check costs the timed step nothing.
 #include "dtrain/autograd/autocast.h"
 #include "dtrain/core/parallel.h"
 #include "dtrain/optim/loss_scaler.h"
@@ -25,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <optional>
 
 namespace {
@@ -41,11 +48,19 @@ struct Config {
   std::vector<int> threads{1};
   int steps = 20;
   int warmup = 3;
+  double lr = 0.01;
   bool json = false;
 };
 
-double timed_step(const Config& c, nn::Module& model, optim::SGD& optimizer, optim::LossScaler& scaler,
-                  const Variable& x, const Tensor& y) {
+// One step's time, its loss and whether the optimizer applied the update.
+struct StepResult {
+  double seconds;
+  double loss;
+  bool updated;
+};
+
+StepResult timed_step(const Config& c, nn::Module& model, optim::SGD& optimizer, optim::LossScaler& scaler,
+                      const Variable& x, const Tensor& y) {
   const auto start = std::chrono::steady_clock::now();
   optimizer.zero_grad();
   Variable loss;
@@ -54,32 +69,67 @@ double timed_step(const Config& c, nn::Module& model, optim::SGD& optimizer, opt
     loss = cross_entropy(model.forward(x), y);
   }
   scaler.scale(loss).backward();
-  scaler.step(optimizer);
+  const bool updated = scaler.step(optimizer);
   scaler.update();
   synchronize(c.device);
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return {seconds, loss.data().item(), updated};
 }
 
+// The losses of a case's steps, warm-up included, in order, and how many steps skipped
+// their update.
+struct TrainingCheck {
+  std::vector<double> losses;
+  int skipped = 0;
+
+  void add(const StepResult& r) {
+    losses.push_back(r.loss);
+    if (!r.updated) ++skipped;
+  }
+  // Why this case's figures would time a step that does not train; empty when it trains.
+  std::string problem() const {
+    for (std::size_t i = 0; i < losses.size(); ++i) {
+      if (!std::isfinite(losses[i])) return fmt::format("the loss of step {} is {}", i + 1, losses[i]);
+    }
+    if (skipped > 0) return fmt::format("{} of {} steps skipped their update", skipped, losses.size());
+    if (losses.size() >= 2 && !(losses.back() < losses.front())) {
+      return fmt::format("the loss did not fall: {:.6g} at the first step, {:.6g} at the last ({} steps)",
+                         losses.front(), losses.back(), losses.size());
+    }
+    return {};
+  }
+};
+
+struct CaseResult {
+  std::vector<double> seconds;  // the measured steps'
+  TrainingCheck check;
+};
+
 // Step times of one (batch, threads) case.
-std::vector<double> run_case(const Config& c, std::int64_t batch, int threads) {
+CaseResult run_case(const Config& c, std::int64_t batch, int threads) {
   set_num_threads(threads);
   manual_seed(1);
   bench::BenchModel m = bench::bench_model(c.model);
   m.model->to(c.device);
   m.model->train();
-  optim::SGD optimizer(m.model->parameters(), optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
+  optim::SGD optimizer(m.model->parameters(), optim::SgdOptions{.lr = c.lr, .momentum = 0.9});
   optim::LossScaler scaler({.enabled = c.precision == "f16"});  // bf16 keeps f32's range
   const auto [x, y] = bench::synthetic_batch(m, batch, 100);
   const Variable input(x.to(c.device));
   const Tensor labels = y.to(c.device);
-  for (int i = 0; i < c.warmup; ++i) timed_step(c, *m.model, optimizer, scaler, input, labels);
-  std::vector<double> seconds;
-  for (int i = 0; i < c.steps; ++i) seconds.push_back(timed_step(c, *m.model, optimizer, scaler, input, labels));
-  return seconds;
+  CaseResult result;
+  for (int i = 0; i < c.warmup; ++i) result.check.add(timed_step(c, *m.model, optimizer, scaler, input, labels));
+  for (int i = 0; i < c.steps; ++i) {
+    const StepResult step = timed_step(c, *m.model, optimizer, scaler, input, labels);
+    result.check.add(step);
+    result.seconds.push_back(step.seconds);
+  }
+  return result;
 }
 
-void report(const Config& c, std::int64_t batch, int threads, const std::vector<double>& seconds) {
-  const bench::Stats s = bench::stats(seconds);
+void report(const Config& c, std::int64_t batch, int threads, const CaseResult& result) {
+  const bench::Stats s = bench::stats(result.seconds);
+  const std::vector<double>& losses = result.check.losses;
   const auto rate = [batch](double ms) { return bench::round4(static_cast<double>(batch) / (ms / 1e3)); };
   if (c.json) {
     nlohmann::ordered_json j = {{"bench", "train"},
@@ -95,11 +145,13 @@ void report(const Config& c, std::int64_t batch, int threads, const std::vector<
                                 {"samples_per_s_max", rate(s.min_ms)},
                                 {"step_ms_median", s.median_ms},
                                 {"step_ms_min", s.min_ms},
-                                {"step_ms_max", s.max_ms}};
+                                {"step_ms_max", s.max_ms},
+                                {"loss_first", losses.front()},
+                                {"loss_last", losses.back()}};
     fmt::print("{}\n", j.dump());
   } else {
-    fmt::print("{:<16}{:>7}{:>9}{:>14.1f}{:>12.2f}{:>9.2f}{:>9.2f}\n", c.model, batch, threads, rate(s.median_ms),
-               s.median_ms, s.min_ms, s.max_ms);
+    fmt::print("{:<16}{:>7}{:>9}{:>14.1f}{:>12.2f}{:>9.2f}{:>9.2f}{:>10.4f} ->{:>8.4f}\n", c.model, batch, threads,
+               rate(s.median_ms), s.median_ms, s.min_ms, s.max_ms, losses.front(), losses.back());
   }
   std::fflush(stdout);
 }
@@ -110,13 +162,22 @@ int run(const Config& c) {
   } else {
     fmt::print("bench_train: {} steps after {} warm-up, SGD momentum 0.9, synthetic data, on {}, {}; {}\n", c.steps,
                c.warmup, c.device.str(), c.precision, bench::machine_description());
-    fmt::print("{:<16}{:>7}{:>9}{:>14}{:>12}{:>9}{:>9}\n", "model", "batch", "threads", "samples/s", "median ms",
-               "min ms", "max ms");
+    fmt::print("{:<16}{:>7}{:>9}{:>14}{:>12}{:>9}{:>9}{:>21}\n", "model", "batch", "threads", "samples/s", "median ms",
+               "min ms", "max ms", "loss first -> last");
   }
+  int status = 0;
   for (int threads : c.threads) {
-    for (std::int64_t batch : c.batches) report(c, batch, threads, run_case(c, batch, threads));
+    for (std::int64_t batch : c.batches) {
+      const CaseResult result = run_case(c, batch, threads);
+      report(c, batch, threads, result);
+      if (const std::string problem = result.check.problem(); !problem.empty()) {
+        fmt::print(stderr, "bench_train: {} batch {} on {} thread(s) does not train, so its figure is void: {}\n",
+                   c.model, batch, threads, problem);
+        status = 1;
+      }
+    }
   }
-  return 0;
+  return status;
 }
 
 }  // namespace
@@ -143,6 +204,9 @@ int main(int argc, char** argv) {
   app.add_option("--steps", config.steps, "measured steps per case")->check(CLI::Range(1, 100000))->capture_default_str();
   app.add_option("--warmup", config.warmup, "unmeasured steps per case first")
       ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
+  app.add_option("--lr", config.lr, "SGD learning rate (the PyTorch peer uses the default)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_flag("--json", config.json, "print JSON lines (the machine, then one per case) instead of a table");
   CLI11_PARSE(app, argc, argv);
