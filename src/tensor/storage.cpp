@@ -15,8 +15,33 @@ Storage::Storage(std::size_t nbytes, Device device, bool pinned)
     : data_(allocate(nbytes, device, pinned)), nbytes_(nbytes), device_(device), pinned_(pinned) {}
 
 Storage::~Storage() {
+  if (data_ == nullptr) return;  // still held in another layout, which frees itself
   if (pinned_) detail::pinned_deallocate(data_, nbytes_);
   else detail::backend(device_).deallocate(data_, nbytes_);
+}
+
+std::shared_ptr<const StorageLayout> Storage::layout() const {
+  std::lock_guard lock(layout_mutex_);
+  return layout_;
+}
+
+void Storage::replace_with_layout(std::shared_ptr<const StorageLayout> layout) {
+  DTRAIN_CHECK(device_.is_cpu() && !pinned_ && layout != nullptr,
+               "Storage::replace_with_layout: for unpinned CPU storage and a layout only");
+  std::lock_guard lock(layout_mutex_);
+  if (data_ != nullptr) detail::backend(device_).deallocate(data_, nbytes_);
+  data_ = nullptr;
+  layout_ = std::move(layout);
+  deferred_.store(true, std::memory_order_release);
+}
+
+void Storage::materialize() const {
+  std::lock_guard lock(layout_mutex_);
+  if (!deferred_.load(std::memory_order_relaxed)) return;  // another thread got here first
+  data_ = allocate(nbytes_, device_, false);
+  layout_->write_plain(data_);
+  layout_.reset();
+  deferred_.store(false, std::memory_order_release);
 }
 
 }  // namespace dtrain

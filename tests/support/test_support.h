@@ -2,6 +2,8 @@
 #pragma once
 
 #include "dtrain/autograd/grad_check.h"
+#include "dtrain/core/parallel.h"
+#include "dtrain/tensor/cpu_layout.h"
 #include "dtrain/tensor/ops.h"
 
 #include <catch2/catch.hpp>
@@ -33,6 +35,20 @@ struct ConvGradCase {
   Conv2dParams p;
 };
 const std::vector<ConvGradCase>& conv_grad_cases();
+
+// Sets whether CPU activations are held in the blocked layout (dtrain/tensor/cpu_layout.h)
+// and restores that switch and the thread count, which tests of the layout also change.
+struct CpuLayoutSwitch {
+  bool was = cpu_blocked_layout();
+  int threads = num_threads();
+  explicit CpuLayoutSwitch(bool enabled) { set_cpu_blocked_layout(enabled); }
+  ~CpuLayoutSwitch() {
+    set_cpu_blocked_layout(was);
+    set_num_threads(threads);
+  }
+  CpuLayoutSwitch(const CpuLayoutSwitch&) = delete;
+  CpuLayoutSwitch& operator=(const CpuLayoutSwitch&) = delete;
+};
 
 // A fresh directory under the system temp dir, removed with its contents on destruction.
 class TempDir {

@@ -3,10 +3,26 @@
 
 #include "dtrain/core/device.h"
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 
 namespace dtrain {
+
+// Another arrangement of a Storage's bytes: the CPU backend's convolutions write their
+// f32 outputs in oneDNN's blocked-channel layout, and the kernels that read that layout
+// (the next convolution, ReLU, additions, batch norm) take it as it is instead of
+// reordering to plain NCHW and back around every call. Storage::data() turns it into the
+// plain layout on first use, so code that does not know about it sees an ordinary tensor.
+class StorageLayout {
+ public:
+  virtual ~StorageLayout() = default;
+  // The bytes in this arrangement.
+  virtual void* data() const = 0;
+  // Writes the plain (row-major, contiguous) bytes, the Storage's nbytes() of them.
+  virtual void write_plain(void* plain) const = 0;
+};
 
 class Storage {
  public:
@@ -17,16 +33,32 @@ class Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
-  void* data() const { return data_; }
+  // The plain bytes; a storage that holds another layout is converted first, once, and
+  // keeps only the plain bytes from then on (the caller may write them).
+  void* data() const {
+    if (deferred_.load(std::memory_order_acquire)) materialize();
+    return data_;
+  }
   std::size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
   bool pinned() const { return pinned_; }
 
+  // The other arrangement this storage's bytes are held in, or null when they are plain.
+  std::shared_ptr<const StorageLayout> layout() const;
+  // From now on the bytes are `layout`'s; the plain memory goes back to the allocator
+  // until data() is called. For a kernel's freshly allocated output only (CPU, not pinned).
+  void replace_with_layout(std::shared_ptr<const StorageLayout> layout);
+
  private:
-  void* data_ = nullptr;
+  void materialize() const;
+
+  mutable void* data_ = nullptr;
   std::size_t nbytes_ = 0;
   Device device_;
   bool pinned_ = false;
+  mutable std::mutex layout_mutex_;
+  mutable std::shared_ptr<const StorageLayout> layout_;
+  mutable std::atomic<bool> deferred_{false};
 };
 
 }  // namespace dtrain

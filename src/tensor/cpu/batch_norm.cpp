@@ -4,7 +4,10 @@
 // E[x^2] - E[x]^2 would cancel) and writes y once, and backward reads grad_y and x twice
 // and writes grad_x once. x is (N, C, S) contiguous: channel c is N planes of S values;
 // channels are split across the pool's threads. Sums are accumulated in double per plane.
+// f32 activations in the blocked layout (blocked_layout.h) take the same passes in that
+// layout, a block of channels at a time, and hand their output on in it.
 #include "dtrain/core/parallel.h"
+#include "tensor/cpu/blocked_layout.h"
 #include "tensor/cpu/cpu_backend.h"
 
 #define EIGEN_DONT_PARALLELIZE
@@ -98,10 +101,132 @@ void backward(const Tensor& g_t, const Tensor& x_t, const Tensor& mean_t, const 
   });
 }
 
+// ---- the blocked layout -----------------------------------------------------------
+// Image i's channels [cb * B, cb * B + B) are S * B contiguous floats, value s of channel
+// cb * B + k at s * B + k: the B lanes of a vector are B channels, so each pass runs over
+// a block as over one wide plane, with a sum per lane.
+template <int B>
+struct Blocks {
+  std::int64_t n, c, s;
+  std::int64_t blocks() const { return c / B; }
+  std::int64_t at(std::int64_t image, std::int64_t block) const { return (image * c + block * B) * s; }
+  std::int64_t grain() const { return std::max<std::int64_t>(1, (std::int64_t{1} << 16) / std::max<std::int64_t>(n * s * B, 1)); }
+};
+
+// sums[k] += sum over the block's S values of lane k of f(value, k), in float per image
+// as the plain kernel sums a plane, then in double.
+template <int B, class F>
+void add_lane_sums(const float* block, std::int64_t s, double* sums, F f) {
+  float part[B] = {};
+  for (std::int64_t j = 0; j < s; ++j) {
+    for (int k = 0; k < B; ++k) part[k] += f(block[j * B + k], k);
+  }
+  for (int k = 0; k < B; ++k) sums[k] += static_cast<double>(part[k]);
+}
+
+template <int B>
+void forward_blocked(const float* x, const Tensor& gamma, const Tensor& beta, double eps, float* y, const Shape& shape,
+                     Tensor& mean_t, Tensor& var_t) {
+  const Blocks<B> l{shape[0], shape[1], shape[2] * shape[3]};
+  const double count = static_cast<double>(l.n * l.s);
+  parallel_for(0, l.blocks(), l.grain(), [&](std::int64_t b0, std::int64_t b1) {
+    for (std::int64_t cb = b0; cb < b1; ++cb) {
+      double sum[B] = {}, squares[B] = {};
+      for (std::int64_t i = 0; i < l.n; ++i) add_lane_sums<B>(x + l.at(i, cb), l.s, sum, [](float v, int) { return v; });
+      float mean[B], scale[B], shift[B];
+      for (int k = 0; k < B; ++k) mean[k] = static_cast<float>(sum[k] / count);
+      for (std::int64_t i = 0; i < l.n; ++i) {
+        add_lane_sums<B>(x + l.at(i, cb), l.s, squares, [&](float v, int k) { return (v - mean[k]) * (v - mean[k]); });
+      }
+      for (int k = 0; k < B; ++k) {
+        const std::int64_t c = cb * B + k;
+        const double m = sum[k] / count, var = squares[k] / count;
+        const double sc = static_cast<double>(param_or<float>(gamma, c, 1.0f)) / std::sqrt(var + eps);
+        scale[k] = static_cast<float>(sc);
+        shift[k] = static_cast<float>(static_cast<double>(param_or<float>(beta, c, 0.0f)) - m * sc);
+        mean_t.data<float>()[c] = static_cast<float>(m);
+        var_t.data<float>()[c] = static_cast<float>(var);
+      }
+      for (std::int64_t i = 0; i < l.n; ++i) {
+        const float* in = x + l.at(i, cb);
+        float* out = y + l.at(i, cb);
+        for (std::int64_t j = 0; j < l.s; ++j) {
+          for (int k = 0; k < B; ++k) out[j * B + k] = in[j * B + k] * scale[k] + shift[k];
+        }
+      }
+    }
+  });
+}
+
+template <int B>
+void backward_blocked(const float* g, const float* x, const Tensor& mean_t, const Tensor& var_t, const Tensor& gamma,
+                      double eps, float* gx, const Shape& shape, Tensor& ggamma_t, Tensor& gbeta_t) {
+  const Blocks<B> l{shape[0], shape[1], shape[2] * shape[3]};
+  const double count = static_cast<double>(l.n * l.s);
+  parallel_for(0, l.blocks(), l.grain(), [&](std::int64_t b0, std::int64_t b1) {
+    for (std::int64_t cb = b0; cb < b1; ++cb) {
+      float mean[B], a[B], b[B], d[B];
+      double invstd[B], sum_g[B] = {}, sum_gx[B] = {};
+      for (int k = 0; k < B; ++k) {
+        mean[k] = mean_t.data<float>()[cb * B + k];
+        invstd[k] = 1 / std::sqrt(static_cast<double>(var_t.data<float>()[cb * B + k]) + eps);
+      }
+      for (std::int64_t i = 0; i < l.n; ++i) {
+        const float* gb = g + l.at(i, cb);
+        const float* xb = x + l.at(i, cb);
+        float part_g[B] = {}, part_gx[B] = {};
+        for (std::int64_t j = 0; j < l.s; ++j) {
+          for (int k = 0; k < B; ++k) {
+            part_g[k] += gb[j * B + k];
+            part_gx[k] += gb[j * B + k] * (xb[j * B + k] - mean[k]);
+          }
+        }
+        for (int k = 0; k < B; ++k) {
+          sum_g[k] += static_cast<double>(part_g[k]);
+          sum_gx[k] += static_cast<double>(part_gx[k]);
+        }
+      }
+      for (int k = 0; k < B; ++k) {
+        const std::int64_t c = cb * B + k;
+        const double kk = static_cast<double>(param_or<float>(gamma, c, 1.0f)) * invstd[k];
+        const double bk = -kk * invstd[k] * invstd[k] * sum_gx[k] / count;
+        a[k] = static_cast<float>(kk);
+        b[k] = static_cast<float>(bk);
+        d[k] = static_cast<float>(-kk * sum_g[k] / count - bk * static_cast<double>(mean[k]));
+        ggamma_t.data<float>()[c] = static_cast<float>(sum_gx[k] * invstd[k]);
+        gbeta_t.data<float>()[c] = static_cast<float>(sum_g[k]);
+      }
+      for (std::int64_t i = 0; i < l.n; ++i) {
+        const float* gb = g + l.at(i, cb);
+        const float* xb = x + l.at(i, cb);
+        float* out = gx + l.at(i, cb);
+        for (std::int64_t j = 0; j < l.s; ++j) {
+          for (int k = 0; k < B; ++k) out[j * B + k] = gb[j * B + k] * a[k] + xb[j * B + k] * b[k] + d[k];
+        }
+      }
+    }
+  });
+}
+
+// Runs f<B>() for the blocked layout's block size.
+template <class F>
+void with_block(const onednn::BlockedActivation& blocked, F f) {
+  if (blocked.tag() == dnnl::memory::format_tag::nChw16c) f(std::integral_constant<int, 16>{});
+  else f(std::integral_constant<int, 8>{});
+}
+
 }  // namespace
 
 void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& y,
                             Tensor& mean, Tensor& var) {
+  if (const auto bx = onednn::blocked_of(x); bx && onednn::may_block(y)) {
+    auto by = std::make_shared<onednn::BlockedActivation>(y.shape(), bx->tag());
+    with_block(*bx, [&](auto block) {
+      forward_blocked<decltype(block)::value>(bx->floats(), gamma, beta, eps, by->floats(), x.shape(), mean, var);
+    });
+    onednn::hand_over(y, std::move(by));
+    return;
+  }
   dispatch_floating(x.dtype(), "batch_norm",
                     [&](auto tag) { forward<typename decltype(tag)::type>(x, gamma, beta, eps, y, mean, var); });
 }
@@ -109,6 +234,16 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
 void CpuBackend::batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& var,
                                      const Tensor& gamma, double eps, Tensor& grad_x, Tensor& grad_gamma,
                                      Tensor& grad_beta) {
+  const auto bg = onednn::blocked_of(grad_y), bx = onednn::blocked_of(x);
+  if (bg && bx && bg->same_layout(*bx) && onednn::may_block(grad_x)) {
+    auto bgx = std::make_shared<onednn::BlockedActivation>(grad_x.shape(), bx->tag());
+    with_block(*bx, [&](auto block) {
+      backward_blocked<decltype(block)::value>(bg->floats(), bx->floats(), mean, var, gamma, eps, bgx->floats(),
+                                               x.shape(), grad_gamma, grad_beta);
+    });
+    onednn::hand_over(grad_x, std::move(bgx));
+    return;
+  }
   dispatch_floating(x.dtype(), "batch_norm_backward", [&](auto tag) {
     backward<typename decltype(tag)::type>(grad_y, x, mean, var, gamma, eps, grad_x, grad_gamma, grad_beta);
   });

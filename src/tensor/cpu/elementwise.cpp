@@ -1,6 +1,7 @@
 // CPU element-wise primitives: copy, fill, unary, binary, compare, where and the in-place
 // optimizer updates. The math is in functors.h, the iteration in strided_loop.h; this
 // file only chooses element types.
+#include "tensor/cpu/blocked_layout.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/strided_loop.h"
 #include "tensor/functors.h"
@@ -49,10 +50,53 @@ void dispatch_for(DType dtype, F&& f) {
   else dispatch_floating(dtype, Functor::kName, f);
 }
 
+// Element-wise ops on blocked activations (blocked_layout.h): when every input holds the
+// same blocked layout, has out's shape and out may be handed over so, the op runs position
+// by position on the blocked bytes into a new blocked output, and returns true. (The old
+// bytes are read from their own buffer, so this holds for out == an input too.)
+using onednn::BlockedActivation;
+
+std::shared_ptr<BlockedActivation> blocked_result(Tensor& out, const BlockedActivation* a, const BlockedActivation* b) {
+  if (a == nullptr || (b != nullptr && !b->same_layout(*a)) || a->shape() != out.shape() || !onednn::may_block(out)) {
+    return nullptr;
+  }
+  return std::make_shared<BlockedActivation>(out.shape(), a->tag());
+}
+
+template <class Functor>
+bool unary_blocked(Functor f, const Tensor& x, Tensor& out) {
+  const auto bx = onednn::blocked_of(x);
+  const auto result = blocked_result(out, bx.get(), nullptr);
+  if (!result) return false;
+  const float* in = bx->floats();
+  float* o = result->floats();
+  parallel_for(0, out.numel(), cpu::kGrain, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) o[i] = f(in[i]);
+  });
+  onednn::hand_over(out, result);
+  return true;
+}
+
+template <class Functor>
+bool binary_blocked(Functor f, const Tensor& a, const Tensor& b, Tensor& out) {
+  const auto ba = onednn::blocked_of(a), bb = onednn::blocked_of(b);
+  if (!bb) return false;
+  const auto result = blocked_result(out, ba.get(), bb.get());
+  if (!result) return false;
+  const float *x = ba->floats(), *y = bb->floats();
+  float* o = result->floats();
+  parallel_for(0, out.numel(), cpu::kGrain, [&](std::int64_t s, std::int64_t e) {
+    for (std::int64_t i = s; i < e; ++i) o[i] = f(x[i], y[i]);
+  });
+  onednn::hand_over(out, result);
+  return true;
+}
+
 }  // namespace
 
 void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out) {
   visit_unary(op, [&](auto functor) {
+    if (out.dtype() == DType::f32 && unary_blocked(functor, x, out)) return;
     using Functor = decltype(functor);
     dispatch_for<Functor>(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -63,6 +107,7 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, Tensor& out) {
 
 void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
   visit_binary(op, [&](auto functor) {
+    if (out.dtype() == DType::f32 && binary_blocked(functor, a, b, out)) return;
     using Functor = decltype(functor);
     dispatch_for<Functor>(a.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;

@@ -1,5 +1,5 @@
 // oneDNN (Debian's libdnnl) runs dtrain's f32 convolutions and GEMMs on the CPU: its JIT
-// kernels pick the widest vector ISA of the machine at run time (AVX-512 here), so a
+// kernels pick the widest vector ISA of the machine at run time (AVX2 or AVX-512), so a
 // portable dtrain build still gets them. f64 stays on the Eigen path (gradient checks).
 //
 // Threading: dtrain's own blocking pool splits the work and every oneDNN call runs on one

@@ -1,12 +1,16 @@
 // f32 2-D convolution through oneDNN: forward, backward-data and backward-weights
-// primitives in the layouts oneDNN prefers for this machine (blocked channels on
-// AVX-512), with dtrain's NCHW tensors reordered in and out around each call. The batch is
-// split across dtrain's pool; each thread runs primitives made for its slice. Primitive
-// descriptors and primitives are cached per shape: creating them costs more than running
-// a small convolution.
+// primitives in the layouts oneDNN prefers for this machine (blocked channels: nChw8c
+// with AVX2, nChw16c with AVX-512). Activations that arrive in that layout
+// (blocked_layout.h) are read as they are, and outputs in it are handed on that way, so a
+// chain of convolutions, ReLUs, additions and batch norms reorders nothing; plain NCHW
+// tensors are reordered in and out around the call. The batch is split across dtrain's
+// pool; each thread runs primitives made for its slice. Primitive descriptors and
+// primitives are cached per shape: creating them costs more than running a small
+// convolution.
 #include "tensor/cpu/onednn_conv.h"
 
 #include "dtrain/core/parallel.h"
+#include "tensor/cpu/blocked_layout.h"
 #include "tensor/cpu/onednn.h"
 
 #include <map>
@@ -120,69 +124,115 @@ memory user_memory(const memory::desc& d, const float* data) {
   return memory(d, engine(), const_cast<float*>(data));
 }
 
-// Calls f(first image, images) for slices of the batch, one per thread of dtrain's pool.
+// The batch as one slice of images per thread of dtrain's pool, in order: {first, count}.
+struct Slice {
+  std::int64_t n0, n;
+};
+std::vector<Slice> batch_slices(std::int64_t batch) {
+  const std::int64_t parts = std::max<std::int64_t>(1, std::min<std::int64_t>(batch, num_threads()));
+  std::vector<Slice> slices;
+  for (std::int64_t part = 0; part < parts; ++part) {
+    const std::int64_t n0 = batch * part / parts;
+    slices.push_back({n0, batch * (part + 1) / parts - n0});
+  }
+  return slices;
+}
+
+// Calls f(slice index, slice) for every slice, one per thread.
 template <class F>
-void for_batch_slices(std::int64_t n, F f) {
-  parallel_for(0, n, std::max<std::int64_t>(1, n / num_threads()), [&](std::int64_t n0, std::int64_t n1) { f(n0, n1 - n0); });
+void for_slices(const std::vector<Slice>& slices, F f) {
+  parallel_for(0, static_cast<std::int64_t>(slices.size()), 1, [&](std::int64_t s0, std::int64_t s1) {
+    for (std::int64_t i = s0; i < s1; ++i) f(i, slices[static_cast<std::size_t>(i)]);
+  });
+}
+
+// Images of activation t, in the user's layout: t's blocked bytes when it holds them (its
+// plain bytes are then never made), else its plain NCHW bytes.
+memory activation(const Tensor& t, const BlockedActivation* blocked, const Slice& s, const memory::desc& plain) {
+  if (blocked != nullptr) return blocked->images(s.n0, s.n);
+  return user_memory(plain, t.data<float>() + s.n0 * image_size(t));
+}
+
+// A blocked home for a whole output, when the primitive writes a blocked format (`preferred`,
+// its descriptor for the first slice) and the output may be handed over so.
+std::shared_ptr<BlockedActivation> blocked_output(const Tensor& out, const memory::desc& preferred) {
+  if (!may_block(out)) return nullptr;
+  const std::optional<memory::format_tag> tag = blocked_tag(preferred);
+  return tag ? std::make_shared<BlockedActivation>(out.shape(), *tag) : nullptr;
+}
+
+// Where a slice's output goes, in the user's layout: the blocked home or out's plain bytes.
+memory output_images(Tensor& out, const BlockedActivation* blocked, const Slice& s, const memory::desc& plain) {
+  if (blocked != nullptr) return blocked->images(s.n0, s.n);
+  return user_memory(plain, out.data<float>() + s.n0 * image_size(out));
 }
 
 }  // namespace
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, Tensor& out) {
-  for_batch_slices(x.size(0), [&](std::int64_t n0, std::int64_t n) {
-    const ConvPrimitives& c = slice_primitives(n, x, w.shape(), out, p, bias.defined());
+  const std::vector<Slice> slices = batch_slices(x.size(0));
+  const auto primitives_for = [&](std::int64_t n) -> const ConvPrimitives& {
+    return slice_primitives(n, x, w.shape(), out, p, bias.defined());
+  };
+  const auto x_blocked = blocked_of(x);
+  const auto out_blocked = blocked_output(out, primitives_for(slices[0].n).fwd_pd.dst_desc());
+  for_slices(slices, [&](std::int64_t, const Slice& s) {
+    const ConvPrimitives& c = primitives_for(s.n);
     std::unique_ptr<Buffer> src_buf, w_buf, dst_buf;
-    memory src = as_layout(user_memory(c.descs.src, x.data<float>() + n0 * image_size(x)), c.fwd_pd.src_desc(), src_buf);
+    memory src = as_layout(activation(x, x_blocked.get(), s, c.descs.src), c.fwd_pd.src_desc(), src_buf);
     memory weights = as_layout(user_memory(c.descs.weights, w.data<float>()), c.fwd_pd.weights_desc(), w_buf);
-    memory user_dst = user_memory(c.descs.dst, out.data<float>() + n0 * image_size(out));
+    memory user_dst = output_images(out, out_blocked.get(), s, c.descs.dst);
     memory dst = output_layout(user_dst, c.fwd_pd.dst_desc(), dst_buf);
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
     if (bias.defined()) args.emplace(DNNL_ARG_BIAS, user_memory(c.descs.bias, bias.data<float>()));
     execute(c.fwd, std::move(args), c.fwd_pd.scratchpad_desc());
     copy_back(dst, user_dst);
   });
+  if (out_blocked) hand_over(out, out_blocked);
 }
 
 void conv2d_backward_data(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p, Tensor& grad_x) {
-  for_batch_slices(grad_x.size(0), [&](std::int64_t n0, std::int64_t n) {
-    const ConvPrimitives& c = slice_primitives(n, grad_x, w.shape(), grad_out, p, false);
+  const std::vector<Slice> slices = batch_slices(grad_x.size(0));
+  const auto primitives_for = [&](std::int64_t n) -> const ConvPrimitives& {
+    return slice_primitives(n, grad_x, w.shape(), grad_out, p, false);
+  };
+  const auto dy_blocked = blocked_of(grad_out);
+  const auto dx_blocked = blocked_output(grad_x, primitives_for(slices[0].n).bwd_data_pd.diff_src_desc());
+  for_slices(slices, [&](std::int64_t, const Slice& s) {
+    const ConvPrimitives& c = primitives_for(s.n);
     const auto& pd = c.bwd_data_pd;
     std::unique_ptr<Buffer> dy_buf, w_buf, dx_buf;
-    memory dy =
-        as_layout(user_memory(c.descs.dst, grad_out.data<float>() + n0 * image_size(grad_out)), pd.diff_dst_desc(), dy_buf);
+    memory dy = as_layout(activation(grad_out, dy_blocked.get(), s, c.descs.dst), pd.diff_dst_desc(), dy_buf);
     memory weights = as_layout(user_memory(c.descs.weights, w.data<float>()), pd.weights_desc(), w_buf);
-    memory user_dx = user_memory(c.descs.src, grad_x.data<float>() + n0 * image_size(grad_x));
+    memory user_dx = output_images(grad_x, dx_blocked.get(), s, c.descs.src);
     memory dx = output_layout(user_dx, pd.diff_src_desc(), dx_buf);
     execute(c.bwd_data, {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DIFF_SRC, dx}},
             pd.scratchpad_desc());
     copy_back(dx, user_dx);
   });
+  if (dx_blocked) hand_over(grad_x, dx_blocked);
 }
 
 // Each batch slice computes its own weight gradient (the first straight into grad_w); the
 // partials are added in slice order, so for a given thread count the result is
 // deterministic.
 void conv2d_backward_weights(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p, Tensor& grad_w) {
-  const std::int64_t batch = x.size(0), parts = std::max<std::int64_t>(1, std::min<std::int64_t>(batch, num_threads()));
+  const std::vector<Slice> slices = batch_slices(x.size(0));
   const std::int64_t wsize = grad_w.numel();
-  std::vector<std::vector<float>> partials(static_cast<std::size_t>(parts - 1),
-                                           std::vector<float>(static_cast<std::size_t>(wsize)));
-  parallel_for(0, parts, 1, [&](std::int64_t p0, std::int64_t p1) {
-    for (std::int64_t part = p0; part < p1; ++part) {
-      const std::int64_t n0 = batch * part / parts, n = batch * (part + 1) / parts - n0;
-      const ConvPrimitives& c = slice_primitives(n, x, grad_w.shape(), grad_out, p, false);
-      const auto& pd = c.bwd_weights_pd;
-      std::unique_ptr<Buffer> src_buf, dy_buf, dw_buf;
-      memory src = as_layout(user_memory(c.descs.src, x.data<float>() + n0 * image_size(x)), pd.src_desc(), src_buf);
-      memory dy =
-          as_layout(user_memory(c.descs.dst, grad_out.data<float>() + n0 * image_size(grad_out)), pd.diff_dst_desc(), dy_buf);
-      float* target = part == 0 ? grad_w.data<float>() : partials[static_cast<std::size_t>(part - 1)].data();
-      memory user_dw = user_memory(c.descs.weights, target);
-      memory dw = output_layout(user_dw, pd.diff_weights_desc(), dw_buf);
-      execute(c.bwd_weights, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_DIFF_WEIGHTS, dw}},
-              pd.scratchpad_desc());
-      copy_back(dw, user_dw);
-    }
+  std::vector<std::vector<float>> partials(slices.size() - 1, std::vector<float>(static_cast<std::size_t>(wsize)));
+  const auto x_blocked = blocked_of(x), dy_blocked = blocked_of(grad_out);
+  for_slices(slices, [&](std::int64_t part, const Slice& s) {
+    const ConvPrimitives& c = slice_primitives(s.n, x, grad_w.shape(), grad_out, p, false);
+    const auto& pd = c.bwd_weights_pd;
+    std::unique_ptr<Buffer> src_buf, dy_buf, dw_buf;
+    memory src = as_layout(activation(x, x_blocked.get(), s, c.descs.src), pd.src_desc(), src_buf);
+    memory dy = as_layout(activation(grad_out, dy_blocked.get(), s, c.descs.dst), pd.diff_dst_desc(), dy_buf);
+    float* target = part == 0 ? grad_w.data<float>() : partials[static_cast<std::size_t>(part - 1)].data();
+    memory user_dw = user_memory(c.descs.weights, target);
+    memory dw = output_layout(user_dw, pd.diff_weights_desc(), dw_buf);
+    execute(c.bwd_weights, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_DIFF_WEIGHTS, dw}},
+            pd.scratchpad_desc());
+    copy_back(dw, user_dw);
   });
   float* total = grad_w.data<float>();
   for (const auto& partial : partials) {

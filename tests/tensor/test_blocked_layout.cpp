@@ -1,0 +1,111 @@
+// Activations held in oneDNN's blocked layout between CPU kernels (StorageLayout,
+// src/tensor/cpu/blocked_layout.h): a convolution's f32 output stays blocked through the
+// kernels that read that layout, anything else reads the plain values, a write through the
+// plain bytes drops the blocked copy. Whole networks: tests/layers/test_blocked_training.cpp.
+#include "support/test_support.h"
+
+
+namespace dtrain {
+namespace {
+
+using test::random_tensor;
+using test::require_close;
+
+bool held_blocked(const Tensor& t) { return t.storage()->layout() != nullptr; }
+
+// 16 output channels fill whole blocks of 8 and of 16.
+Tensor conv_out(std::uint64_t seed) {
+  return conv2d(random_tensor({3, 8, 6, 5}, seed), random_tensor({16, 8, 3, 3}, seed + 1), Tensor(),
+                Conv2dParams{1, 1, 1, 1, 1, 1, 1});
+}
+
+TEST_CASE("a convolution's f32 output is held blocked and reads as its plain values", "[blocked]") {
+  test::CpuLayoutSwitch on(true);
+  Tensor blocked = conv_out(1);
+  if (!held_blocked(blocked)) {
+    WARN("oneDNN prefers no blocked layout for this convolution on this CPU: nothing to check");
+    return;
+  }
+  set_cpu_blocked_layout(false);
+  const Tensor plain = conv_out(1);
+  CHECK_FALSE(held_blocked(plain));
+  // The same primitive computes both; the reorder to plain is exact.
+  CHECK(blocked.to_vector<float>() == plain.to_vector<float>());
+  CHECK_FALSE(held_blocked(blocked));  // read once: plain from then on
+}
+
+TEST_CASE("element-wise ops on equal blocked layouts stay blocked and match the plain result", "[blocked]") {
+  test::CpuLayoutSwitch on(true);
+  const Tensor a = conv_out(3), b = conv_out(5);
+  if (!held_blocked(a)) return;
+  const Tensor r = relu(a), s = add(a, b), m = mul(a, b);
+  CHECK(held_blocked(r));
+  CHECK(held_blocked(s));
+  // A scalar operand or a plain one takes the plain path, and still computes right.
+  const Tensor plain_b = b.clone();
+  const Tensor mixed = add(a, plain_b);
+  CHECK_FALSE(held_blocked(mixed));
+  require_close(r, relu(a.clone()), 0, 0);
+  require_close(s, add(a.clone(), b.clone()), 0, 0);
+  require_close(m, mul(a.clone(), b.clone()), 0, 0);
+  require_close(mixed, add(a.clone(), b.clone()), 0, 0);
+  require_close(mul(conv_out(3), 2.0), mul(a.clone(), 2.0), 0, 0);
+}
+
+TEST_CASE("ops that do not know the layout see plain values: views, reductions, copies", "[blocked]") {
+  test::CpuLayoutSwitch on(true);
+  const Tensor reference = [] {
+    test::CpuLayoutSwitch off(false);
+    return conv_out(7);
+  }();
+  require_close(conv_out(7).slice(1, 2, 9), reference.slice(1, 2, 9), 0, 0);
+  require_close(sum(conv_out(7), {0, 2, 3}), sum(reference, {0, 2, 3}), 0, 0);
+  require_close(conv_out(7).reshape({3, -1}), reference.reshape({3, -1}), 0, 0);
+  require_close(conv_out(7).to(DType::f64), reference.to(DType::f64), 0, 0);
+  CHECK(conv_out(7).str() == reference.str());
+}
+
+TEST_CASE("a write through the plain bytes drops the blocked copy", "[blocked]") {
+  test::CpuLayoutSwitch on(true);
+  Tensor t = conv_out(9);
+  t.fill_(-2);
+  CHECK_FALSE(held_blocked(t));
+  require_close(relu(t), Tensor::zeros(t.shape()), 0, 0);
+  // An in-place binary op into a blocked tensor lands in that tensor.
+  Tensor u = conv_out(9);
+  const Tensor expected = mul(u.clone(), 2.0);
+  binary_out(BinaryOp::Add, u, u, u);
+  require_close(u, expected, 1e-6, 0);
+}
+
+TEST_CASE("batch norm on blocked activations matches the plain kernel, forward and backward", "[blocked]") {
+  test::CpuLayoutSwitch restore(true);
+  for (const std::int64_t size : {1, 2, 5}) {
+    INFO("spatial size " << size);
+    // conv2d's output, blocked or plain as the switch says.
+    const auto make = [size](std::uint64_t seed, bool blocked) {
+      set_cpu_blocked_layout(blocked);
+      return conv2d(random_tensor({2, 8, size, size}, seed), random_tensor({16, 8, 1, 1}, seed + 1), Tensor(),
+                    Conv2dParams{});
+    };
+    const Tensor gamma = random_tensor({16}, 25), beta = random_tensor({16}, 26);
+    const Tensor x = make(21, true), g = make(23, true);
+    if (!held_blocked(x)) return;
+    const BatchNormResult blocked = batch_norm_forward(x, gamma, beta, 1e-5);
+    const BatchNormGrads gb = batch_norm_backward(g, x, blocked.mean, blocked.var, gamma, 1e-5);
+    CHECK(held_blocked(blocked.y));
+    CHECK(held_blocked(gb.x));
+    const Tensor xp = make(21, false), gp_in = make(23, false);
+    const BatchNormResult plain = batch_norm_forward(xp, gamma, beta, 1e-5);
+    const BatchNormGrads gp = batch_norm_backward(gp_in, xp, plain.mean, plain.var, gamma, 1e-5);
+    require_close(blocked.y, plain.y, 1e-4, 1e-5);
+    require_close(blocked.mean, plain.mean, 1e-5, 1e-6);
+    require_close(blocked.var, plain.var, 1e-5, 1e-6);
+    require_close(gb.x, gp.x, 1e-4, 1e-5);
+    require_close(gb.gamma, gp.gamma, 1e-4, 1e-5);
+    require_close(gb.beta, gp.beta, 1e-4, 1e-5);
+  }
+}
+
+}  // namespace
+}  // namespace dtrain
