@@ -317,13 +317,13 @@ TEST_CASE("resized_crop's SIMD loops compute what the portable ones do", "[cpu][
                                                  {{120.2, 0, 10.8, 57}, 5, 29}};
   for (const auto& [box, w, h] : cases) {
     INFO("box " << box.x << "," << box.y << " " << box.width << "x" << box.height << " to " << w << "x" << h);
-    const Image simd = detail::resample(src, box.x, box.y, box.width, box.height, w, h);
-    const Image portable = detail::resample_portable(src, box.x, box.y, box.width, box.height, w, h);
+    const Image simd = data::detail::resample(src, box.x, box.y, box.width, box.height, w, h);
+    const Image portable = data::detail::resample_portable(src, box.x, box.y, box.width, box.height, w, h);
     CHECK(simd.pixels == portable.pixels);
   }
   const Image column = noise_image(1, 40, 6);  // rows of 3 bytes: every load would run past
-  CHECK(detail::resample(column, 0, 0, 1, 40, 1, 13).pixels ==
-        detail::resample_portable(column, 0, 0, 1, 40, 1, 13).pixels);
+  CHECK(data::detail::resample(column, 0, 0, 1, 40, 1, 13).pixels ==
+        data::detail::resample_portable(column, 0, 0, 1, 40, 1, 13).pixels);
 }
 
 TEST_CASE("horizontal_flip mirrors each row", "[cpu][data]") {
