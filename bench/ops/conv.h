@@ -40,6 +40,11 @@ inline std::vector<ConvCase> cases(bool quick) {
       {"resnet18_b16_l2_down_3x3s2", 16, 64, 56, 128, 3, 2, 1},
       {"resnet18_b16_l2_proj_1x1s2", 16, 64, 56, 128, 1, 2, 0},
       {"cifar_resnet_b128_3x3", 128, 64, 32, 64, 3, 1, 1},
+      // ResNet-18 with the CIFAR stem at batch 32 (bench_train --model resnet18_cifar).
+      {"resnet18c_b32_l1_3x3", 32, 64, 32, 64, 3, 1, 1},
+      {"resnet18c_b32_l2_3x3", 32, 128, 16, 128, 3, 1, 1},
+      {"resnet18c_b32_l3_3x3", 32, 256, 8, 256, 3, 1, 1},
+      {"resnet18c_b32_l4_3x3", 32, 512, 4, 512, 3, 1, 1},
   };
 }
 

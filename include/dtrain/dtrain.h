@@ -25,7 +25,7 @@
 #include "dtrain/core/parallel.h"
 #include "dtrain/core/trace.h"
 
-#include "dtrain/tensor/cpu_layout.h"
+#include "dtrain/tensor/cpu_kernels.h"
 #include "dtrain/tensor/dtype.h"
 #include "dtrain/tensor/half.h"
 #include "dtrain/tensor/memory_stats.h"

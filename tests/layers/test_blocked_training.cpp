@@ -1,5 +1,5 @@
 // Whole networks compute the same loss and gradients with CPU activations held in the
-// blocked layout (dtrain/tensor/cpu_layout.h) and without: to float rounding, since batch
+// blocked layout (dtrain/tensor/cpu_kernels.h) and without: to float rounding, since batch
 // norm sums a block lane by lane and the plain kernel plane by plane. The single kernels:
 // tests/tensor/test_blocked_layout.cpp.
 #include "support/test_support.h"
@@ -60,6 +60,9 @@ void require_same_training(const std::shared_ptr<nn::Sequential>& model, const T
 
 TEST_CASE("a CIFAR ResNet trains the same with blocked activations, on 1 and 2 threads", "[blocked]") {
   const int threads = GENERATE(1, 2);
+  // Weight gradients from blocked inputs by either kernel (GEMM reads them as plain).
+  const ConvWeightGrad mode = GENERATE(ConvWeightGrad::Direct, ConvWeightGrad::Gemm);
+  test::ConvWeightGradSwitch use(mode);
   test::CpuLayoutSwitch restore(cpu_blocked_layout());
   set_num_threads(threads);
   manual_seed(4);

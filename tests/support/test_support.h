@@ -3,7 +3,7 @@
 
 #include "dtrain/autograd/grad_check.h"
 #include "dtrain/core/parallel.h"
-#include "dtrain/tensor/cpu_layout.h"
+#include "dtrain/tensor/cpu_kernels.h"
 #include "dtrain/tensor/ops.h"
 
 #include <catch2/catch.hpp>
@@ -36,7 +36,7 @@ struct ConvGradCase {
 };
 const std::vector<ConvGradCase>& conv_grad_cases();
 
-// Sets whether CPU activations are held in the blocked layout (dtrain/tensor/cpu_layout.h)
+// Sets whether CPU activations are held in the blocked layout (dtrain/tensor/cpu_kernels.h)
 // and restores that switch and the thread count, which tests of the layout also change.
 struct CpuLayoutSwitch {
   bool was = cpu_blocked_layout();
@@ -48,6 +48,15 @@ struct CpuLayoutSwitch {
   }
   CpuLayoutSwitch(const CpuLayoutSwitch&) = delete;
   CpuLayoutSwitch& operator=(const CpuLayoutSwitch&) = delete;
+};
+
+// Sets how CPU f32 convolutions compute weight gradients (cpu_kernels.h) and restores it.
+struct ConvWeightGradSwitch {
+  ConvWeightGrad was = cpu_conv_weight_grad();
+  explicit ConvWeightGradSwitch(ConvWeightGrad mode) { set_cpu_conv_weight_grad(mode); }
+  ~ConvWeightGradSwitch() { set_cpu_conv_weight_grad(was); }
+  ConvWeightGradSwitch(const ConvWeightGradSwitch&) = delete;
+  ConvWeightGradSwitch& operator=(const ConvWeightGradSwitch&) = delete;
 };
 
 // A fresh directory under the system temp dir, removed with its contents on destruction.

@@ -110,6 +110,9 @@ TEST_CASE("conv2d forward matches the direct loops", "[cpu][tensor]") {
 }
 
 TEST_CASE("conv2d backward input and weight match the direct loops", "[cpu][tensor]") {
+  const ConvWeightGrad mode = GENERATE(ConvWeightGrad::Direct, ConvWeightGrad::Gemm);
+  INFO("weight gradients " << (mode == ConvWeightGrad::Gemm ? "by GEMM" : "direct"));
+  test::ConvWeightGradSwitch use(mode);
   std::uint64_t seed = 200;
   for (const ConvCase& c : conv_cases()) {
     INFO(c.name);
@@ -134,6 +137,7 @@ TEST_CASE("conv2d backwards are the adjoints of the forward in f64", "[cpu][tens
 }
 
 TEST_CASE("conv2d results agree at 1 and 2 threads", "[cpu][tensor]") {
+  test::ConvWeightGradSwitch use(GENERATE(ConvWeightGrad::Direct, ConvWeightGrad::Gemm));
   const ConvCase& c = conv_cases()[1];
   Tensor x = test::random_tensor({5, 3, 9, 8}, 400), w = test::random_tensor(c.w, 401);
   Tensor go = test::random_tensor({5, 5, 5, 4}, 402);

@@ -1,23 +1,8 @@
 #include "tensor/cpu/blocked_layout.h"
 
-#include "dtrain/core/environment.h"
 #include "dtrain/core/parallel.h"
-#include "dtrain/tensor/cpu_layout.h"
+#include "dtrain/tensor/cpu_kernels.h"
 
-#include <atomic>
-
-namespace dtrain {
-namespace {
-std::atomic<bool>& blocked_enabled() {
-  static std::atomic<bool> enabled{env::get_int("DTRAIN_CPU_BLOCKED").value_or(1) != 0};
-  return enabled;
-}
-}  // namespace
-
-bool cpu_blocked_layout() { return blocked_enabled().load(std::memory_order_relaxed); }
-void set_cpu_blocked_layout(bool enabled) { blocked_enabled().store(enabled, std::memory_order_relaxed); }
-
-}  // namespace dtrain
 
 namespace dtrain::detail::onednn {
 namespace {

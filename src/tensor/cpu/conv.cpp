@@ -1,10 +1,13 @@
 // CPU 2-D convolution: f32 through oneDNN (onednn_conv.cpp); f64, which the gradient
-// checks use, as im2col + GEMM here. For one image and one group, the columns matrix
+// checks use, as im2col + GEMM here, and so are f32 weight gradients where oneDNN's GEMM
+// outruns its direct kernels (cpu_kernels.h), with oneDNN's sgemm for the products. For one image and one group, the columns matrix
 // (Cg*KH*KW, OH*OW) holds every input patch as a column, so the convolution is the product
 // weight (Og, Cg*KH*KW) @ columns. Images are split across threads, each with one column
 // buffer for the whole call; 1x1 stride-1 unpadded kernels use the input as the columns.
 #include "dtrain/core/parallel.h"
+#include "dtrain/tensor/cpu_kernels.h"
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/onednn.h"
 #include "tensor/cpu/onednn_conv.h"
 
 // Our pool owns the threads: keep Eigen sequential even if OpenMP is ever enabled.
@@ -12,6 +15,7 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 namespace dtrain::detail {
@@ -65,9 +69,10 @@ Span valid_span(std::int64_t shift, std::int64_t stride, std::int64_t size, std:
 
 // Visits every (columns row, output row oh) pair of one group, with the matching input
 // row (nullptr when it lies in the padding) and the valid output columns. Row r of the
-// columns matrix is channel c, kernel offset (i, j): r = (c * kh + i) * kw + j.
+// columns matrix is channel c, kernel offset (i, j): r = (c * kh + i) * kw + j; rows lie
+// `ld` apart (g.p unless several images' columns stand side by side).
 template <class Visit>
-void for_each_patch_row(const ConvGeometry& g, Visit visit) {
+void for_each_patch_row(const ConvGeometry& g, std::int64_t ld, Visit visit) {
   const Conv2dParams& q = g.params;
   for (std::int64_t c = 0; c < g.cg; ++c) {
     for (std::int64_t i = 0; i < g.kh; ++i) {
@@ -78,18 +83,18 @@ void for_each_patch_row(const ConvGeometry& g, Visit visit) {
         for (std::int64_t y = 0; y < g.oh; ++y) {
           const std::int64_t ih = y * q.stride_h - q.pad_h + i * q.dilation_h;
           const bool inside = ih >= 0 && ih < g.h;
-          visit(row * g.p + y * g.ow, inside ? (c * g.h + ih) * g.w : -1, shift_w, cols);
+          visit(row * ld + y * g.ow, inside ? (c * g.h + ih) * g.w : -1, shift_w, cols);
         }
       }
     }
   }
 }
 
-// cols = im2col(x) for one image group x (cg, h, w); padding reads as zero.
+// cols = im2col(x) for one image group x (cg, h, w), rows `ld` apart; padding reads as zero.
 template <class T>
-void im2col(const T* x, const ConvGeometry& g, T* cols) {
+void im2col(const T* x, const ConvGeometry& g, T* cols, std::int64_t ld) {
   const std::int64_t sw = g.params.stride_w;
-  for_each_patch_row(g, [&](std::int64_t dst, std::int64_t src, std::int64_t shift, Span span) {
+  for_each_patch_row(g, ld, [&](std::int64_t dst, std::int64_t src, std::int64_t shift, Span span) {
     T* out = cols + dst;
     if (src < 0) {
       std::fill(out, out + g.ow, T(0));
@@ -109,7 +114,7 @@ void im2col(const T* x, const ConvGeometry& g, T* cols) {
 template <class T>
 void col2im_add(const T* cols, const ConvGeometry& g, T* x) {
   const std::int64_t sw = g.params.stride_w;
-  for_each_patch_row(g, [&](std::int64_t src, std::int64_t dst, std::int64_t shift, Span span) {
+  for_each_patch_row(g, g.p, [&](std::int64_t src, std::int64_t dst, std::int64_t shift, Span span) {
     if (dst < 0) return;
     for (std::int64_t ow = span.first; ow < span.last; ++ow) x[dst + shift + ow * sw] += cols[src + ow];
   });
@@ -120,7 +125,7 @@ template <class T>
 const T* columns(const T* x, const ConvGeometry& g, std::int64_t n, std::int64_t gi, T* buf) {
   const T* xg = x + (n * g.c + gi * g.cg) * g.h * g.w;
   if (g.pointwise()) return xg;
-  im2col(xg, g, buf);
+  im2col(xg, g, buf, g.p);
   return buf;
 }
 
@@ -167,27 +172,64 @@ void conv_backward_input(const Tensor& go_t, const Tensor& w_t, const ConvGeomet
   });
 }
 
+// acc (og, k) += grad_y (og, q) @ cols (k, q)^T, rows q apart: oneDNN's sgemm for f32,
+// Eigen for f64.
+template <class T>
+void add_weight_product(const T* grad_y, const T* cols, std::int64_t q, const ConvGeometry& g, T* acc) {
+  if constexpr (std::is_same_v<T, float>) {
+    onednn::sgemm(false, true, g.og, g.k, q, grad_y, q, cols, q, acc, g.k, 1.0f);
+  } else {
+    MatMap<T>(acc, g.og, g.k).noalias() += ConstMatMap<T>(grad_y, g.og, q) * ConstMatMap<T>(cols, g.k, q).transpose();
+  }
+}
+
+// Images whose columns go side by side into one product: each product then sums over at
+// least ~512 positions, as a GEMM needs to run near its peak, instead of reading and
+// writing the whole weight gradient once per image of a small feature map (a 4x4 map
+// would sum over 16).
+std::int64_t images_per_product(const ConvGeometry& g) {
+  return std::clamp<std::int64_t>((512 + g.p - 1) / g.p, 1, g.n);
+}
+
 // Each of `parts` slices of the batch accumulates its own weight gradient (part 0 straight
-// into grad_w); the partials are then added in part order, so for a given thread count the
-// result is deterministic.
+// into grad_w, which starts at zero); the partials are then added in part order, so for a
+// given thread count the result is deterministic. Within a part, `images_per_product`
+// images at a time: their columns side by side (k, m * p), their output gradients
+// likewise (og, m * p), one product.
 template <class T>
 void conv_backward_weight(const Tensor& go_t, const Tensor& x_t, const ConvGeometry& g, Tensor& gw_t) {
   const T* go = go_t.data<T>();
   const T* x = x_t.data<T>();
   T* gw = gw_t.data<T>();
-  const std::int64_t wsize = g.o * g.k;
+  const std::int64_t wsize = g.o * g.k, batch = images_per_product(g);
   const std::int64_t parts = std::max<std::int64_t>(1, std::min<std::int64_t>(g.n, num_threads()));
   std::vector<std::vector<T>> partials(static_cast<std::size_t>(parts - 1),
                                        std::vector<T>(static_cast<std::size_t>(wsize), T(0)));
   parallel_for(0, parts, 1, [&](std::int64_t p0, std::int64_t p1) {
-    std::vector<T> buf(static_cast<std::size_t>(g.column_buffer_size()));
+    std::vector<T> cols(static_cast<std::size_t>(batch == 1 ? g.column_buffer_size() : g.k * g.p * batch));
+    std::vector<T> grads(static_cast<std::size_t>(batch == 1 ? 0 : g.og * g.p * batch));
     for (std::int64_t part = p0; part < p1; ++part) {
       T* acc = part == 0 ? gw : partials[static_cast<std::size_t>(part - 1)].data();
-      for (std::int64_t n = g.n * part / parts; n < g.n * (part + 1) / parts; ++n) {
+      const std::int64_t end = g.n * (part + 1) / parts;
+      for (std::int64_t n0 = g.n * part / parts; n0 < end; n0 += batch) {
+        const std::int64_t m = std::min(batch, end - n0), q = m * g.p;
         for (std::int64_t gi = 0; gi < g.groups; ++gi) {
-          ConstMatMap<T> cols(columns(x, g, n, gi, buf.data()), g.k, g.p);
-          ConstMatMap<T> grad_y(go + (n * g.o + gi * g.og) * g.p, g.og, g.p);
-          MatMap<T>(acc + gi * g.og * g.k, g.og, g.k).noalias() += grad_y * cols.transpose();
+          const T* grad_y = go + (n0 * g.o + gi * g.og) * g.p;
+          if (batch == 1) {
+            add_weight_product(grad_y, columns(x, g, n0, gi, cols.data()), g.p, g, acc + gi * g.og * g.k);
+            continue;
+          }
+          for (std::int64_t j = 0; j < m; ++j) {
+            const T* xg = x + ((n0 + j) * g.c + gi * g.cg) * g.h * g.w;
+            if (g.pointwise()) {
+              for (std::int64_t r = 0; r < g.k; ++r) std::copy_n(xg + r * g.p, g.p, cols.data() + r * q + j * g.p);
+            } else {
+              im2col(xg, g, cols.data() + j * g.p, q);
+            }
+            const T* gy = grad_y + j * g.o * g.p;
+            for (std::int64_t r = 0; r < g.og; ++r) std::copy_n(gy + r * g.p, g.p, grads.data() + r * q + j * g.p);
+          }
+          add_weight_product(grads.data(), cols.data(), q, g, acc + gi * g.og * g.k);
         }
       }
     }
@@ -195,6 +237,21 @@ void conv_backward_weight(const Tensor& go_t, const Tensor& x_t, const ConvGeome
   Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>> total(gw, wsize);
   for (const auto& partial : partials)
     total += Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>(partial.data(), wsize);
+}
+
+// Whether f32 weight gradients take im2col + GEMM (see cpu_kernels.h). Auto, without
+// AVX-512 (bench_ops --filter conv, AVX2): GEMM for kernels of 3x3 and smaller, 1.1-1.8x
+// the direct kernels on ResNet layers, and for few input channels (LeNet's first layer:
+// 4x); direct for larger kernels over many channels (LeNet's 5x5 32->64: 0.75x) and for
+// grouped convolutions, whose per-group products are too small for a GEMM to pay.
+bool gemm_weight_gradients(const ConvGeometry& g) {
+  switch (cpu_conv_weight_grad()) {
+    case ConvWeightGrad::Direct: return false;
+    case ConvWeightGrad::Gemm: return true;
+    case ConvWeightGrad::Auto:
+      return g.groups == 1 && !onednn::has_avx512() && (g.kh * g.kw <= 9 || g.cg < 8);
+  }
+  return false;
 }
 
 }  // namespace
@@ -242,7 +299,9 @@ void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x,
   }
   const ConvGeometry g = geometry(x.shape(), grad_w.shape(), grad_out.shape(), p);
   Tensor goc = grad_out.contiguous(), xc = x.contiguous();
-  if (grad_out.dtype() == DType::f32) return onednn::conv2d_backward_weights(goc, xc, p, grad_w);
+  if (grad_out.dtype() == DType::f32 && !gemm_weight_gradients(g)) {
+    return onednn::conv2d_backward_weights(goc, xc, p, grad_w);
+  }
   dispatch_floating(grad_out.dtype(), "conv2d_backward_weight",
                     [&](auto tag) { conv_backward_weight<typename decltype(tag)::type>(goc, xc, g, grad_w); });
 }

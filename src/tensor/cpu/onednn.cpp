@@ -72,12 +72,21 @@ void copy_back(const dnnl::memory& from, const dnnl::memory& user) {
 }
 
 void sgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
-           std::int64_t lda, const float* b, std::int64_t ldb, float* out, std::int64_t ldc) {
+           std::int64_t lda, const float* b, std::int64_t ldb, float* out, std::int64_t ldc, float beta) {
   use_one_openmp_thread();
   const dnnl_status_t status =
-      dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, 0.0f, out, ldc);
+      dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb, beta, out, ldc);
   DTRAIN_CHECK(status == dnnl_success, "oneDNN sgemm ({}x{}x{}) failed with status {}", m, n, k,
                static_cast<int>(status));
+}
+
+}  // namespace dtrain::detail::onednn
+
+namespace dtrain::detail::onednn {
+
+bool has_avx512() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  return (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
 }
 
 }  // namespace dtrain::detail::onednn

@@ -52,8 +52,12 @@ dnnl::memory output_layout(const dnnl::memory& user, const dnnl::memory::desc& w
 // Copies `from` into the caller's `user` memory when they differ (a primitive's output).
 void copy_back(const dnnl::memory& from, const dnnl::memory& user);
 
-// out(m, n) = op(a)(m, k) @ op(b)(k, n), row-major with leading dimensions, on this thread.
+// out(m, n) = op(a)(m, k) @ op(b)(k, n) + beta * out, row-major with leading dimensions,
+// on this thread.
 void sgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
-           std::int64_t lda, const float* b, std::int64_t ldb, float* out, std::int64_t ldc);
+           std::int64_t lda, const float* b, std::int64_t ldb, float* out, std::int64_t ldc, float beta = 0.0f);
+
+// Whether oneDNN dispatches AVX-512 kernels on this machine.
+bool has_avx512();
 
 }  // namespace dtrain::detail::onednn
