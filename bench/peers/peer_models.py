@@ -19,12 +19,18 @@ def require_at_least(parser, args, **minimums):
             parser.error(f"--{name.replace('_', '-')} must be at least {minimum}, got {value}")
 
 
-def set_thread_environment(threads):
-    """Must run before torch is imported. PASSIVE makes idle OpenMP threads sleep instead
-    of spinning, which on a shared 2-vCPU machine is worth up to 10x."""
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+def set_thread_environment(threads, wait_policy="PASSIVE"):
+    """Must run before torch is imported. Every BLAS torch may call gets the same thread
+    count: without OPENBLAS_NUM_THREADS, Debian's torch runs its Linear layers on OpenBLAS's
+    own pool (all hardware threads) while claiming `threads`. PASSIVE (the default here)
+    makes idle OpenMP threads sleep instead of spinning, which on a shared 2-vCPU machine is
+    worth up to 10x; wait_policy=None leaves the OpenMP runtime's own default."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = str(threads)
-    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    if wait_policy is None:
+        os.environ.pop("OMP_WAIT_POLICY", None)
+    else:
+        os.environ["OMP_WAIT_POLICY"] = wait_policy
 
 
 def build_model(name):

@@ -30,6 +30,7 @@ contract's style (the keys bench_train prints, with "framework":"pytorch").
 import argparse
 import contextlib
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -59,6 +60,14 @@ def parse_args():
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--precision", choices=("fp32", "bf16", "f16"), default="fp32",
                    help="bf16/f16: forward under torch.autocast (f16 with a GradScaler), as bench_train")
+    p.add_argument("--wait-policy", choices=("passive", "active", "default"), default="passive",
+                   help="OMP_WAIT_POLICY for torch's OpenMP threads; default: the runtime's own")
+    p.add_argument("--channels-last", action="store_true",
+                   help="model and input in torch.channels_last (NHWC) memory format")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the model (torch >= 2; the warm-up steps include the compilation)")
+    p.add_argument("--show-config", action="store_true",
+                   help="print torch.__version__ and torch.__config__.show() and exit")
     p.add_argument("--json", action="store_true", help="print one JSON object per case instead of a table")
     args = p.parse_args()
     peer_models.require_at_least(p, args, steps=1, warmup=0)
@@ -67,7 +76,7 @@ def parse_args():
 
 def measure(args, threads):
     """Runs every batch size at `threads` in this process; torch is imported here."""
-    peer_models.set_thread_environment(threads)
+    peer_models.set_thread_environment(threads, None if args.wait_policy == "default" else args.wait_policy.upper())
     import torch
 
     torch.set_num_threads(threads)
@@ -84,6 +93,10 @@ def measure(args, threads):
         model, sample_shape, classes = peer_models.build_model(args.model)
         model.to(device)
         model.train()
+        memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
+        if args.channels_last:
+            model.to(memory_format=memory_format)
+        train_model = torch.compile(model) if args.compile else model
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         loss_fn = torch.nn.CrossEntropyLoss()
         # fp32 touches no autocast API, so that Debian's torch 1.13 runs this too.
@@ -92,13 +105,13 @@ def measure(args, threads):
         gen = torch.Generator().manual_seed(100)
         x = torch.randn((batch, *sample_shape), generator=gen)
         y = torch.randint(0, classes, (batch,), generator=gen)
-        x, y = x.to(device), y.to(device)
+        x, y = x.to(device, memory_format=memory_format) if x.dim() == 4 else x.to(device), y.to(device)
 
         def step():
             start = time.perf_counter()
             optimizer.zero_grad(set_to_none=True)  # explicit: torch 1.13's default is False
             with torch.autocast(device.type, dtype=low) if low else contextlib.nullcontext():
-                loss = loss_fn(model(x), y)
+                loss = loss_fn(train_model(x), y)
             if scaler:
                 scaler.scale(loss).backward()
                 scaler.step(optimizer)
@@ -108,15 +121,44 @@ def measure(args, threads):
                 optimizer.step()
             if on_gpu:
                 torch.cuda.synchronize(device)
-            return time.perf_counter() - start
+            seconds = time.perf_counter() - start
+            losses.append(loss.item())  # after the clock stops, as in bench_train
+            return seconds
 
+        losses = []
         for _ in range(args.warmup):
             step()
         times = [step() for _ in range(args.steps)]
+        check_trains(args, batch, threads, losses)
         results.append(summarize(args, torch.__version__, batch, threads, times))
+        results[-1]["loss_first"], results[-1]["loss_last"] = round(losses[0], 6), round(losses[-1], 6)
         results[-1]["device"] = str(device)
         results[-1]["precision"] = args.precision
+        results[-1]["variant"] = variant_name(args)
     return results
+
+
+def check_trains(args, batch, threads, losses):
+    """Exits 1, as bench_train does, when the timed steps did not train: a loss that is not
+    finite, or one that did not fall from the first step to the last (f16's scaler may skip
+    an overflowing step; that shows as a loss that did not fall)."""
+    problem = next((f"the loss of step {i + 1} is {v}" for i, v in enumerate(losses) if not math.isfinite(v)), None)
+    if problem is None and len(losses) >= 2 and not losses[-1] < losses[0]:
+        problem = f"the loss did not fall: {losses[0]:.6g} at the first step, {losses[-1]:.6g} at the last"
+    if problem:
+        sys.exit(f"pytorch_train: {args.model} batch {batch} on {threads} thread(s) does not train, so its figure "
+                 f"is void: {problem}")
+
+
+def variant_name(args):
+    """The settings this run tried, e.g. "wait=passive,alloc=jemalloc,channels_last"."""
+    preload = os.environ.get("LD_PRELOAD", "")
+    parts = [f"wait={args.wait_policy}", "alloc=jemalloc" if "jemalloc" in preload else "alloc=system"]
+    if args.channels_last:
+        parts.append("channels_last")
+    if args.compile:
+        parts.append("compile")
+    return ",".join(parts)
 
 
 def summarize(args, version, batch, threads, times):
@@ -140,7 +182,8 @@ def measure_in_children(args):
         command = [sys.executable, os.path.abspath(__file__), "--model", args.model,
                    "--batch", ",".join(map(str, args.batch)), "--threads", str(threads),
                    "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", args.device,
-                   "--precision", args.precision, "--json"]
+                   "--precision", args.precision, "--wait-policy", args.wait_policy, "--json"]
+        command += ["--channels-last"] * args.channels_last + ["--compile"] * args.compile
         out = subprocess.run(command, stdout=subprocess.PIPE, check=True, text=True).stdout
         results += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     return results
@@ -167,8 +210,18 @@ def print_table(args, results):
               f"{r['step_ms_max']:>9.2f}")
 
 
+def show_config():
+    import torch
+
+    print(f"torch {torch.__version__}")
+    print(torch.__config__.show())
+    return 0
+
+
 def main():
     args = parse_args()
+    if args.show_config:
+        return show_config()
     results = measure(args, args.threads[0]) if len(args.threads) == 1 else measure_in_children(args)
     if args.json:
         for r in results:

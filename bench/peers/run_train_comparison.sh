@@ -13,6 +13,21 @@
 # --case "resnet50_224 8 4 1". --reps N: N alternating repetitions of the throughput part
 # (default 1), each JSON line tagged with its "rep"; the table gives medians and the spread.
 # --no-tta: skip the time-to-accuracy part (train_mnist is then not needed).
+# --no-tune: run each peer with this script's former fixed settings (OMP_WAIT_POLICY=PASSIVE,
+# the system allocator, contiguous tensors, no compilation) instead of tuning it first.
+# --no-compile: tune without torch.compile (it costs minutes per ResNet case on 2 vCPUs).
+#
+# The peers at their best: before the measured repetitions, each peer (torch in the
+# virtualenv, Debian's torch) is tuned per case and thread count as its users would tune
+# it, one setting at a time, keeping what is faster: OMP_WAIT_POLICY (passive, active or
+# the runtime's default; with 2+ threads only, one thread has no team to wait on), jemalloc
+# from Debian (libjemalloc2) through LD_PRELOAD, channels_last for the convolutional
+# models, and torch.compile (torch >= 2). The tuning runs are shorter, their lines carry
+# "tune": true, and the measured repetitions then run each peer with its best settings,
+# which the table names. Every peer's BLAS gets the one thread count (OMP_NUM_THREADS,
+# MKL_NUM_THREADS and OPENBLAS_NUM_THREADS), and each peer's torch.__config__.show() goes
+# to the --raw file's .config.txt beside it. bench_train and pytorch_train.py both exit 1
+# for a case whose loss is not finite or does not fall, and the run stops there.
 # --quick: a step or two per case and a short training, to check the script rather than
 # to measure. About 30 minutes on 2 vCPUs otherwise; do not run it while anything else
 # loads the machine.
@@ -29,6 +44,8 @@ raw=
 custom_cases=()
 reps=1
 tta=1
+tune=1
+try_compile=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1; shift ;;
@@ -37,8 +54,10 @@ while [ $# -gt 0 ]; do
     --case) custom_cases+=("$2"); shift 2 ;;
     --reps) reps=$2; shift 2 ;;
     --no-tta) tta=0; shift ;;
+    --no-tune) tune=0; shift ;;
+    --no-compile) try_compile=0; shift ;;
     -*) echo "run_train_comparison: unknown argument '$1' (expected BUILD_DIR, --quick, --raw FILE, --case SPEC," \
-             "--reps N or --no-tta)" >&2
+             "--reps N, --no-tta, --no-tune or --no-compile)" >&2
         exit 2 ;;
     *) build=$(cd "$1" && pwd); shift ;;
   esac
@@ -57,10 +76,20 @@ if [ "$tta" = 1 ]; then
     || { echo "run_train_comparison: $train_mnist has no --target-accuracy flag (rebuild it)" >&2; exit 1; }
 fi
 # Debian's torch links the generic libblas.so.3: OpenBLAS when that is the alternative
-# installed, whose kernel choice OPENBLAS_CORETYPE pins (the environment's Haswell is not
-# this CPU's best); the reference BLAS otherwise, which the machine line names.
-debian_env=(env OPENBLAS_CORETYPE=SkylakeX)
+# installed, the reference BLAS otherwise, which the machine line names. Some machine
+# images set OPENBLAS_CORETYPE (Haswell) for older OpenBLAS builds; that is not an AVX-512
+# CPU's best, so there SkylakeX is named, and elsewhere OpenBLAS picks for itself.
+if grep -q -w avx512f /proc/cpuinfo; then
+  debian_env=(env -u OPENBLAS_L2_SIZE OPENBLAS_CORETYPE=SkylakeX)
+else
+  debian_env=(env -u OPENBLAS_L2_SIZE -u OPENBLAS_CORETYPE)
+fi
 debian=1
+case "$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3)" in
+  *openblas*) ;;
+  *) echo "run_train_comparison: Debian's torch would run on the reference BLAS, far from its best" \
+          "(apt-get install libopenblas0-pthread)" >&2 ;;
+esac
 if ! "${debian_env[@]}" "$debian_python" -c 'import torch' 2>/dev/null; then
   debian=0
   echo "run_train_comparison: skipping the Debian torch 1.13 peer: $debian_python cannot import torch" \
@@ -101,6 +130,94 @@ json_lines() { sed -n '/^{/p' | tee -a "$jsonl"; }
 # The throughput part's lines carry their repetition (bench_train's machine line too: harmless).
 rep_lines() { sed -n "/^{/s/^{/{\"rep\": $1, /p" | tee -a "$jsonl"; }
 
+jemalloc=$(ls /usr/lib/*/libjemalloc.so.2 2>/dev/null | head -1 || true)
+[ -n "$jemalloc" ] || echo "run_train_comparison: jemalloc not tried: no libjemalloc.so.2 (apt-get install libjemalloc2)" >&2
+peer_kinds=(venv)
+[ "$debian" = 1 ] && peer_kinds+=(debian)
+# peer_python KIND ARGS...: pytorch_train.py under that peer's interpreter and environment.
+peer_python() {
+  local kind=$1; shift
+  if [ "$kind" = venv ]; then "$venv_python" "$peers/pytorch_train.py" "$@"
+  else "${debian_env[@]}" "$debian_python" "$peers/pytorch_train.py" "$@"; fi
+}
+
+# run_peer KIND VARIANT ARGS...: one run of a peer in the settings VARIANT names (the
+# "variant" string pytorch_train.py reports, e.g. wait=active,alloc=jemalloc,channels_last).
+run_peer() {
+  local kind=$1 variant=$2; shift 2
+  local preload= flags=() part
+  IFS=, read -ra parts <<< "$variant"
+  for part in "${parts[@]}"; do
+    case $part in
+      wait=*) flags+=(--wait-policy "${part#wait=}") ;;
+      alloc=jemalloc) preload=$jemalloc ;;
+      channels_last) flags+=(--channels-last) ;;
+      compile) flags+=(--compile) ;;
+    esac
+  done
+  (if [ -n "$preload" ]; then export LD_PRELOAD=$preload; fi; peer_python "$kind" "$@" "${flags[@]}")
+}
+
+# Each peer's build, for the record.
+config_file=${raw:+$raw.config.txt}
+config_file=${config_file:-$work/config.txt}
+: > "$config_file"
+for kind in "${peer_kinds[@]}"; do
+  echo "== $kind peer" >> "$config_file"
+  peer_python "$kind" --show-config >> "$config_file"
+done
+
+# The samples/s in a run's JSON line; 0 when the run failed, so that a setting the peer
+# cannot run (torch.compile without a compiler, say) simply loses.
+rate_of() { python3 -c 'import json,sys; print(max([json.loads(l)["samples_per_s"] for l in sys.stdin if l.startswith("{")] or [0]))'; }
+
+# tune_peer KIND MODEL THREADS ARGS...: the fastest variant, one setting at a time.
+tune_peer() {
+  local kind=$1 model=$2 threads=$3; shift 3
+  local best="wait=passive,alloc=system" best_rate candidates=() c rate
+  best_rate=$(set +o pipefail; run_peer "$kind" "$best" "$@" | sed 's/^{/{"tune": true, /' | tee -a "$jsonl" | rate_of)
+  if [ "$best_rate" = 0 ]; then
+    echo "run_train_comparison: the $kind torch peer failed in its plain settings ($*)" >&2
+    return 1
+  fi
+  [ "$threads" -gt 1 ] && candidates+=("wait=active" "wait=default")
+  [ -n "$jemalloc" ] && candidates+=("alloc=jemalloc")
+  [ "$model" != mlp ] && candidates+=("+channels_last")
+  if [ "$try_compile" = 1 ] && [ "$kind" = venv ]; then candidates+=("+compile"); fi
+  for c in "${candidates[@]}"; do
+    local variant
+    case $c in
+      wait=*) variant=$(sed "s/wait=[a-z]*/$c/" <<< "$best") ;;
+      alloc=*) variant=$(sed "s/alloc=[a-z]*/$c/" <<< "$best") ;;
+      +*) variant="$best,${c#+}" ;;
+    esac
+    rate=$(set +o pipefail; run_peer "$kind" "$variant" "$@" 2>/dev/null | sed 's/^{/{"tune": true, /' | tee -a "$jsonl" \
+      | rate_of)
+    if python3 -c "import sys; sys.exit(0 if $rate > $best_rate else 1)"; then best=$variant best_rate=$rate; fi
+  done
+  echo "$best"
+}
+
+# Tuning: per case, thread count and peer, the variant its measured runs use.
+declare -A best_variant
+for c in "${cases[@]}"; do
+  read -r model batch steps warmup <<< "$c"
+  for threads in 1 2; do
+    for kind in "${peer_kinds[@]}"; do
+      key="$model $batch $threads $kind"
+      if [ "$tune" = 1 ]; then
+        echo "== tuning $kind torch for $model batch $batch, $threads thread(s)" >&2
+        # Shorter runs; compilation happens in the first warm-up step, hence 2 of them.
+        best_variant[$key]=$(tune_peer "$kind" "$model" "$threads" --model "$model" --batch "$batch" \
+          --steps "$(( (steps + 1) / 2 ))" --warmup 2 --threads "$threads" --json)
+        echo "   best: ${best_variant[$key]}" >&2
+      else
+        best_variant[$key]="wait=passive,alloc=system"
+      fi
+    done
+  done
+done
+
 # Per case and thread count all three in a row, so that they see similar machine load;
 # each in a fresh process, as OpenMP sizes its pool once per process. Repetitions go round
 # all the cases, so that each case's are spread over the run.
@@ -109,13 +226,12 @@ for rep in $(seq 1 "$reps"); do
     read -r model batch steps warmup <<< "$c"
     args=(--model "$model" --batch "$batch" --steps "$steps" --warmup "$warmup" --json)
     for threads in 1 2; do
-      echo "== $model batch $batch, $threads thread(s), repetition $rep of $reps: dtrain, torch (venv)$([ "$debian" = 1 ] \
-&& echo ', torch (Debian)')" >&2
+      echo "== $model batch $batch, $threads thread(s), repetition $rep of $reps: dtrain, ${peer_kinds[*]} torch" >&2
       "$bench_train" "${args[@]}" --threads "$threads" | rep_lines "$rep"
-      "$venv_python" "$peers/pytorch_train.py" "${args[@]}" --threads "$threads" | rep_lines "$rep"
-      if [ "$debian" = 1 ]; then
-        "${debian_env[@]}" "$debian_python" "$peers/pytorch_train.py" "${args[@]}" --threads "$threads" | rep_lines "$rep"
-      fi
+      for kind in "${peer_kinds[@]}"; do
+        run_peer "$kind" "${best_variant[$model $batch $threads $kind]}" "${args[@]}" --threads "$threads" \
+          | rep_lines "$rep"
+      done
     done
   done
 done

@@ -62,7 +62,8 @@ def spread(values, spec):
 
 
 def throughput_table(rows):
-    train = [r for r in rows if r.get("bench") == "train" and "framework" in r]  # not bench_train's machine line
+    # Not bench_train's machine line, nor the peers' tuning runs.
+    train = [r for r in rows if r.get("bench") == "train" and "framework" in r and not r.get("tune")]
     versions = list(dict.fromkeys(r["torch"] for r in train if r["framework"] == "pytorch"))
     cases = list(dict.fromkeys((r["model"], r["batch"], r["threads"]) for r in train))
     # samples/s per repetition (rows without "rep" are one repetition)
