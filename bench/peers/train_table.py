@@ -94,6 +94,21 @@ def throughput_table(rows):
             line += " | " + f"{fmt(p_rate, '.1f', 0)}{spread(list(p.values()), '.1f')}".rjust(max(w_rate, 22))
             line += f"{fmt(median(ratios), '.2f', 0)}{spread(ratios, '.2f')}".rjust(w_ratio)
         print(line)
+    settings_table(train, versions, cases)
+
+
+def settings_table(train, versions, cases):
+    """Which settings each peer's measured runs used (run_train_comparison.sh tunes them)."""
+    variants = {(r["torch"], r["model"], r["batch"], r["threads"]): r["variant"]
+                for r in train if r["framework"] == "pytorch" and "variant" in r}
+    if not variants:
+        return
+    print()
+    print("The peers' settings in the measured runs (the fastest of the tuning runs):")
+    for model, batch, threads in cases:
+        chosen = [f"torch {v}: {variants[(v, model, batch, threads)]}" for v in versions
+                  if (v, model, batch, threads) in variants]
+        print(f"{f'{model} b{batch} t{threads}':<24} | " + "; ".join(chosen))
 
 
 def tta_table(rows):

@@ -240,16 +240,17 @@ void conv_backward_weight(const Tensor& go_t, const Tensor& x_t, const ConvGeome
 }
 
 // Whether f32 weight gradients take im2col + GEMM (see cpu_kernels.h). Auto, without
-// AVX-512 (bench_ops --filter conv, AVX2): GEMM for kernels of 3x3 and smaller, 1.1-1.8x
-// the direct kernels on ResNet layers, and for few input channels (LeNet's first layer:
-// 4x); direct for larger kernels over many channels (LeNet's 5x5 32->64: 0.75x) and for
-// grouped convolutions, whose per-group products are too small for a GEMM to pay.
+// AVX-512 (bench/results/conv_weight_grad_ops.txt, AVX2): GEMM for kernels of 3x3 and
+// smaller, 0.9-1.6x the direct kernels on ResNet layers (1.2x typical), and for a single
+// input channel (LeNet's first layer: 2.8x); direct for larger kernels over more channels
+// (LeNet's 5x5 32->64: 0.65x, ResNet's 7x7 stem: 0.87x) and for grouped convolutions,
+// whose per-group products are too small for a GEMM to pay.
 bool gemm_weight_gradients(const ConvGeometry& g) {
   switch (cpu_conv_weight_grad()) {
     case ConvWeightGrad::Direct: return false;
     case ConvWeightGrad::Gemm: return true;
     case ConvWeightGrad::Auto:
-      return g.groups == 1 && !onednn::has_avx512() && (g.kh * g.kw <= 9 || g.cg < 8);
+      return g.groups == 1 && !onednn::has_avx512() && (g.kh * g.kw <= 9 || g.cg == 1);
   }
   return false;
 }

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# What each of the CPU convolution switches (dtrain/tensor/cpu_kernels.h) is worth in a
+# training step: bench_train in three settings, five alternating repetitions, 1 and 2
+# threads, ResNet-18 (CIFAR stem, batch 32) and the LeNet-style CNN (batch 64):
+#   before        DTRAIN_CPU_BLOCKED=0 DTRAIN_CONV_WEIGHT_GRAD=direct (NCHW between layers,
+#                 oneDNN's direct weight gradients: the kernels before issue 16)
+#   blocked       the blocked layout, direct weight gradients
+#   blocked+gemm  the defaults (weight gradients by im2col + GEMM where Auto picks it)
+# Prints the JSON lines, then a table of medians (min-max) and ratios over "before".
+#   bench/cpu_kernels_ab.sh [BUILD_DIR] > bench/results/cpu_conv_kernels.jsonl
+# About 8 minutes on 2 vCPUs; run it on a quiet machine.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+bench_train=${1:-$root/build/release}/bench/bench_train
+[ -x "$bench_train" ] || { echo "cpu_kernels_ab: $bench_train not found (build bench_train)" >&2; exit 1; }
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) dtrain $(git -C "$root" describe --always --dirty); $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cores; load at start $(cut -d' ' -f1-3 /proc/loadavg)"
+for rep in 1 2 3 4 5; do
+  for cfg in "before DTRAIN_CPU_BLOCKED=0 DTRAIN_CONV_WEIGHT_GRAD=direct" \
+             "blocked DTRAIN_CPU_BLOCKED=1 DTRAIN_CONV_WEIGHT_GRAD=direct" \
+             "blocked+gemm DTRAIN_CPU_BLOCKED=1 DTRAIN_CONV_WEIGHT_GRAD=auto"; do
+    read -r name envs <<< "$cfg"
+    for c in "resnet18_cifar 32 5 1" "cnn 64 20 3"; do
+      read -r model batch steps warmup <<< "$c"
+      for t in 1 2; do
+        # shellcheck disable=SC2086  # envs is a list of NAME=VALUE words
+        line=$(env $envs "$bench_train" --model "$model" --batch "$batch" --steps "$steps" --warmup "$warmup" \
+                 --threads "$t" --json | tail -1)
+        echo "{\"rep\": $rep, \"setting\": \"$name\", ${line#\{}" | tee -a "$out"
+      done
+    done
+  done
+done
+echo "# load at end $(cut -d' ' -f1-3 /proc/loadavg)"
+python3 - "$out" <<'PY'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+cases = list(dict.fromkeys((r["model"], r["batch"], r["threads"]) for r in rows))
+settings = ["before", "blocked", "blocked+gemm"]
+print("# samples/s, medians of 5 alternating repetitions (min-max); x = over 'before'")
+print("# " + f"{'case':<24}" + "".join(f"{s:>28}" for s in settings))
+for m, b, t in cases:
+    line, base = f"{f'{m} b{b} t{t}':<24}", None
+    for s in settings:
+        v = [r["samples_per_s"] for r in rows if (r["model"], r["batch"], r["threads"], r["setting"]) == (m, b, t, s)]
+        med = statistics.median(v)
+        base = base or med
+        line += f"{med:>10.1f} ({min(v):.1f}-{max(v):.1f}) {med / base:4.2f}x".rjust(28)
+    print("# " + line)
+PY
