@@ -148,6 +148,16 @@ TEST_CASE("conv2d results agree at 1 and 2 threads", "[cpu][tensor]") {
   test::require_close(conv2d_backward_weight(go, x, c.w, c.p), gw1, 1e-5, 1e-6);
 }
 
+TEST_CASE("conv2d takes an empty batch: empty outputs, zero weight gradients", "[cpu][tensor]") {
+  test::ConvWeightGradSwitch use(GENERATE(ConvWeightGrad::Direct, ConvWeightGrad::Gemm));
+  const Conv2dParams p{1, 1, 1, 1, 1, 1, 1};
+  const Tensor x = Tensor::zeros({0, 3, 5, 5}), w = test::random_tensor({4, 3, 3, 3}, 7);
+  CHECK(conv2d(x, w, Tensor(), p).shape() == Shape{0, 4, 5, 5});
+  const Tensor go = Tensor::zeros({0, 4, 5, 5});
+  CHECK(conv2d_backward_input(go, w, x.shape(), p).shape() == x.shape());
+  test::require_close(conv2d_backward_weight(go, x, w.shape(), p), Tensor::zeros(w.shape()), 0, 0);
+}
+
 TEST_CASE("conv2d reads strided inputs", "[cpu][tensor]") {
   const ConvCase& c = conv_cases()[0];
   Tensor x = test::random_tensor({c.x[0], c.x[1], c.x[3], c.x[2]}, 500).transpose(2, 3);  // (2, 3, 7, 6) view

@@ -188,7 +188,8 @@ void add_weight_product(const T* grad_y, const T* cols, std::int64_t q, const Co
 // writing the whole weight gradient once per image of a small feature map (a 4x4 map
 // would sum over 16).
 std::int64_t images_per_product(const ConvGeometry& g) {
-  return std::clamp<std::int64_t>((512 + g.p - 1) / g.p, 1, g.n);
+  if (g.p == 0) return 1;
+  return std::max<std::int64_t>(1, std::min<std::int64_t>(g.n, (512 + g.p - 1) / g.p));
 }
 
 // Each of `parts` slices of the batch accumulates its own weight gradient (part 0 straight

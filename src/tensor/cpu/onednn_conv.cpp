@@ -170,6 +170,7 @@ memory output_images(Tensor& out, const BlockedActivation* blocked, const Slice&
 }  // namespace
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, Tensor& out) {
+  if (x.size(0) == 0) return;  // an empty batch: nothing to compute
   const std::vector<Slice> slices = batch_slices(x.size(0));
   const auto primitives_for = [&](std::int64_t n) -> const ConvPrimitives& {
     return slice_primitives(n, x, w.shape(), out, p, bias.defined());
@@ -192,6 +193,7 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
 }
 
 void conv2d_backward_data(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p, Tensor& grad_x) {
+  if (grad_x.size(0) == 0) return;
   const std::vector<Slice> slices = batch_slices(grad_x.size(0));
   const auto primitives_for = [&](std::int64_t n) -> const ConvPrimitives& {
     return slice_primitives(n, grad_x, w.shape(), grad_out, p, false);
@@ -217,6 +219,7 @@ void conv2d_backward_data(const Tensor& grad_out, const Tensor& w, const Conv2dP
 // partials are added in slice order, so for a given thread count the result is
 // deterministic.
 void conv2d_backward_weights(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p, Tensor& grad_w) {
+  if (x.size(0) == 0) return;  // grad_w stays zero: a sum over no images
   const std::vector<Slice> slices = batch_slices(x.size(0));
   const std::int64_t wsize = grad_w.numel();
   std::vector<std::vector<float>> partials(slices.size() - 1, std::vector<float>(static_cast<std::size_t>(wsize)));
