@@ -153,6 +153,20 @@ memory activation(const Tensor& t, const BlockedActivation* blocked, const Slice
   return user_memory(plain, t.data<float>() + s.n0 * image_size(t));
 }
 
+// The weights in the layout `wanted`, reordered once for all slices (their primitives want
+// one layout: only the batch differs) instead of once per slice and thread.
+struct SharedWeights {
+  std::unique_ptr<Buffer> storage;
+  memory weights;
+  SharedWeights(const Tensor& w, const memory::desc& plain, const memory::desc& wanted)
+      : weights(as_layout(user_memory(plain, w.data<float>()), wanted, storage)) {}
+  // The shared copy when a slice's primitive wants its layout, else a reorder into `buf`.
+  memory for_slice(const memory::desc& plain, const memory::desc& wanted, const Tensor& w,
+                   std::unique_ptr<Buffer>& buf) const {
+    return weights.get_desc() == wanted ? weights : as_layout(user_memory(plain, w.data<float>()), wanted, buf);
+  }
+};
+
 // A blocked home for a whole output, when the primitive writes a blocked format (`preferred`,
 // its descriptor for the first slice) and the output may be handed over so.
 std::shared_ptr<BlockedActivation> blocked_output(const Tensor& out, const memory::desc& preferred) {
@@ -176,12 +190,14 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
     return slice_primitives(n, x, w.shape(), out, p, bias.defined());
   };
   const auto x_blocked = blocked_of(x);
-  const auto out_blocked = blocked_output(out, primitives_for(slices[0].n).fwd_pd.dst_desc());
+  const ConvPrimitives& first = primitives_for(slices[0].n);
+  const auto out_blocked = blocked_output(out, first.fwd_pd.dst_desc());
+  const SharedWeights shared(w, first.descs.weights, first.fwd_pd.weights_desc());
   for_slices(slices, [&](std::int64_t, const Slice& s) {
     const ConvPrimitives& c = primitives_for(s.n);
     std::unique_ptr<Buffer> src_buf, w_buf, dst_buf;
     memory src = as_layout(activation(x, x_blocked.get(), s, c.descs.src), c.fwd_pd.src_desc(), src_buf);
-    memory weights = as_layout(user_memory(c.descs.weights, w.data<float>()), c.fwd_pd.weights_desc(), w_buf);
+    memory weights = shared.for_slice(c.descs.weights, c.fwd_pd.weights_desc(), w, w_buf);
     memory user_dst = output_images(out, out_blocked.get(), s, c.descs.dst);
     memory dst = output_layout(user_dst, c.fwd_pd.dst_desc(), dst_buf);
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
@@ -199,13 +215,15 @@ void conv2d_backward_data(const Tensor& grad_out, const Tensor& w, const Conv2dP
     return slice_primitives(n, grad_x, w.shape(), grad_out, p, false);
   };
   const auto dy_blocked = blocked_of(grad_out);
-  const auto dx_blocked = blocked_output(grad_x, primitives_for(slices[0].n).bwd_data_pd.diff_src_desc());
+  const ConvPrimitives& first = primitives_for(slices[0].n);
+  const auto dx_blocked = blocked_output(grad_x, first.bwd_data_pd.diff_src_desc());
+  const SharedWeights shared(w, first.descs.weights, first.bwd_data_pd.weights_desc());
   for_slices(slices, [&](std::int64_t, const Slice& s) {
     const ConvPrimitives& c = primitives_for(s.n);
     const auto& pd = c.bwd_data_pd;
     std::unique_ptr<Buffer> dy_buf, w_buf, dx_buf;
     memory dy = as_layout(activation(grad_out, dy_blocked.get(), s, c.descs.dst), pd.diff_dst_desc(), dy_buf);
-    memory weights = as_layout(user_memory(c.descs.weights, w.data<float>()), pd.weights_desc(), w_buf);
+    memory weights = shared.for_slice(c.descs.weights, pd.weights_desc(), w, w_buf);
     memory user_dx = output_images(grad_x, dx_blocked.get(), s, c.descs.src);
     memory dx = output_layout(user_dx, pd.diff_src_desc(), dx_buf);
     execute(c.bwd_data, {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DIFF_SRC, dx}},
