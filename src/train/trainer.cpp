@@ -495,56 +495,6 @@ void Trainer::save_checkpoint(const optim::Optimizer& optimizer, int epoch, std:
                       epoch_sums, fmt::format("{} ({} parameters on this rank)", model.describe(), model.num_parameters()));
 }
 
-void Trainer::report(const EpochSummary& s) const {
-  if (!strategy_->reports()) return;
-  if (options_.verbose) {
-    std::string test = test_loader_ ? fmt::format(", test loss {:.4f}, test accuracy {:.2f}%", s.test_loss,
-                                                  100 * s.test_accuracy)
-                                    : "";
-    if (test_loader_ && options_.top_k > 1) test += fmt::format(", top-{} {:.2f}%", options_.top_k, 100 * s.test_top_k_accuracy);
-    std::string notes =
-        s.replica_divergence ? fmt::format(", replica max diff {:.3g}", *s.replica_divergence) : "";
-    if (!s.strategy_report.text.empty()) notes += ", " + s.strategy_report.text;
-    if (s.bad_samples_skipped > 0) notes += fmt::format(", {} bad sample(s) skipped", s.bad_samples_skipped);
-    if (s.loader_wait_s >= 0.05) notes += fmt::format(", waited {:.1f} s for data", s.loader_wait_s);
-    if (train_config_.scaler && s.nonfinite_updates > 0) {
-      notes += fmt::format(", {} update(s) skipped for inf/NaN (loss scale {:g})", s.nonfinite_updates,
-                              scaler_.scale_value());
-    }
-    fmt::print(options_.out, "epoch {}/{}: train loss {:.4f}, train accuracy {:.2f}%{}, {:.0f} samples/s, {:.1f} s{}\n",
-               s.epoch, options_.epochs, s.train_loss, 100 * s.train_accuracy, test, s.samples_per_s, s.seconds,
-               notes);
-    std::fflush(options_.out);
-  }
-  if (!metrics_ && !tensorboard_) return;
-  std::vector<std::pair<std::string, double>> values{{"epoch", s.epoch},
-                                                     {"train_loss", s.train_loss},
-                                                     {"train_accuracy", s.train_accuracy}};
-  if (test_loader_) values.insert(values.end(), {{"test_loss", s.test_loss}, {"test_accuracy", s.test_accuracy}});
-  if (test_loader_ && options_.top_k > 1) values.emplace_back(fmt::format("test_top{}_accuracy", options_.top_k), s.test_top_k_accuracy);
-  values.insert(values.end(), {{"bad_samples_skipped", static_cast<double>(s.bad_samples_skipped)},
-                               {"loader_wait_s", s.loader_wait_s}});
-  values.insert(values.end(), {{"samples_per_s", s.samples_per_s}, {"seconds", s.seconds}});
-  values.insert(values.end(), {{"compute_s", s.time.compute()},
-                               {"exposed_comm_s", s.time[trace::Phase::Communication]},
-                               {"data_wait_s", s.time[trace::Phase::Data]},
-                               {"exposed_comm_share", s.exposed_comm_share()}});
-  if (s.replica_divergence) values.emplace_back("replica_max_diff", *s.replica_divergence);
-  if (train_config_.scaler) {
-    values.insert(values.end(), {{"skipped_updates", static_cast<double>(s.nonfinite_updates)},
-                                 {"loss_scale", scaler_.scale_value()}});
-  }
-  values.insert(values.end(), s.strategy_report.values.begin(), s.strategy_report.values.end());
-  if (tensorboard_) {
-    // At the epoch's last update, so that they line up with the step scalars.
-    for (const auto& [name, value] : values) {
-      if (name != "epoch") tensorboard_->add_scalar("epoch/" + name, value, global_step_);
-    }
-    tensorboard_->flush();
-  }
-  if (metrics_) metrics_->write("epoch", values, s.strategy_report.series);
-}
-
 FitResult Trainer::fit(optim::Optimizer& optimizer, const optim::LrSchedule* schedule) {
   FitResult result;
   if (!strategy_->trains()) {

@@ -27,6 +27,10 @@ const std::vector<ConvCase>& conv_cases() {
       {"1x1 stride 2", {2, 5, 5, 5}, {3, 5, 1, 1}, {2, 2, 0, 0, 1, 1, 1}},
       {"2x3, mixed stride and padding", {2, 3, 8, 7}, {4, 3, 2, 3}, {2, 1, 0, 1, 1, 1, 1}},
       {"padding wider than the input", {1, 1, 2, 2}, {2, 1, 3, 3}, {1, 1, 2, 2, 1, 1, 1}},
+      // 72 columns-matrix rows: split 2 or 3 ways by the GEMM weight gradients, whose
+      // products here take all 5 images' 16 positions side by side.
+      {"3x3, 8 channels, 4x4 maps", {5, 8, 4, 4}, {6, 8, 3, 3}, {1, 1, 1, 1, 1, 1, 1}},
+      {"groups 2, 1x1, 40 channels", {3, 40, 3, 3}, {4, 20, 1, 1}, {1, 1, 0, 0, 1, 1, 2}},
   };
   return cases;
 }
@@ -113,6 +117,9 @@ TEST_CASE("conv2d backward input and weight match the direct loops", "[cpu][tens
   const ConvWeightGrad mode = GENERATE(ConvWeightGrad::Direct, ConvWeightGrad::Gemm);
   INFO("weight gradients " << (mode == ConvWeightGrad::Gemm ? "by GEMM" : "direct"));
   test::ConvWeightGradSwitch use(mode);
+  const int threads = GENERATE(1, 2, 3);  // the batch and the weight gradients' columns split 1-3 ways
+  INFO(threads << " thread(s)");
+  ThreadCount use_threads(threads);
   std::uint64_t seed = 200;
   for (const ConvCase& c : conv_cases()) {
     INFO(c.name);

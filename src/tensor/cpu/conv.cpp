@@ -1,9 +1,11 @@
 // CPU 2-D convolution: f32 through oneDNN (onednn_conv.cpp); f64, which the gradient
 // checks use, as im2col + GEMM here, and so are f32 weight gradients where oneDNN's GEMM
-// outruns its direct kernels (cpu_kernels.h), with oneDNN's sgemm for the products. For one image and one group, the columns matrix
-// (Cg*KH*KW, OH*OW) holds every input patch as a column, so the convolution is the product
-// weight (Og, Cg*KH*KW) @ columns. Images are split across threads, each with one column
-// buffer for the whole call; 1x1 stride-1 unpadded kernels use the input as the columns.
+// outruns its direct kernels (cpu_kernels.h), with oneDNN's sgemm for the products. For
+// one image and one group, the columns matrix (Cg*KH*KW, OH*OW) holds every input patch as
+// a column, so the convolution is the product weight (Og, Cg*KH*KW) @ columns. Forward and
+// backward-input split the images across threads, each with one column buffer for the
+// whole call; the weight gradient splits the columns matrix's rows (conv_backward_weight).
+// 1x1 stride-1 unpadded kernels use the input as the columns.
 #include "dtrain/core/parallel.h"
 #include "dtrain/tensor/cpu_kernels.h"
 #include "tensor/cpu/cpu_backend.h"
@@ -67,34 +69,37 @@ Span valid_span(std::int64_t shift, std::int64_t stride, std::int64_t size, std:
   return {first, std::clamp(last, first, out_size)};
 }
 
-// Visits every (columns row, output row oh) pair of one group, with the matching input
-// row (nullptr when it lies in the padding) and the valid output columns. Row r of the
-// columns matrix is channel c, kernel offset (i, j): r = (c * kh + i) * kw + j; rows lie
-// `ld` apart (g.p unless several images' columns stand side by side).
+// Rows [first, last) of a group's columns matrix.
+struct Rows {
+  std::int64_t first, last;
+};
+
+// Visits every (columns row, output row oh) pair of one group for the rows `rows`, with
+// the matching input row (nullptr when it lies in the padding) and the valid output
+// columns. Row r of the columns matrix is channel c, kernel offset (i, j):
+// r = (c * kh + i) * kw + j; the visited rows lie `ld` apart from rows.first on (g.p
+// unless several images' columns stand side by side).
 template <class Visit>
-void for_each_patch_row(const ConvGeometry& g, std::int64_t ld, Visit visit) {
+void for_each_patch_row(const ConvGeometry& g, std::int64_t ld, Rows rows, Visit visit) {
   const Conv2dParams& q = g.params;
-  for (std::int64_t c = 0; c < g.cg; ++c) {
-    for (std::int64_t i = 0; i < g.kh; ++i) {
-      for (std::int64_t j = 0; j < g.kw; ++j) {
-        const std::int64_t row = (c * g.kh + i) * g.kw + j;
-        const std::int64_t shift_w = j * q.dilation_w - q.pad_w;  // input col = ow * stride_w + shift_w
-        const Span cols = valid_span(shift_w, q.stride_w, g.w, g.ow);
-        for (std::int64_t y = 0; y < g.oh; ++y) {
-          const std::int64_t ih = y * q.stride_h - q.pad_h + i * q.dilation_h;
-          const bool inside = ih >= 0 && ih < g.h;
-          visit(row * ld + y * g.ow, inside ? (c * g.h + ih) * g.w : -1, shift_w, cols);
-        }
-      }
+  for (std::int64_t row = rows.first; row < rows.last; ++row) {
+    const std::int64_t c = row / (g.kh * g.kw), i = row / g.kw % g.kh, j = row % g.kw;
+    const std::int64_t shift_w = j * q.dilation_w - q.pad_w;  // input col = ow * stride_w + shift_w
+    const Span cols = valid_span(shift_w, q.stride_w, g.w, g.ow);
+    for (std::int64_t y = 0; y < g.oh; ++y) {
+      const std::int64_t ih = y * q.stride_h - q.pad_h + i * q.dilation_h;
+      const bool inside = ih >= 0 && ih < g.h;
+      visit((row - rows.first) * ld + y * g.ow, inside ? (c * g.h + ih) * g.w : -1, shift_w, cols);
     }
   }
 }
 
-// cols = im2col(x) for one image group x (cg, h, w), rows `ld` apart; padding reads as zero.
+// cols = rows `rows` of im2col(x) for one image group x (cg, h, w), `ld` apart; padding
+// reads as zero.
 template <class T>
-void im2col(const T* x, const ConvGeometry& g, T* cols, std::int64_t ld) {
+void im2col(const T* x, const ConvGeometry& g, T* cols, std::int64_t ld, Rows rows) {
   const std::int64_t sw = g.params.stride_w;
-  for_each_patch_row(g, ld, [&](std::int64_t dst, std::int64_t src, std::int64_t shift, Span span) {
+  for_each_patch_row(g, ld, rows, [&](std::int64_t dst, std::int64_t src, std::int64_t shift, Span span) {
     T* out = cols + dst;
     if (src < 0) {
       std::fill(out, out + g.ow, T(0));
@@ -114,7 +119,7 @@ void im2col(const T* x, const ConvGeometry& g, T* cols, std::int64_t ld) {
 template <class T>
 void col2im_add(const T* cols, const ConvGeometry& g, T* x) {
   const std::int64_t sw = g.params.stride_w;
-  for_each_patch_row(g, g.p, [&](std::int64_t src, std::int64_t dst, std::int64_t shift, Span span) {
+  for_each_patch_row(g, g.p, Rows{0, g.k}, [&](std::int64_t src, std::int64_t dst, std::int64_t shift, Span span) {
     if (dst < 0) return;
     for (std::int64_t ow = span.first; ow < span.last; ++ow) x[dst + shift + ow * sw] += cols[src + ow];
   });
@@ -125,7 +130,7 @@ template <class T>
 const T* columns(const T* x, const ConvGeometry& g, std::int64_t n, std::int64_t gi, T* buf) {
   const T* xg = x + (n * g.c + gi * g.cg) * g.h * g.w;
   if (g.pointwise()) return xg;
-  im2col(xg, g, buf, g.p);
+  im2col(xg, g, buf, g.p, Rows{0, g.k});
   return buf;
 }
 
@@ -172,72 +177,100 @@ void conv_backward_input(const Tensor& go_t, const Tensor& w_t, const ConvGeomet
   });
 }
 
-// acc (og, k) += grad_y (og, q) @ cols (k, q)^T, rows q apart: oneDNN's sgemm for f32,
-// Eigen for f64.
+// acc (og, rows) = grad_y (og, q) @ cols (rows, q)^T + beta * acc, grad_y's and cols' rows
+// q apart, acc's k apart (a block of columns of the group's weight gradient): oneDNN's
+// sgemm for f32, Eigen for f64.
 template <class T>
-void add_weight_product(const T* grad_y, const T* cols, std::int64_t q, const ConvGeometry& g, T* acc) {
+void weight_product(const T* grad_y, const T* cols, std::int64_t q, std::int64_t rows, const ConvGeometry& g, T* acc,
+                    T beta) {
   if constexpr (std::is_same_v<T, float>) {
-    onednn::sgemm(false, true, g.og, g.k, q, grad_y, q, cols, q, acc, g.k, 1.0f);
+    onednn::sgemm(false, true, g.og, rows, q, grad_y, q, cols, q, acc, g.k, beta);
   } else {
-    MatMap<T>(acc, g.og, g.k).noalias() += ConstMatMap<T>(grad_y, g.og, q) * ConstMatMap<T>(cols, g.k, q).transpose();
+    Eigen::Map<RowMat<T>, 0, Eigen::OuterStride<>> block(acc, g.og, rows, Eigen::OuterStride<>(g.k));
+    const auto product = ConstMatMap<T>(grad_y, g.og, q) * ConstMatMap<T>(cols, rows, q).transpose();
+    if (beta == T(0)) {
+      block.noalias() = product;
+    } else {
+      block.noalias() += product;
+    }
   }
 }
 
 // Images whose columns go side by side into one product: each product then sums over at
 // least ~512 positions, as a GEMM needs to run near its peak, instead of reading and
-// writing the whole weight gradient once per image of a small feature map (a 4x4 map
-// would sum over 16).
+// writing the weight gradient once per image of a small feature map (a 4x4 map would sum
+// over 16).
 std::int64_t images_per_product(const ConvGeometry& g) {
   if (g.p == 0) return 1;
   return std::max<std::int64_t>(1, std::min<std::int64_t>(g.n, (512 + g.p - 1) / g.p));
 }
 
-// Each of `parts` slices of the batch accumulates its own weight gradient (part 0 straight
-// into grad_w, which starts at zero); the partials are then added in part order, so for a
-// given thread count the result is deterministic. Within a part, `images_per_product`
-// images at a time: their columns side by side (k, m * p), their output gradients
-// likewise (og, m * p), one product.
+// The columns-matrix rows of one part of `parts` (at most one per 16 rows): whole
+// multiples of 16 rows (two AVX-512 vectors of the GEMM's output), but for the last part's
+// end, so that no part is empty.
+Rows part_rows(std::int64_t k, std::int64_t part, std::int64_t parts) {
+  const std::int64_t units = (k + 15) / 16;
+  const auto bound = [&](std::int64_t i) { return std::min(k, units * i / parts * 16); };
+  return {bound(part), bound(part + 1)};
+}
+
+// A part's scratch, from dtrain's block cache: its rows of m images' columns side by side
+// (rows, m * p), and those images' output gradients likewise (og, m * p) when m > 1.
+template <class T>
+struct WeightGradScratch {
+  onednn::Buffer cols, grads;
+  WeightGradScratch(const ConvGeometry& g, std::int64_t rows, std::int64_t m)
+      : cols(sizeof(T) * static_cast<std::size_t>(std::max<std::int64_t>(1, rows * m * g.p))),
+        grads(sizeof(T) * static_cast<std::size_t>(m == 1 ? 1 : g.og * m * g.p)) {}
+  T* columns() const { return static_cast<T*>(cols.data()); }
+  T* gradients() const { return static_cast<T*>(grads.data()); }
+};
+
+// grad_w (o, k) = sum over images of grad_y (og, p) @ cols (k, p)^T, per group. The k
+// columns of grad_w (input channel and kernel offset) are split across the pool's threads:
+// each builds only its own rows of the columns matrix, for every image, and writes only its
+// own columns of grad_w, so that no partial sums are kept or added up afterwards and every
+// image's columns are built once. `images_per_product` images at a time, their columns and
+// output gradients side by side, form one product (each part gathers the output gradients
+// itself: og * m * p copies against og * rows * m * p multiply-adds). Images are summed in
+// order, so for a given thread count the result is deterministic.
 template <class T>
 void conv_backward_weight(const Tensor& go_t, const Tensor& x_t, const ConvGeometry& g, Tensor& gw_t) {
+  if (g.n == 0 || g.p == 0) return;  // grad_w stays zero: a sum over nothing
   const T* go = go_t.data<T>();
   const T* x = x_t.data<T>();
   T* gw = gw_t.data<T>();
-  const std::int64_t wsize = g.o * g.k, batch = images_per_product(g);
-  const std::int64_t parts = std::max<std::int64_t>(1, std::min<std::int64_t>(g.n, num_threads()));
-  std::vector<std::vector<T>> partials(static_cast<std::size_t>(parts - 1),
-                                       std::vector<T>(static_cast<std::size_t>(wsize), T(0)));
+  const std::int64_t batch = images_per_product(g);
+  const std::int64_t parts = std::max<std::int64_t>(1, std::min<std::int64_t>((g.k + 15) / 16, num_threads()));
   parallel_for(0, parts, 1, [&](std::int64_t p0, std::int64_t p1) {
-    std::vector<T> cols(static_cast<std::size_t>(batch == 1 ? g.column_buffer_size() : g.k * g.p * batch));
-    std::vector<T> grads(static_cast<std::size_t>(batch == 1 ? 0 : g.og * g.p * batch));
     for (std::int64_t part = p0; part < p1; ++part) {
-      T* acc = part == 0 ? gw : partials[static_cast<std::size_t>(part - 1)].data();
-      const std::int64_t end = g.n * (part + 1) / parts;
-      for (std::int64_t n0 = g.n * part / parts; n0 < end; n0 += batch) {
-        const std::int64_t m = std::min(batch, end - n0), q = m * g.p;
+      const Rows rows = part_rows(g.k, part, parts);
+      const std::int64_t nrows = rows.last - rows.first;
+      const WeightGradScratch<T> scratch(g, nrows, batch);
+      T* cols = scratch.columns();
+      for (std::int64_t n0 = 0; n0 < g.n; n0 += batch) {
+        const std::int64_t m = std::min(batch, g.n - n0), q = m * g.p;
         for (std::int64_t gi = 0; gi < g.groups; ++gi) {
           const T* grad_y = go + (n0 * g.o + gi * g.og) * g.p;
-          if (batch == 1) {
-            add_weight_product(grad_y, columns(x, g, n0, gi, cols.data()), g.p, g, acc + gi * g.og * g.k);
-            continue;
-          }
           for (std::int64_t j = 0; j < m; ++j) {
             const T* xg = x + ((n0 + j) * g.c + gi * g.cg) * g.h * g.w;
             if (g.pointwise()) {
-              for (std::int64_t r = 0; r < g.k; ++r) std::copy_n(xg + r * g.p, g.p, cols.data() + r * q + j * g.p);
+              for (std::int64_t r = rows.first; r < rows.last; ++r) {
+                std::copy_n(xg + r * g.p, g.p, cols + (r - rows.first) * q + j * g.p);
+              }
             } else {
-              im2col(xg, g, cols.data() + j * g.p, q);
+              im2col(xg, g, cols + j * g.p, q, rows);
             }
+            if (m == 1) continue;  // grad_y is the product's operand as it is
             const T* gy = grad_y + j * g.o * g.p;
-            for (std::int64_t r = 0; r < g.og; ++r) std::copy_n(gy + r * g.p, g.p, grads.data() + r * q + j * g.p);
+            for (std::int64_t r = 0; r < g.og; ++r) std::copy_n(gy + r * g.p, g.p, scratch.gradients() + r * q + j * g.p);
           }
-          add_weight_product(grads.data(), cols.data(), q, g, acc + gi * g.og * g.k);
+          weight_product(m == 1 ? grad_y : scratch.gradients(), cols, q, nrows, g, gw + gi * g.og * g.k + rows.first,
+                         n0 == 0 ? T(0) : T(1));
         }
       }
     }
   });
-  Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>> total(gw, wsize);
-  for (const auto& partial : partials)
-    total += Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>(partial.data(), wsize);
 }
 
 // Whether f32 weight gradients take im2col + GEMM (see cpu_kernels.h). Auto, without
