@@ -142,29 +142,42 @@ void check_batch_norm_input(const Variable& x, const Variable& gamma, const char
                "{}: weight {} does not match {} channels of input {}", op, shape_str(gamma.shape()), x.size(1),
                shape_str(x.shape()));
 }
-}  // namespace
 
 // One fused kernel each way (batch_norm_forward / batch_norm_backward), not the composed
-// normalize + affine of layer_norm: batch norm runs on every activation of a CNN.
-Variable batch_norm_train(const Variable& x, const Variable& gamma, const Variable& beta, double eps,
-                          Tensor* batch_mean, Tensor* batch_var) {
+// normalize + affine of layer_norm: batch norm runs on every activation of a CNN. With
+// relu, the ReLU is fused into both, and the backward keeps the output for its mask.
+Variable batch_norm_train_impl(const Variable& x, const Variable& gamma, const Variable& beta, double eps,
+                               Tensor* batch_mean, Tensor* batch_var, bool relu) {
   // batch_norm_forward checks the input, weight and bias.
   BatchNormResult r = batch_norm_forward(x.data(), gamma.defined() ? gamma.data() : Tensor(),
-                                         beta.defined() ? beta.data() : Tensor(), eps);
+                                         beta.defined() ? beta.data() : Tensor(), eps, relu);
   if (batch_mean) *batch_mean = r.mean;
   if (batch_var) *batch_var = r.var;
   std::vector<Variable> inputs{x};
   if (gamma.defined()) inputs.push_back(gamma);
   if (beta.defined()) inputs.push_back(beta);
   const int gamma_at = gamma.defined() ? 1 : 0, beta_at = beta.defined() ? gamma_at + 1 : 0;  // 0: absent
+  const Tensor relu_y = relu ? r.y : Tensor();
   return Variable(r.y, inputs,
-                  [mean = r.mean, var = r.var, eps, gamma_at, beta_at](std::vector<Variable>& in, const Tensor& g) {
+                  [mean = r.mean, var = r.var, relu_y, eps, gamma_at, beta_at](std::vector<Variable>& in,
+                                                                               const Tensor& g) {
                     const Tensor gamma_t = gamma_at ? in[gamma_at].data() : Tensor();
-                    BatchNormGrads d = batch_norm_backward(g, in[0].data(), mean, var, gamma_t, eps);
+                    BatchNormGrads d = batch_norm_backward(g, in[0].data(), mean, var, gamma_t, eps, relu_y);
                     if (in[0].requires_grad()) in[0].add_grad(d.x);
                     if (gamma_at && in[gamma_at].requires_grad()) in[gamma_at].add_grad(d.gamma);
                     if (beta_at && in[beta_at].requires_grad()) in[beta_at].add_grad(d.beta);
                   });
+}
+}  // namespace
+
+Variable batch_norm_train(const Variable& x, const Variable& gamma, const Variable& beta, double eps,
+                          Tensor* batch_mean, Tensor* batch_var) {
+  return batch_norm_train_impl(x, gamma, beta, eps, batch_mean, batch_var, false);
+}
+
+Variable batch_norm_relu_train(const Variable& x, const Variable& gamma, const Variable& beta, double eps,
+                               Tensor* batch_mean, Tensor* batch_var) {
+  return batch_norm_train_impl(x, gamma, beta, eps, batch_mean, batch_var, true);
 }
 
 Variable batch_norm_eval(const Variable& x, const Variable& gamma, const Variable& beta, const Tensor& mean,

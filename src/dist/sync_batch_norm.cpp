@@ -78,13 +78,13 @@ SyncBatchNorm::SyncBatchNorm(const nn::BatchNorm& original, CommunicatorPtr comm
 
 std::string SyncBatchNorm::describe() const { return "Sync" + nn::BatchNorm::describe(); }
 
-Variable SyncBatchNorm::normalize_batch(const Variable& x, Tensor& batch_mean, Tensor& unbiased_var) {
+Variable SyncBatchNorm::normalize_batch(const Variable& x, Tensor& batch_mean, Tensor& unbiased_var, bool relu) {
   Variable xhat = sync_normalize(x, comm_, options().eps, batch_mean, unbiased_var);
   const Shape cs = channel_shape(x.data());
   Variable y = xhat;
   if (weight.defined()) y = mul(y, reshape(weight, cs));
   if (bias.defined()) y = add(y, reshape(bias, cs));
-  return y;
+  return relu ? dtrain::relu(y) : y;  // composed: the statistics are all-reduced between the passes
 }
 
 int convert_sync_batch_norm(nn::Module& module, const CommunicatorPtr& comm) {

@@ -22,23 +22,31 @@ BatchNorm::BatchNorm(std::int64_t channels, std::vector<std::int64_t> expected_d
   register_buffer("num_batches_tracked", &num_batches_tracked);
 }
 
-Variable BatchNorm::normalize_batch(const Variable& x, Tensor& batch_mean, Tensor& unbiased_var) {
+Variable BatchNorm::normalize_batch(const Variable& x, Tensor& batch_mean, Tensor& unbiased_var, bool relu) {
   Tensor biased;
-  Variable y = batch_norm_train(x, weight, bias, options_.eps, &batch_mean, &biased);
+  Variable y = relu ? batch_norm_relu_train(x, weight, bias, options_.eps, &batch_mean, &biased)
+                    : batch_norm_train(x, weight, bias, options_.eps, &batch_mean, &biased);
   double n = static_cast<double>(x.numel() / channels_);
   unbiased_var = mul(biased, n / (n - 1));  // batch_norm_train ensures n > 1
   return y;
 }
 
-Variable BatchNorm::forward(const Variable& x) {
+Variable BatchNorm::forward(const Variable& x) { return run(x, false); }
+
+Variable BatchNorm::forward_relu(const Variable& x) { return run(x, true); }
+
+Variable BatchNorm::run(const Variable& x, bool relu) {
   DTRAIN_CHECK(std::find(expected_dims_.begin(), expected_dims_.end(), x.dim()) != expected_dims_.end(),
                "{}: expected a {}-d input, got {}", describe(), fmt::join(expected_dims_, " or "),
                shape_str(x.shape()));
   DTRAIN_CHECK(x.size(1) == channels_, "{}: input {} has {} channels", describe(), shape_str(x.shape()), x.size(1));
-  if (!is_training()) return batch_norm_eval(x, weight, bias, running_mean, running_var, options_.eps);
+  if (!is_training()) {
+    Variable y = batch_norm_eval(x, weight, bias, running_mean, running_var, options_.eps);
+    return relu ? dtrain::relu(y) : y;
+  }
 
   Tensor batch_mean, unbiased_var;
-  Variable y = normalize_batch(x, batch_mean, unbiased_var);
+  Variable y = normalize_batch(x, batch_mean, unbiased_var, relu);
   // Running statistics use the unbiased variance, as PyTorch does.
   NoGradGuard no_grad;
   double m = options_.momentum;

@@ -1,5 +1,8 @@
 #include "dtrain/layers/sequential.h"
 
+#include "dtrain/layers/activation.h"
+#include "dtrain/layers/normalization.h"
+
 namespace dtrain::nn {
 
 Sequential::Sequential(std::initializer_list<ModulePtr> modules) {
@@ -14,7 +17,16 @@ void Sequential::push_back(ModulePtr module) { register_module(std::to_string(si
 
 Variable Sequential::forward(const Variable& x) {
   Variable y = x;
-  for (const auto& [name, child] : children()) y = child->forward(y);
+  const auto& modules = children();
+  for (std::size_t i = 0; i < modules.size(); ++i) {
+    auto* bn = dynamic_cast<BatchNorm*>(modules[i].second.get());
+    if (bn != nullptr && i + 1 < modules.size() && dynamic_cast<const ReLU*>(modules[i + 1].second.get()) != nullptr) {
+      y = bn->forward_relu(y);
+      ++i;  // the ReLU ran inside
+      continue;
+    }
+    y = modules[i].second->forward(y);
+  }
   return y;
 }
 

@@ -98,11 +98,13 @@ class Backend {
   virtual void adaptive_avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_x) = 0;
 
   // ---- batch normalization (contiguous x viewed as (N, C, S); gamma/beta may be undefined)
-  virtual void batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& y,
+  // relu: y = max(0, the normalized x). relu_y: the output of a forward with relu, whose
+  // gradient passes where relu_y > 0, or undefined for a forward without.
+  virtual void batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, bool relu, Tensor& y,
                           Tensor& mean, Tensor& var) = 0;
-  virtual void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& var,
-                                   const Tensor& gamma, double eps, Tensor& grad_x, Tensor& grad_gamma,
-                                   Tensor& grad_beta) = 0;
+  virtual void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& relu_y, const Tensor& mean,
+                                   const Tensor& var, const Tensor& gamma, double eps, Tensor& grad_x,
+                                   Tensor& grad_gamma, Tensor& grad_beta) = 0;
 
   // ---- softmax family ------------------------------------------------------------------
   virtual void softmax(const Tensor& x, std::int64_t dim, bool log, Tensor& out) = 0;

@@ -28,7 +28,7 @@ Tensor contiguous_or_undefined(const Tensor& t) { return t.defined() ? t.contigu
 
 }  // namespace
 
-BatchNormResult batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
+BatchNormResult batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, bool relu) {
   check_input(x, "batch_norm");
   check_channels(gamma, x, "batch_norm", "weight");
   check_channels(beta, x, "batch_norm", "bias");
@@ -38,15 +38,19 @@ BatchNormResult batch_norm_forward(const Tensor& x, const Tensor& gamma, const T
   Tensor xc = x.contiguous();
   BatchNormResult r{Tensor::empty(x.shape(), {x.dtype(), x.device()}), per_channel(x), per_channel(x)};
   detail::backend(x.device())
-      .batch_norm(xc, contiguous_or_undefined(gamma), contiguous_or_undefined(beta), eps, r.y, r.mean, r.var);
+      .batch_norm(xc, contiguous_or_undefined(gamma), contiguous_or_undefined(beta), eps, relu, r.y, r.mean, r.var);
   return r;
 }
 
 BatchNormGrads batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& var,
-                                   const Tensor& gamma, double eps) {
+                                   const Tensor& gamma, double eps, const Tensor& relu_y) {
   check_input(x, "batch_norm_backward");
   DTRAIN_CHECK(grad_y.defined() && grad_y.shape() == x.shape() && grad_y.dtype() == x.dtype(),
                "batch_norm_backward: gradient must match input {} {}", shape_str(x.shape()), dtype_name(x.dtype()));
+  DTRAIN_CHECK(!relu_y.defined() || (relu_y.shape() == x.shape() && relu_y.dtype() == x.dtype() &&
+                                     relu_y.device() == x.device()),
+               "batch_norm_backward: the ReLU output {} {} does not match input {} {}", shape_str(relu_y.shape()),
+               dtype_name(relu_y.dtype()), shape_str(x.shape()), dtype_name(x.dtype()));
   check_defined(mean, "batch_norm_backward");
   check_defined(var, "batch_norm_backward");
   check_channels(mean, x, "batch_norm_backward", "mean");
@@ -54,8 +58,8 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_y, const Tensor& x, const 
   check_channels(gamma, x, "batch_norm_backward", "weight");
   BatchNormGrads g{Tensor::empty(x.shape(), {x.dtype(), x.device()}), per_channel(x), per_channel(x)};
   detail::backend(x.device())
-      .batch_norm_backward(grad_y.contiguous(), x.contiguous(), mean.contiguous(), var.contiguous(),
-                           contiguous_or_undefined(gamma), eps, g.x, g.gamma, g.beta);
+      .batch_norm_backward(grad_y.contiguous(), x.contiguous(), contiguous_or_undefined(relu_y), mean.contiguous(),
+                           var.contiguous(), contiguous_or_undefined(gamma), eps, g.x, g.gamma, g.beta);
   return g;
 }
 

@@ -281,15 +281,19 @@ TEST_CASE("CUDA nn: batch_norm forward (mean, biased var) and backward", "[cuda]
       const Tensor gamma = input({shape[1]}, 3, dt, 0.5, 1.5), beta = input({shape[1]}, 4, dt);
       const Tolerance tol = tolerance(dt, {1e-4, 1e-5});
       for (bool affine : {true, false}) {
-        const std::string name = fmt::format("{} {}{}", shape_str(shape), dtype_name(dt), affine ? "" : ", no affine");
-        check_parity(name, {x, grad_y, gamma, beta},
-                     [affine](const auto& in) {
-                       const Tensor g = affine ? in[2] : Tensor(), b = affine ? in[3] : Tensor();
-                       const BatchNormResult r = batch_norm_forward(in[0], g, b, 1e-5);
-                       const BatchNormGrads grads = batch_norm_backward(in[1], in[0], r.mean, r.var, g, 1e-5);
-                       return std::vector{r.y, r.mean, r.var, grads.x, grads.gamma, grads.beta};
-                     },
-                     tol);
+        for (bool relu : {false, true}) {
+          const std::string name = fmt::format("{} {}{}{}", shape_str(shape), dtype_name(dt), affine ? "" : ", no affine",
+                                               relu ? ", ReLU fused" : "");
+          check_parity(name, {x, grad_y, gamma, beta},
+                       [affine, relu](const auto& in) {
+                         const Tensor g = affine ? in[2] : Tensor(), b = affine ? in[3] : Tensor();
+                         const BatchNormResult r = batch_norm_forward(in[0], g, b, 1e-5, relu);
+                         const BatchNormGrads grads =
+                             batch_norm_backward(in[1], in[0], r.mean, r.var, g, 1e-5, relu ? r.y : Tensor());
+                         return std::vector{r.y, r.mean, r.var, grads.x, grads.gamma, grads.beta};
+                       },
+                       tol);
+        }
       }
     }
   }

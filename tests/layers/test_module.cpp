@@ -83,6 +83,29 @@ TEST_CASE("BatchNorm2d: batch statistics in training, running statistics in eval
   CHECK_THROWS_WITH(bn(Variable(Tensor::zeros({4, 3, 2, 2}))), Catch::Contains("3 channels"));
 }
 
+TEST_CASE("Sequential runs BatchNorm then ReLU fused: the same outputs, gradients and statistics", "[layers][cpu]") {
+  const Tensor x = test::random_tensor({4, 3, 5, 5}, 41), g = test::random_tensor({4, 3, 5, 5}, 42);
+  auto bn = std::make_shared<BatchNorm2d>(3);
+  auto apart = std::make_shared<BatchNorm2d>(3);
+  Sequential fused{bn, std::make_shared<ReLU>()};
+  for (bool training : {true, false}) {
+    INFO("training " << training);
+    fused.train(training);
+    apart->train(training);
+    Variable in_fused(x, true), in_apart(x, true);
+    Variable y_fused = fused(in_fused), y_apart = relu((*apart)(in_apart));
+    test::require_close(y_fused.data(), y_apart.data(), 0, 0);
+    y_fused.backward(g);
+    y_apart.backward(g);
+    // The backward's sums may add in another order (tests/tensor/test_batch_norm.cpp).
+    test::require_close(in_fused.grad(), in_apart.grad(), 1e-5, 1e-6);
+    test::require_close(bn->weight.grad(), apart->weight.grad(), 1e-5, 1e-6);
+    test::require_close(bn->bias.grad(), apart->bias.grad(), 1e-5, 1e-6);
+    test::require_close(bn->running_mean, apart->running_mean, 0, 0);
+    test::require_close(bn->running_var, apart->running_var, 0, 0);
+  }
+}
+
 TEST_CASE("Dropout is identity in eval and zeroes about p in training", "[layers][cpu]") {
   Dropout drop(0.25);
   Tensor x = Tensor::ones({100, 100});

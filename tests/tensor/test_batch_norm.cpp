@@ -78,6 +78,45 @@ TEST_CASE("batch_norm forward and backward match the formulas in double", "[cpu]
   }
 }
 
+TEST_CASE("batch_norm with ReLU fused equals batch_norm then ReLU, forward and backward", "[cpu][tensor]") {
+  // The fused kernels apply ReLU as they write y and mask the gradient as they read it:
+  // the same arithmetic as the two ops apart. The forward is equal bit for bit; the
+  // backward's sums may add in another order (a masked plane sits at another alignment),
+  // so its gradients agree to the rounding of f32 or f64.
+  for (DType dt : {DType::f32, DType::f64}) {
+    for (const Shape& shape : {Shape{4, 3, 5, 7}, Shape{6, 5}, Shape{2, 70, 3, 3}}) {
+      for (int threads : {1, 2}) {
+        for (bool affine : {true, false}) {
+          INFO(shape_str(shape) << " " << dtype_name(dt) << ", " << threads << " thread(s), affine " << affine);
+          const int saved = num_threads();
+          set_num_threads(threads);
+          const std::int64_t c = shape[1];
+          const Tensor x = test::random_tensor(shape, 11, dt), g = test::random_tensor(shape, 12, dt);
+          const Tensor gamma = affine ? test::random_tensor({c}, 13, dt, 0.5, 1.5) : Tensor();
+          const Tensor beta = affine ? test::random_tensor({c}, 14, dt) : Tensor();
+          const BatchNormResult apart = batch_norm_forward(x, gamma, beta, 1e-5);
+          const BatchNormGrads apart_grads =
+              batch_norm_backward(binary(BinaryOp::ReluGrad, g, apart.y), x, apart.mean, apart.var, gamma, 1e-5);
+          const BatchNormResult fused = batch_norm_forward(x, gamma, beta, 1e-5, true);
+          const BatchNormGrads fused_grads = batch_norm_backward(g, x, fused.mean, fused.var, gamma, 1e-5, fused.y);
+          // Some values on each side of 0: the mask matters.
+          const double positive = sum(gt(apart.y, Tensor::scalar(0.0, {dt}))).item() / static_cast<double>(x.numel());
+          CHECK(positive > 0.2);
+          CHECK(positive < 0.8);
+          test::require_close(fused.y, relu(apart.y), 0, 0);
+          test::require_close(fused.mean, apart.mean, 0, 0);
+          test::require_close(fused.var, apart.var, 0, 0);
+          const double tol = dt == DType::f32 ? 1e-5 : 1e-12;
+          test::require_close(fused_grads.x, apart_grads.x, tol, tol);
+          test::require_close(fused_grads.gamma, apart_grads.gamma, tol, tol);
+          test::require_close(fused_grads.beta, apart_grads.beta, tol, tol);
+          set_num_threads(saved);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("batch_norm without weight and bias normalizes to mean 0, variance 1", "[cpu][tensor]") {
   Tensor x = test::random_tensor({8, 2, 4, 4}, 5, DType::f64);
   BatchNormResult out = batch_norm_forward(x, Tensor(), Tensor(), 1e-12);
@@ -96,6 +135,9 @@ TEST_CASE("batch_norm argument errors name the op and the expectation", "[cpu][t
   REQUIRE_THROWS_WITH(batch_norm_forward(x, Tensor(), Tensor(), 0), Catch::Contains("eps must be positive"));
   REQUIRE_THROWS_WITH(batch_norm_backward(Tensor::zeros({2, 3}), x, Tensor::zeros({3}), Tensor::ones({3}), Tensor(), 1e-5),
                       Catch::Contains("gradient must match input"));
+  REQUIRE_THROWS_WITH(batch_norm_backward(x, x, Tensor::zeros({3}), Tensor::ones({3}), Tensor(), 1e-5,
+                                          Tensor::zeros({2, 3})),
+                      Catch::Contains("batch_norm_backward: the ReLU output [2, 3]"));
 }
 
 }  // namespace dtrain

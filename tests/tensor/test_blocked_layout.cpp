@@ -80,6 +80,8 @@ TEST_CASE("a write through the plain bytes drops the blocked copy", "[blocked]")
 
 TEST_CASE("batch norm on blocked activations matches the plain kernel, forward and backward", "[blocked]") {
   test::CpuLayoutSwitch restore(true);
+  const bool relu = GENERATE(false, true);
+  INFO("ReLU fused: " << relu);
   for (const std::int64_t size : {1, 2, 5}) {
     INFO("spatial size " << size);
     // conv2d's output, blocked or plain as the switch says.
@@ -91,20 +93,50 @@ TEST_CASE("batch norm on blocked activations matches the plain kernel, forward a
     const Tensor gamma = random_tensor({16}, 25), beta = random_tensor({16}, 26);
     const Tensor x = make(21, true), g = make(23, true);
     if (!held_blocked(x)) return;
-    const BatchNormResult blocked = batch_norm_forward(x, gamma, beta, 1e-5);
-    const BatchNormGrads gb = batch_norm_backward(g, x, blocked.mean, blocked.var, gamma, 1e-5);
+    const BatchNormResult blocked = batch_norm_forward(x, gamma, beta, 1e-5, relu);
+    const Tensor mask = relu ? blocked.y : Tensor();
+    const BatchNormGrads gb = batch_norm_backward(g, x, blocked.mean, blocked.var, gamma, 1e-5, mask);
     CHECK(held_blocked(blocked.y));
     CHECK(held_blocked(gb.x));
     const Tensor xp = make(21, false), gp_in = make(23, false);
-    const BatchNormResult plain = batch_norm_forward(xp, gamma, beta, 1e-5);
-    const BatchNormGrads gp = batch_norm_backward(gp_in, xp, plain.mean, plain.var, gamma, 1e-5);
+    const BatchNormResult plain = batch_norm_forward(xp, gamma, beta, 1e-5, relu);
+    const BatchNormGrads gp =
+        batch_norm_backward(gp_in, xp, plain.mean, plain.var, gamma, 1e-5, relu ? plain.y : Tensor());
     require_close(blocked.y, plain.y, 1e-4, 1e-5);
     require_close(blocked.mean, plain.mean, 1e-5, 1e-6);
     require_close(blocked.var, plain.var, 1e-5, 1e-6);
     require_close(gb.x, gp.x, 1e-4, 1e-5);
     require_close(gb.gamma, gp.gamma, 1e-4, 1e-5);
     require_close(gb.beta, gp.beta, 1e-4, 1e-5);
+    if (!relu) continue;
+    // A ReLU output made plain (something read its bytes) while the gradient and the input
+    // are still blocked: the plain kernel then, with the same result.
+    const Tensor plain_mask = make(21, true);  // blocked values equal to x's
+    const BatchNormResult again = batch_norm_forward(plain_mask, gamma, beta, 1e-5, true);
+    (void)again.y.data<float>();  // makes it plain for good
+    REQUIRE_FALSE(held_blocked(again.y));
+    const BatchNormGrads mixed = batch_norm_backward(make(23, true), plain_mask, again.mean, again.var, gamma, 1e-5,
+                                                     again.y);
+    require_close(mixed.x, gp.x, 1e-4, 1e-5);
+    require_close(mixed.gamma, gp.gamma, 1e-4, 1e-5);
   }
+}
+
+TEST_CASE("GEMM weight gradients leave blocked operands blocked", "[blocked]") {
+  // The input of a convolution after a fused batch norm is that batch norm's ReLU mask:
+  // reading it for the weight gradient must not make it plain.
+  test::CpuLayoutSwitch restore(true);
+  test::ConvWeightGradSwitch gemm(ConvWeightGrad::Gemm);
+  const Tensor x = conv_out(31), w = random_tensor({8, 16, 3, 3}, 33);
+  if (!held_blocked(x)) return;
+  const Conv2dParams p{1, 1, 1, 1, 1, 1, 1};
+  const Tensor g = conv2d(x, w, Tensor(), p);  // blocked too: an output gradient's shape
+  REQUIRE(held_blocked(g));
+  const Tensor gw = conv2d_backward_weight(g, x, w.shape(), p);
+  CHECK(held_blocked(x));
+  CHECK(held_blocked(g));
+  test::ConvWeightGradSwitch direct(ConvWeightGrad::Direct);
+  require_close(gw, conv2d_backward_weight(g, x, w.shape(), p), 1e-4, 1e-4);
 }
 
 }  // namespace

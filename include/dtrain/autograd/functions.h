@@ -66,6 +66,10 @@ Variable adaptive_avg_pool2d(const Variable& x, std::int64_t out_h, std::int64_t
 // when given, for running statistics. gamma/beta (C) may be undefined.
 Variable batch_norm_train(const Variable& x, const Variable& gamma, const Variable& beta, double eps,
                           Tensor* batch_mean = nullptr, Tensor* batch_var = nullptr);
+// relu(batch_norm_train(...)) with the ReLU fused into batch norm's passes both ways, as
+// nn::Sequential runs a BatchNorm followed by a ReLU in training.
+Variable batch_norm_relu_train(const Variable& x, const Variable& gamma, const Variable& beta, double eps,
+                               Tensor* batch_mean = nullptr, Tensor* batch_var = nullptr);
 // Normalizes with fixed statistics (evaluation).
 Variable batch_norm_eval(const Variable& x, const Variable& gamma, const Variable& beta, const Tensor& mean,
                          const Tensor& var, double eps);

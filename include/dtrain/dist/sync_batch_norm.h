@@ -15,7 +15,7 @@ class SyncBatchNorm : public nn::BatchNorm {
   std::string describe() const override;
 
  protected:
-  Variable normalize_batch(const Variable& x, Tensor& batch_mean, Tensor& unbiased_var) override;
+  Variable normalize_batch(const Variable& x, Tensor& batch_mean, Tensor& unbiased_var, bool relu) override;
 
  private:
   CommunicatorPtr comm_;

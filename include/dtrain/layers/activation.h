@@ -5,7 +5,7 @@
 
 namespace dtrain::nn {
 
-class ReLU : public Module {
+class ReLU final : public Module {
  public:
   Variable forward(const Variable& x) override { return relu(x); }
   std::string describe() const override { return "ReLU"; }

@@ -18,7 +18,12 @@ struct BatchNormOptions {
 class BatchNorm : public Module {
  public:
   BatchNorm(std::int64_t channels, std::vector<std::int64_t> expected_dims, BatchNormOptions options);
-  Variable forward(const Variable& x) override;
+  // Final: a variant changes the batch statistics step (normalize_batch), so that
+  // forward_relu, which Sequential may call instead, stays the same computation.
+  Variable forward(const Variable& x) final;
+  // relu(forward(x)); in training the ReLU is fused into batch norm's passes forward and
+  // backward (batch_norm_relu_train). Sequential calls it for a BatchNorm followed by a ReLU.
+  Variable forward_relu(const Variable& x);
   std::string describe() const override;
 
   std::int64_t channels() const { return channels_; }
@@ -31,11 +36,14 @@ class BatchNorm : public Module {
 
  protected:
   // The batch statistics step, overridable by a synchronized variant: returns the
-  // output and sets the per-channel batch mean and *unbiased* variance (n / (n - 1) with n
-  // the values per channel it normalized over), which the running statistics track.
-  virtual Variable normalize_batch(const Variable& x, Tensor& batch_mean, Tensor& unbiased_var);
+  // output (with ReLU applied when `relu`) and sets the per-channel batch mean and
+  // *unbiased* variance (n / (n - 1) with n the values per channel it normalized over),
+  // which the running statistics track.
+  virtual Variable normalize_batch(const Variable& x, Tensor& batch_mean, Tensor& unbiased_var, bool relu);
 
  private:
+  Variable run(const Variable& x, bool relu);
+
   std::int64_t channels_;
   std::vector<std::int64_t> expected_dims_;
   BatchNormOptions options_;

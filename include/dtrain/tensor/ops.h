@@ -149,15 +149,19 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& grad_out, const Shape& x_shape
 // ============================================================================
 // One fused pass for the statistics and one for y = (x - mean) / sqrt(var + eps) * gamma
 // + beta; gamma and beta may be undefined (1 and 0). var is the biased batch variance.
+// With relu, y = max(0, that) in the same pass (batch norm + ReLU, as in every ResNet
+// block), and the backward then takes that y as relu_y: the gradient passes where
+// relu_y > 0, masked inside the backward's own passes.
 struct BatchNormResult {
   Tensor y, mean, var;  // mean and var: (C)
 };
-BatchNormResult batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps);
+BatchNormResult batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
+                                   bool relu = false);
 struct BatchNormGrads {
   Tensor x, gamma, beta;  // gamma, beta: (C), whether or not the forward had them
 };
 BatchNormGrads batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& var,
-                                   const Tensor& gamma, double eps);
+                                   const Tensor& gamma, double eps, const Tensor& relu_y = Tensor());
 
 // ============================================================================
 // Softmax family (along `dim`)

@@ -60,6 +60,14 @@ bool may_block(const Tensor& out) {
          out.storage().use_count() == 1 && out.nbytes() == out.storage()->nbytes();
 }
 
+const float* plain_floats(const Tensor& t, std::unique_ptr<Buffer>& copy) {
+  const auto blocked = blocked_of(t);
+  if (!blocked) return t.data<float>();
+  copy = std::make_unique<Buffer>(static_cast<std::size_t>(t.numel()) * sizeof(float));
+  blocked->write_plain(copy->data());
+  return static_cast<const float*>(copy->data());
+}
+
 void hand_over(Tensor& out, std::shared_ptr<const BlockedActivation> blocked) {
   out.storage()->replace_with_layout(std::move(blocked));
 }

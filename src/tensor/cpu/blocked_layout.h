@@ -48,6 +48,11 @@ std::optional<dnnl::memory::format_tag> blocked_tag(const dnnl::memory::desc& de
 // out is a fresh, whole, contiguous 4-D f32 CPU tensor that nothing else shares.
 bool may_block(const Tensor& out);
 
+// t's values in plain NCHW for reading: its plain bytes, or when it holds blocked ones, a
+// plain copy in `copy` that leaves t blocked for the kernels that read it later
+// (Storage::data() would make it plain for good).
+const float* plain_floats(const Tensor& t, std::unique_ptr<Buffer>& copy);
+
 // Hands `out`'s bytes over to `blocked` (see Storage::replace_with_layout).
 void hand_over(Tensor& out, std::shared_ptr<const BlockedActivation> blocked);
 

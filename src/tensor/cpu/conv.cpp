@@ -8,6 +8,7 @@
 // 1x1 stride-1 unpadded kernels use the input as the columns.
 #include "dtrain/core/parallel.h"
 #include "dtrain/tensor/cpu_kernels.h"
+#include "tensor/cpu/blocked_layout.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/onednn.h"
 #include "tensor/cpu/onednn_conv.h"
@@ -235,10 +236,8 @@ struct WeightGradScratch {
 // itself: og * m * p copies against og * rows * m * p multiply-adds). Images are summed in
 // order, so for a given thread count the result is deterministic.
 template <class T>
-void conv_backward_weight(const Tensor& go_t, const Tensor& x_t, const ConvGeometry& g, Tensor& gw_t) {
+void conv_backward_weight(const T* go, const T* x, const ConvGeometry& g, Tensor& gw_t) {
   if (g.n == 0 || g.p == 0) return;  // grad_w stays zero: a sum over nothing
-  const T* go = go_t.data<T>();
-  const T* x = x_t.data<T>();
   T* gw = gw_t.data<T>();
   const std::int64_t batch = images_per_product(g);
   const std::int64_t parts = std::max<std::int64_t>(1, std::min<std::int64_t>((g.k + 15) / 16, num_threads()));
@@ -334,11 +333,18 @@ void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x,
   }
   const ConvGeometry g = geometry(x.shape(), grad_w.shape(), grad_out.shape(), p);
   Tensor goc = grad_out.contiguous(), xc = x.contiguous();
-  if (grad_out.dtype() == DType::f32 && !gemm_weight_gradients(g)) {
-    return onednn::conv2d_backward_weights(goc, xc, p, grad_w);
+  if (grad_out.dtype() == DType::f32) {
+    if (!gemm_weight_gradients(g)) return onednn::conv2d_backward_weights(goc, xc, p, grad_w);
+    // Blocked operands are read through plain copies and stay blocked: the input is often a
+    // fused batch norm's output, whose backward reads it as its ReLU mask.
+    std::unique_ptr<onednn::Buffer> go_copy, x_copy;
+    const float* go = onednn::plain_floats(goc, go_copy);
+    return conv_backward_weight<float>(go, onednn::plain_floats(xc, x_copy), g, grad_w);
   }
-  dispatch_floating(grad_out.dtype(), "conv2d_backward_weight",
-                    [&](auto tag) { conv_backward_weight<typename decltype(tag)::type>(goc, xc, g, grad_w); });
+  dispatch_floating(grad_out.dtype(), "conv2d_backward_weight", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    conv_backward_weight<T>(goc.data<T>(), xc.data<T>(), g, grad_w);
+  });
 }
 
 }  // namespace dtrain::detail

@@ -109,7 +109,10 @@ const T* data_or_null(const Tensor& t) {
 
 }  // namespace
 
-void CudaBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& y,
+// With relu, the ReLU runs as the element-wise kernel after the normalization, and its
+// gradient mask before the backward: on a GPU these passes are a small share of a step
+// next to cuDNN's convolutions, and the CPU kernels fuse them (cpu/batch_norm.cpp).
+void CudaBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, bool relu, Tensor& y,
                              Tensor& mean, Tensor& var) {
   const Layout l = layout_of(x);
   if (l.c == 0) return;
@@ -121,18 +124,24 @@ void CudaBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor&
         var.data<T>());
   });
   DTRAIN_CUDA_CHECK(cudaGetLastError());
+  if (relu) unary(UnaryOp::Relu, y, y);
 }
 
-void CudaBackend::batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& var,
-                                      const Tensor& gamma, double eps, Tensor& grad_x, Tensor& grad_gamma,
-                                      Tensor& grad_beta) {
+void CudaBackend::batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& relu_y, const Tensor& mean,
+                                      const Tensor& var, const Tensor& gamma, double eps, Tensor& grad_x,
+                                      Tensor& grad_gamma, Tensor& grad_beta) {
   const Layout l = layout_of(x);
   if (l.c == 0) return;
   cuda::DeviceGuard guard(device_);
+  Tensor g = grad_y;
+  if (relu_y.defined()) {
+    g = Tensor::empty(grad_y.shape(), {grad_y.dtype(), grad_y.device()});
+    binary(BinaryOp::ReluGrad, grad_y, relu_y, g);
+  }
   dispatch_floating(x.dtype(), "batch_norm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     backward_kernel<<<static_cast<unsigned>(l.c), kChannelThreads, 0, stream_>>>(
-        grad_y.data<T>(), x.data<T>(), mean.data<T>(), var.data<T>(), data_or_null<T>(gamma), eps, l,
+        g.data<T>(), x.data<T>(), mean.data<T>(), var.data<T>(), data_or_null<T>(gamma), eps, l,
         grad_x.data<T>(), grad_gamma.data<T>(), grad_beta.data<T>());
   });
   DTRAIN_CUDA_CHECK(cudaGetLastError());

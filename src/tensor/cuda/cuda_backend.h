@@ -78,10 +78,10 @@ class CudaBackend final : public Backend {
   void adaptive_avg_pool2d(const Tensor& x, Tensor& out) override;
   void adaptive_avg_pool2d_backward(const Tensor& grad_out, Tensor& grad_x) override;
 
-  void batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& y, Tensor& mean,
-                  Tensor& var) override;
-  void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& var,
-                           const Tensor& gamma, double eps, Tensor& grad_x, Tensor& grad_gamma,
+  void batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, bool relu, Tensor& y,
+                  Tensor& mean, Tensor& var) override;
+  void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& relu_y, const Tensor& mean,
+                           const Tensor& var, const Tensor& gamma, double eps, Tensor& grad_x, Tensor& grad_gamma,
                            Tensor& grad_beta) override;
 
   void softmax(const Tensor& x, std::int64_t dim, bool log, Tensor& out) override;
