@@ -216,12 +216,14 @@ Rows part_rows(std::int64_t k, std::int64_t part, std::int64_t parts) {
 }
 
 // A part's scratch, from dtrain's block cache: its rows of m images' columns side by side
-// (rows, m * p), and those images' output gradients likewise (og, m * p) when m > 1.
+// (rows, m * p), unless they are one image's input as it is (1x1, m = 1), and those
+// images' output gradients likewise (og, m * p) when m > 1.
 template <class T>
 struct WeightGradScratch {
   onednn::Buffer cols, grads;
   WeightGradScratch(const ConvGeometry& g, std::int64_t rows, std::int64_t m)
-      : cols(sizeof(T) * static_cast<std::size_t>(std::max<std::int64_t>(1, rows * m * g.p))),
+      : cols(sizeof(T) *
+             static_cast<std::size_t>(g.pointwise() && m == 1 ? 1 : std::max<std::int64_t>(1, rows * m * g.p))),
         grads(sizeof(T) * static_cast<std::size_t>(m == 1 ? 1 : g.og * m * g.p)) {}
   T* columns() const { return static_cast<T*>(cols.data()); }
   T* gradients() const { return static_cast<T*>(grads.data()); }
@@ -251,9 +253,12 @@ void conv_backward_weight(const T* go, const T* x, const ConvGeometry& g, Tensor
         const std::int64_t m = std::min(batch, g.n - n0), q = m * g.p;
         for (std::int64_t gi = 0; gi < g.groups; ++gi) {
           const T* grad_y = go + (n0 * g.o + gi * g.og) * g.p;
+          const T* columns_of = cols;
           for (std::int64_t j = 0; j < m; ++j) {
             const T* xg = x + ((n0 + j) * g.c + gi * g.cg) * g.h * g.w;
-            if (g.pointwise()) {
+            if (g.pointwise() && m == 1) {
+              columns_of = xg + rows.first * g.p;  // one image's rows of a 1x1 input are its columns
+            } else if (g.pointwise()) {
               for (std::int64_t r = rows.first; r < rows.last; ++r) {
                 std::copy_n(xg + r * g.p, g.p, cols + (r - rows.first) * q + j * g.p);
               }
@@ -264,7 +269,7 @@ void conv_backward_weight(const T* go, const T* x, const ConvGeometry& g, Tensor
             const T* gy = grad_y + j * g.o * g.p;
             for (std::int64_t r = 0; r < g.og; ++r) std::copy_n(gy + r * g.p, g.p, scratch.gradients() + r * q + j * g.p);
           }
-          weight_product(m == 1 ? grad_y : scratch.gradients(), cols, q, nrows, g, gw + gi * g.og * g.k + rows.first,
+          weight_product(m == 1 ? grad_y : scratch.gradients(), columns_of, q, nrows, g, gw + gi * g.og * g.k + rows.first,
                          n0 == 0 ? T(0) : T(1));
         }
       }
