@@ -6,13 +6,17 @@
 # train_mnist --model cnn against pytorch_mnist_tta.py at 1 and 2 threads. Prints the
 # machine's description and the tables (stdout), the JSON lines as they come.
 #   bench/peers/run_train_comparison.sh [BUILD_DIR] [--quick] [--raw FILE] [--case "MODEL BATCH STEPS WARMUP"]...
-#                                       [--reps N] [--no-tta]
+#                                       [--reps N] [--no-tta] [--precision LIST]
 # BUILD_DIR: the CMake build directory holding bench/bench_train and examples/train_mnist
 # (default build/release; --build DIR works too). --raw: also write the JSON lines to FILE.
 # --case (repeatable): measure these throughput cases instead of the default list, e.g.
 # --case "resnet50_224 8 4 1". --reps N: N alternating repetitions of the throughput part
 # (default 1), each JSON line tagged with its "rep"; the table gives medians and the spread.
 # --no-tta: skip the time-to-accuracy part (train_mnist is then not needed).
+# --precision LIST: the throughput cases in each of these precisions (comma-separated:
+# fp32, bf16, f16; default fp32), both sides alike: bench_train and pytorch_train.py run
+# forward under autocast for bf16 and f16, so a repetition compares dtrain's bf16 step
+# with its f32 step and with torch's CPU autocast in the same minutes.
 # --no-tune: run each peer with this script's former fixed settings (OMP_WAIT_POLICY=PASSIVE,
 # the system allocator, contiguous tensors, no compilation) instead of tuning it first.
 # --no-compile: tune without torch.compile (it costs minutes per ResNet case on 2 vCPUs).
@@ -46,6 +50,7 @@ reps=1
 tta=1
 tune=1
 try_compile=1
+precisions=fp32
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1; shift ;;
@@ -56,8 +61,9 @@ while [ $# -gt 0 ]; do
     --no-tta) tta=0; shift ;;
     --no-tune) tune=0; shift ;;
     --no-compile) try_compile=0; shift ;;
+    --precision) precisions=$2; shift 2 ;;
     -*) echo "run_train_comparison: unknown argument '$1' (expected BUILD_DIR, --quick, --raw FILE, --case SPEC," \
-             "--reps N, --no-tta, --no-tune or --no-compile)" >&2
+             "--reps N, --no-tta, --no-tune, --no-compile or --precision LIST)" >&2
         exit 2 ;;
     *) build=$(cd "$1" && pwd); shift ;;
   esac
@@ -69,6 +75,11 @@ train_mnist=$build/examples/train_mnist
 [ -x "$bench_train" ] || { echo "run_train_comparison: $bench_train not found (build the bench_train target)" >&2; exit 1; }
 [ -x "$venv_python" ] || { echo "run_train_comparison: $venv_python not found (run bench/peers/setup-venv.sh)" >&2; exit 1; }
 [[ "$reps" =~ ^[1-9][0-9]*$ ]] || { echo "run_train_comparison: --reps expects a positive integer, got '$reps'" >&2; exit 2; }
+IFS=, read -ra precision_list <<< "$precisions"
+for prec in "${precision_list[@]}"; do
+  case $prec in fp32|bf16|f16) ;; *) echo "run_train_comparison: --precision expects fp32, bf16 or f16 (comma-separated)," \
+                                          "got '$precisions'" >&2; exit 2 ;; esac
+done
 if [ "$tta" = 1 ]; then
   [ -x "$train_mnist" ] || { echo "run_train_comparison: $train_mnist not found (build train_mnist)" >&2; exit 1; }
   # Checked up front: finding out after half an hour of throughput cases would waste them.
@@ -203,15 +214,16 @@ declare -A best_variant
 for c in "${cases[@]}"; do
   read -r model batch steps warmup <<< "$c"
   for threads in 1 2; do
+   for prec in "${precision_list[@]}"; do
     for kind in "${peer_kinds[@]}"; do
-      key="$model $batch $threads $kind"
+      key="$model $batch $threads $prec $kind"
       if [ "$tune" = 1 ]; then
-        echo "== tuning $kind torch for $model batch $batch, $threads thread(s)" >&2
+        echo "== tuning $kind torch for $model batch $batch, $threads thread(s), $prec" >&2
         # Shorter runs; compilation happens in the first warm-up step, hence 2 of them.
         # A peer that cannot run a case at all (Debian's torch has no torchvision for
         # resnet50_224) sits that case out; the table then lacks its column there.
         if best_variant[$key]=$(tune_peer "$kind" "$model" "$threads" --model "$model" --batch "$batch" \
-             --steps "$(( (steps + 1) / 2 ))" --warmup 2 --threads "$threads" --json); then
+             --steps "$(( (steps + 1) / 2 ))" --warmup 2 --threads "$threads" --precision "$prec" --json); then
           echo "   best: ${best_variant[$key]}" >&2
         else
           best_variant[$key]=skip
@@ -221,6 +233,7 @@ for c in "${cases[@]}"; do
         best_variant[$key]="wait=passive,alloc=system"
       fi
     done
+   done
   done
 done
 
@@ -232,13 +245,15 @@ for rep in $(seq 1 "$reps"); do
     read -r model batch steps warmup <<< "$c"
     args=(--model "$model" --batch "$batch" --steps "$steps" --warmup "$warmup" --json)
     for threads in 1 2; do
-      echo "== $model batch $batch, $threads thread(s), repetition $rep of $reps: dtrain, ${peer_kinds[*]} torch" >&2
-      "$bench_train" "${args[@]}" --threads "$threads" | rep_lines "$rep"
+     for prec in "${precision_list[@]}"; do
+      echo "== $model batch $batch, $threads thread(s), $prec, repetition $rep of $reps: dtrain, ${peer_kinds[*]} torch" >&2
+      "$bench_train" "${args[@]}" --threads "$threads" --precision "$prec" | rep_lines "$rep"
       for kind in "${peer_kinds[@]}"; do
-        [ "${best_variant[$model $batch $threads $kind]}" = skip ] && continue
-        run_peer "$kind" "${best_variant[$model $batch $threads $kind]}" "${args[@]}" --threads "$threads" \
-          | rep_lines "$rep"
+        variant=${best_variant[$model $batch $threads $prec $kind]}
+        [ "$variant" = skip ] && continue
+        run_peer "$kind" "$variant" "${args[@]}" --threads "$threads" --precision "$prec" | rep_lines "$rep"
       done
+     done
     done
   done
 done

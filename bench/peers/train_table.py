@@ -61,15 +61,24 @@ def spread(values, spec):
     return f" ({min(values):{spec}}-{max(values):{spec}})" if len(values) > 1 else ""
 
 
+def precision(r):
+    return r.get("precision", "fp32")
+
+
+def label(model, batch, threads, prec):
+    """A case's name in the tables; the precision only where it is not fp32."""
+    return f"{model} b{batch} t{threads}" + ("" if prec == "fp32" else f" {prec}")
+
+
 def throughput_table(rows):
     # Not bench_train's machine line, nor the peers' tuning runs.
     train = [r for r in rows if r.get("bench") == "train" and "framework" in r and not r.get("tune")]
     versions = list(dict.fromkeys(r["torch"] for r in train if r["framework"] == "pytorch"))
-    cases = list(dict.fromkeys((r["model"], r["batch"], r["threads"]) for r in train))
+    cases = list(dict.fromkeys((r["model"], r["batch"], r["threads"], precision(r)) for r in train))
     # samples/s per repetition (rows without "rep" are one repetition)
     by_key = {}
     for r in train:
-        key = (r["framework"], r.get("torch"), r["model"], r["batch"], r["threads"])
+        key = (r["framework"], r.get("torch"), r["model"], r["batch"], r["threads"], precision(r))
         by_key.setdefault(key, {})[r.get("rep", 1)] = r["samples_per_s"]
     reps = len({r.get("rep", 1) for r in train})
     print("Training-step throughput, one process: samples/s = batch / median step time;")
@@ -78,17 +87,17 @@ def throughput_table(rows):
     if wide:
         print(f"Medians over {reps} alternating repetitions, (min-max); the ratio's over the repetitions' ratios.")
     w_rate, w_ratio = (20, 19) if wide else (9, 7)
-    header = f"{'case':<24} | {'dtrain':>{w_rate}}"
+    header = f"{'case':<29} | {'dtrain':>{w_rate}}"
     for v in versions:
         header += f" | {'torch ' + v:>{max(w_rate, 22)}}{'ratio':>{w_ratio}}"
     print(header)
-    for model, batch, threads in cases:
-        d = by_key.get(("dtrain", None, model, batch, threads), {})
+    for case in cases:
+        d = by_key.get(("dtrain", None, *case), {})
         d_rate = median(list(d.values()))
-        line = f"{f'{model} b{batch} t{threads}':<24} | " + \
+        line = f"{label(*case):<29} | " + \
             f"{fmt(d_rate, '.1f', 0)}{spread(list(d.values()), '.1f')}".rjust(w_rate)
         for v in versions:
-            p = by_key.get(("pytorch", v, model, batch, threads), {})
+            p = by_key.get(("pytorch", v, *case), {})
             p_rate = median(list(p.values()))
             ratios = [d[k] / p[k] for k in d if k in p and p[k]]
             line += " | " + f"{fmt(p_rate, '.1f', 0)}{spread(list(p.values()), '.1f')}".rjust(max(w_rate, 22))
@@ -99,16 +108,15 @@ def throughput_table(rows):
 
 def settings_table(train, versions, cases):
     """Which settings each peer's measured runs used (run_train_comparison.sh tunes them)."""
-    variants = {(r["torch"], r["model"], r["batch"], r["threads"]): r["variant"]
+    variants = {(r["torch"], r["model"], r["batch"], r["threads"], precision(r)): r["variant"]
                 for r in train if r["framework"] == "pytorch" and "variant" in r}
     if not variants:
         return
     print()
     print("The peers' settings in the measured runs (the fastest of the tuning runs):")
-    for model, batch, threads in cases:
-        chosen = [f"torch {v}: {variants[(v, model, batch, threads)]}" for v in versions
-                  if (v, model, batch, threads) in variants]
-        print(f"{f'{model} b{batch} t{threads}':<24} | " + "; ".join(chosen))
+    for case in cases:
+        chosen = [f"torch {v}: {variants[(v, *case)]}" for v in versions if (v, *case) in variants]
+        print(f"{label(*case):<29} | " + "; ".join(chosen))
 
 
 def tta_table(rows):

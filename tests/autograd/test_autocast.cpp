@@ -36,7 +36,10 @@ TEST_CASE("AutocastGuard nests, turns off and accepts only 16-bit floats", "[aut
   REQUIRE_THROWS_WITH(AutocastGuard(DType::f32), Contains("expected f16 or bf16"));
 }
 
+// These compare with the exact emulation of bf16 products, whose sums are the reference's;
+// test_native_bf16 compares the CPU's bf16 kernels with it.
 TEST_CASE("linear under autocast multiplies rounded operands, forward and backward", "[autograd][autocast]") {
+  dtrain::test::Bf16ProductsSwitch emulate(Bf16Products::Emulated);
   for (DType half : {DType::bf16, DType::f16}) {
     INFO(dtype_name(half));
     const Tensor xd = random_tensor({6, 10}, 1), wd = random_tensor({4, 10}, 2), bd = random_tensor({4}, 3);
@@ -61,6 +64,7 @@ TEST_CASE("linear under autocast multiplies rounded operands, forward and backwa
 }
 
 TEST_CASE("matmul and conv2d under autocast; without a guard, f32 as before", "[autograd][autocast]") {
+  dtrain::test::Bf16ProductsSwitch emulate(Bf16Products::Emulated);
   const DType half = DType::bf16;
   const Tensor ad = random_tensor({3, 5, 7}, 5), bd = random_tensor({7, 2}, 6);
   Variable a(ad, true), b(bd, true);

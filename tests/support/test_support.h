@@ -50,14 +50,23 @@ struct CpuLayoutSwitch {
   CpuLayoutSwitch& operator=(const CpuLayoutSwitch&) = delete;
 };
 
-// Sets how CPU f32 convolutions compute weight gradients (cpu_kernels.h) and restores it.
-struct ConvWeightGradSwitch {
-  ConvWeightGrad was = cpu_conv_weight_grad();
-  explicit ConvWeightGradSwitch(ConvWeightGrad mode) { set_cpu_conv_weight_grad(mode); }
-  ~ConvWeightGradSwitch() { set_cpu_conv_weight_grad(was); }
-  ConvWeightGradSwitch(const ConvWeightGradSwitch&) = delete;
-  ConvWeightGradSwitch& operator=(const ConvWeightGradSwitch&) = delete;
+// Sets one of the CPU kernel switches (cpu_kernels.h) and restores it.
+template <class Mode, Mode (*Get)(), void (*Set)(Mode)>
+struct KernelSwitch {
+  Mode was = Get();
+  explicit KernelSwitch(Mode mode) { Set(mode); }
+  ~KernelSwitch() { Set(was); }
+  KernelSwitch(const KernelSwitch&) = delete;
+  KernelSwitch& operator=(const KernelSwitch&) = delete;
 };
+// How f32 convolutions compute weight gradients.
+using ConvWeightGradSwitch = KernelSwitch<ConvWeightGrad, cpu_conv_weight_grad, set_cpu_conv_weight_grad>;
+// How bf16 products run: oneDNN's bf16 kernels or the exact emulation.
+using Bf16ProductsSwitch = KernelSwitch<Bf16Products, cpu_bf16_products, set_cpu_bf16_products>;
+
+// Marks the running test case skipped and says why (defined with the Catch session, in
+// tests/catch_impl.cpp). ctest reports the case as skipped unless it also failed.
+void skip_test_case(const std::string& reason);
 
 // A fresh directory under the system temp dir, removed with its contents on destruction.
 class TempDir {

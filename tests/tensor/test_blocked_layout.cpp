@@ -127,7 +127,7 @@ TEST_CASE("GEMM weight gradients leave blocked operands blocked", "[blocked]") {
   // reading it for the weight gradient must not make it plain.
   test::CpuLayoutSwitch restore(true);
   test::ConvWeightGradSwitch gemm(ConvWeightGrad::Gemm);
-  const Tensor x = conv_out(31), w = random_tensor({8, 16, 3, 3}, 33);
+  const Tensor x = conv_out(31), w = random_tensor({16, 16, 3, 3}, 33);  // outputs fill 8- and 16-blocks
   if (!held_blocked(x)) return;
   const Conv2dParams p{1, 1, 1, 1, 1, 1, 1};
   const Tensor g = conv2d(x, w, Tensor(), p);  // blocked too: an output gradient's shape

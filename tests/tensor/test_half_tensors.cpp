@@ -47,6 +47,8 @@ TEST_CASE("16-bit tensors convert as their element types do", "[tensor][half]") 
 
 TEST_CASE("matmul and conv2d take 16-bit operands and return f32 sums", "[tensor][half]") {
   // conv2d's sums are rounded through the 16-bit type (as cuDNN writes them), its bias added after.
+  // The emulation, whose sums are exactly these; test_native_bf16 compares the bf16 kernels with it.
+  dtrain::test::Bf16ProductsSwitch emulate(Bf16Products::Emulated);
   for (DType half : {DType::f16, DType::bf16}) {
     INFO(dtype_name(half));
     const Tensor a = random_tensor({5, 40}, 2), b = random_tensor({40, 6}, 3);

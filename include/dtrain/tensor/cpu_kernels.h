@@ -1,5 +1,5 @@
-// Switches for the CPU backend's f32 convolution kernels. Both change speed only: results
-// agree to float rounding, and tests compare the settings.
+// Switches for the CPU backend's convolution and product kernels. They change speed only:
+// results agree to float rounding, and tests compare the settings.
 #pragma once
 
 namespace dtrain {
@@ -19,5 +19,21 @@ void set_cpu_blocked_layout(bool enabled);
 enum class ConvWeightGrad { Auto, Direct, Gemm };
 ConvWeightGrad cpu_conv_weight_grad();
 void set_cpu_conv_weight_grad(ConvWeightGrad mode);
+
+// How convolutions and matrix products of bf16 operands (autocast, autocast.h) run: on
+// oneDNN's bf16 kernels, which multiply bf16 pairs with the CPU's bf16 instructions and sum
+// in f32, or emulated: the operands widened to f32 exactly and the f32 kernels. Both form
+// the same exact products and sum them in f32, in different orders; results are rounded
+// alike (to bf16 where cuDNN writes bf16). Auto takes the bf16 kernels only with AMX: on
+// AVX-512 BF16 alone oneDNN 2.6's bf16 convolutions and matmuls run slower than the f32
+// ones (0.7x and 0.5x on a Sapphire Rapids-class Xeon without AMX, bench_train --precision
+// bf16), so there emulation is faster. Native takes them wherever the CPU has AVX-512 BF16
+// (cpu_has_bf16_dot()); Emulated never. DTRAIN_CPU_BF16=auto|native|emulate sets it at start.
+enum class Bf16Products { Auto, Native, Emulated };
+Bf16Products cpu_bf16_products();
+void set_cpu_bf16_products(Bf16Products mode);
+bool cpu_has_bf16_dot();
+// Whether bf16 products run on oneDNN's bf16 kernels now (the mode and the CPU).
+bool cpu_native_bf16();
 
 }  // namespace dtrain

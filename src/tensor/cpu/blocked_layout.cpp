@@ -47,9 +47,9 @@ std::shared_ptr<const BlockedActivation> blocked_of(const Tensor& t) {
 
 std::optional<Tag> blocked_tag(const memory::desc& desc) {
   const memory::dims dims = desc.dims();
-  if (dims.size() != 4 || desc.data_type() != memory::data_type::f32) return std::nullopt;
+  if (dims.size() != 4) return std::nullopt;
   for (Tag tag : {Tag::nChw8c, Tag::nChw16c}) {
-    if (dims[1] % block_of(tag) == 0 && desc == memory::desc(dims, memory::data_type::f32, tag)) return tag;
+    if (dims[1] % block_of(tag) == 0 && desc == memory::desc(dims, desc.data_type(), tag)) return tag;
   }
   return std::nullopt;
 }

@@ -40,8 +40,8 @@ class BlockedActivation final : public StorageLayout {
 // t's blocked bytes, when t is a whole f32 CPU tensor whose storage still holds them.
 std::shared_ptr<const BlockedActivation> blocked_of(const Tensor& t);
 
-// The blocked format of `desc` (made for images of `shape`'s channels and size) when it is
-// one this file handles and the channels fill whole blocks.
+// The blocked format of `desc` (of any data type: a bf16 primitive's f32 results are held
+// in the same format) when it is one this file handles and the channels fill whole blocks.
 std::optional<dnnl::memory::format_tag> blocked_tag(const dnnl::memory::desc& desc);
 
 // Whether a kernel may hand `out` over in the blocked layout: blocked layouts are on, and

@@ -300,14 +300,23 @@ namespace {
 // (cuda/cudnn_conv.cpp): the CPU rounds its exact f32 sums the same way, so that both give
 // the same numbers (an f16 overflow to inf included).
 void round_like_cudnn(Tensor& result, DType operands) { result.copy_(result.to(operands)); }
+
+// bf16 operands where the CPU multiplies them natively (cpu_kernels.h): oneDNN's bf16
+// kernels, which round activations and input gradients to bf16 themselves.
+bool native_bf16(DType operands) { return operands == DType::bf16 && cpu_native_bf16(); }
 }  // namespace
 
-// 16-bit operands (mixed precision) are widened to f32 exactly and take the f32 kernels;
-// the result is rounded as cuDNN's is, before the f32 bias is added.
+// 16-bit operands (mixed precision) run oneDNN's bf16 kernels where native_bf16, else are
+// widened to f32 exactly and take the f32 kernels; the result is rounded as cuDNN's is,
+// before the f32 bias is added.
 void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, Tensor& out) {
   if (is_half(x.dtype())) {
-    conv2d(x.to(DType::f32), w.to(DType::f32), Tensor(), p, out);
-    round_like_cudnn(out, x.dtype());
+    if (native_bf16(x.dtype())) {
+      onednn::conv2d_forward(x.contiguous(), w.contiguous(), Tensor(), p, out);
+    } else {
+      conv2d(x.to(DType::f32), w.to(DType::f32), Tensor(), p, out);
+      round_like_cudnn(out, x.dtype());
+    }
     if (bias.defined()) binary(BinaryOp::Add, out, bias.reshape({1, bias.size(0), 1, 1}).expand(out.shape()), out);
     return;
   }
@@ -319,6 +328,7 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, co
 }
 
 void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p, Tensor& grad_x) {
+  if (native_bf16(grad_out.dtype())) return onednn::conv2d_backward_data(grad_out.contiguous(), w.contiguous(), p, grad_x);
   if (is_half(grad_out.dtype())) {
     conv2d_backward_input(grad_out.to(DType::f32), w.to(DType::f32), p, grad_x);
     return round_like_cudnn(grad_x, grad_out.dtype());
@@ -333,7 +343,12 @@ void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, 
 void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p,
                                         Tensor& grad_w) {
   if (is_half(grad_out.dtype())) {
-    conv2d_backward_weight(grad_out.to(DType::f32), x.to(DType::f32), p, grad_w);
+    // oneDNN's bf16 kernels write f32 weight gradients, rounded here as the emulation's are.
+    if (native_bf16(grad_out.dtype())) {
+      onednn::conv2d_backward_weights(grad_out.contiguous(), x.contiguous(), p, grad_w);
+    } else {
+      conv2d_backward_weight(grad_out.to(DType::f32), x.to(DType::f32), p, grad_w);
+    }
     return round_like_cudnn(grad_w, grad_out.dtype());
   }
   const ConvGeometry g = geometry(x.shape(), grad_w.shape(), grad_out.shape(), p);

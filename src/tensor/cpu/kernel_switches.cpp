@@ -2,9 +2,12 @@
 #include "dtrain/core/environment.h"
 #include "dtrain/core/error.h"
 #include "dtrain/tensor/cpu_kernels.h"
+#include "tensor/cpu/onednn.h"
 
 #include <atomic>
+#include <cstddef>
 #include <string>
+#include <utility>
 
 namespace dtrain {
 namespace {
@@ -14,16 +17,30 @@ std::atomic<bool>& blocked_enabled() {
   return enabled;
 }
 
-ConvWeightGrad weight_grad_from_environment() {
-  const std::optional<std::string> value = env::get("DTRAIN_CONV_WEIGHT_GRAD");
-  if (!value || value->empty() || *value == "auto") return ConvWeightGrad::Auto;
-  if (*value == "direct") return ConvWeightGrad::Direct;
-  if (*value == "gemm") return ConvWeightGrad::Gemm;
-  DTRAIN_FAIL("environment variable DTRAIN_CONV_WEIGHT_GRAD={}: expected auto, direct or gemm", *value);
+// Environment variable `name` as one of `choices` (the first when unset or empty).
+template <class Mode, std::size_t N>
+Mode from_environment(const char* name, const std::pair<const char*, Mode> (&choices)[N]) {
+  const std::optional<std::string> value = env::get(name);
+  if (!value || value->empty()) return choices[0].second;
+  std::string expected;
+  for (std::size_t i = 0; i < N; ++i) {
+    if (*value == choices[i].first) return choices[i].second;
+    expected += std::string(i == 0 ? "" : i + 1 == N ? " or " : ", ") + choices[i].first;
+  }
+  DTRAIN_FAIL("environment variable {}={}: expected {}", name, *value, expected);
 }
 
 std::atomic<ConvWeightGrad>& weight_grad() {
-  static std::atomic<ConvWeightGrad> mode{weight_grad_from_environment()};
+  static std::atomic<ConvWeightGrad> mode{from_environment<ConvWeightGrad>(
+      "DTRAIN_CONV_WEIGHT_GRAD",
+      {{"auto", ConvWeightGrad::Auto}, {"direct", ConvWeightGrad::Direct}, {"gemm", ConvWeightGrad::Gemm}})};
+  return mode;
+}
+
+std::atomic<Bf16Products>& bf16_products() {
+  static std::atomic<Bf16Products> mode{from_environment<Bf16Products>(
+      "DTRAIN_CPU_BF16",
+      {{"auto", Bf16Products::Auto}, {"native", Bf16Products::Native}, {"emulate", Bf16Products::Emulated}})};
   return mode;
 }
 
@@ -34,5 +51,19 @@ void set_cpu_blocked_layout(bool enabled) { blocked_enabled().store(enabled, std
 
 ConvWeightGrad cpu_conv_weight_grad() { return weight_grad().load(std::memory_order_relaxed); }
 void set_cpu_conv_weight_grad(ConvWeightGrad mode) { weight_grad().store(mode, std::memory_order_relaxed); }
+
+Bf16Products cpu_bf16_products() { return bf16_products().load(std::memory_order_relaxed); }
+void set_cpu_bf16_products(Bf16Products mode) { bf16_products().store(mode, std::memory_order_relaxed); }
+
+bool cpu_has_bf16_dot() { return detail::onednn::has_bf16_dot(); }
+
+bool cpu_native_bf16() {
+  switch (cpu_bf16_products()) {
+    case Bf16Products::Auto: return detail::onednn::has_amx();
+    case Bf16Products::Native: return cpu_has_bf16_dot();
+    case Bf16Products::Emulated: return false;
+  }
+  return false;
+}
 
 }  // namespace dtrain

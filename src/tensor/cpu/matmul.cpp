@@ -1,9 +1,11 @@
-// CPU matmul: f32 through oneDNN's sgemm (AVX-512 kernels chosen at run time), f64
-// through Eigen's GEMM. Each (m,k) / (k,n) slice is read in place when its last two dims
+// CPU matmul: f32 through oneDNN's sgemm (AVX-512 kernels chosen at run time), bf16
+// through oneDNN's bf16 matmul (f32 sums and result) where the CPU multiplies bf16
+// natively, f64 through Eigen's GEMM. Each (m,k) / (k,n) slice is read in place when its last two dims
 // are row-major or column-major (a transposed view), with any outer stride, so neither
 // transposes nor broadcast batches cost a copy. Each GEMM call is single-threaded; the
 // threads of our pool split the batch, or the output rows of one large product.
 #include "dtrain/core/parallel.h"
+#include "dtrain/tensor/cpu_kernels.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/onednn.h"
 #include "tensor/kernel_layout.h"
@@ -52,22 +54,32 @@ using ConstMap =
 template <class T>
 using OutMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
 
+// The type a product of T operands is written in: f32 for bf16, else T.
+template <class T>
+using ProductOf = std::conditional_t<std::is_same_v<T, BFloat16>, float, T>;
+
 // out[batch] rows [r0, r1) = a[batch] rows [r0, r1) @ b[batch], for every batch in turn.
 template <class T, int OrderA, int OrderB>
-void batched_gemm(const Operand<T>& a, const Operand<T>& b, T* out, std::int64_t batch, std::int64_t m, std::int64_t k,
-                  std::int64_t n) {
+void batched_gemm(const Operand<T>& a, const Operand<T>& b, ProductOf<T>* out, std::int64_t batch, std::int64_t m,
+                  std::int64_t k, std::int64_t n) {
   auto product = [&](std::int64_t i, std::int64_t r0, std::int64_t r1) {
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) {
       // Rows r0.. of op(A) start r0 rows into a row-major A, r0 columns into a stored A^T.
-      const float* a_rows = a.data + i * a.batch_stride + r0 * (OrderA == Eigen::RowMajor ? a.outer_stride : 1);
-      onednn::sgemm(OrderA != Eigen::RowMajor, OrderB != Eigen::RowMajor, r1 - r0, n, k, a_rows, a.outer_stride,
-                    b.data + i * b.batch_stride, b.outer_stride, out + i * m * n + r0 * n, n);
-      return;
+      const T* a_rows = a.data + i * a.batch_stride + r0 * (OrderA == Eigen::RowMajor ? a.outer_stride : 1);
+      const bool trans_a = OrderA != Eigen::RowMajor, trans_b = OrderB != Eigen::RowMajor;
+      const T* b_data = b.data + i * b.batch_stride;
+      ProductOf<T>* c_rows = out + i * m * n + r0 * n;
+      if constexpr (std::is_same_v<T, float>)
+        onednn::sgemm(trans_a, trans_b, r1 - r0, n, k, a_rows, a.outer_stride, b_data, b.outer_stride, c_rows, n);
+      else
+        onednn::gemm_bf16(trans_a, trans_b, r1 - r0, n, k, a_rows, a.outer_stride, b_data, b.outer_stride, c_rows, n);
+    } else {
+      static_assert(std::is_same_v<T, double>, "f16 operands are widened before they get here");
+      ConstMap<T, OrderA> A(a.data + i * a.batch_stride, m, k, Eigen::OuterStride<>(a.outer_stride));
+      ConstMap<T, OrderB> B(b.data + i * b.batch_stride, k, n, Eigen::OuterStride<>(b.outer_stride));
+      OutMap<T> C(out + i * m * n, m, n);
+      C.middleRows(r0, r1 - r0).noalias() = A.middleRows(r0, r1 - r0) * B;
     }
-    ConstMap<T, OrderA> A(a.data + i * a.batch_stride, m, k, Eigen::OuterStride<>(a.outer_stride));
-    ConstMap<T, OrderB> B(b.data + i * b.batch_stride, k, n, Eigen::OuterStride<>(b.outer_stride));
-    OutMap<T> C(out + i * m * n, m, n);
-    C.middleRows(r0, r1 - r0).noalias() = A.middleRows(r0, r1 - r0) * B;
   };
   const std::int64_t work = m * n * std::max<std::int64_t>(k, 1);
   if (batch >= num_threads()) {
@@ -85,18 +97,20 @@ void batched_gemm(const Operand<T>& a, const Operand<T>& b, T* out, std::int64_t
 }  // namespace
 
 void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out) {
-  // 16-bit operands: widened to f32 exactly, then the f32 GEMM. The same numbers as a
-  // tensor-core GEMM with f32 accumulation, without its speed (CPUs here lack bf16 FMA).
-  if (is_half(a_in.dtype())) return matmul(widened(a_in), widened(b_in), out);
+  // 16-bit operands: the f32 result of exact products summed in f32, as a tensor-core GEMM
+  // gives. bf16 on a CPU with bf16 dot products runs oneDNN's bf16 matmul; otherwise the
+  // operands are widened to f32 exactly and take the f32 GEMM (cpu_kernels.h).
+  const bool native = a_in.dtype() == DType::bf16 && cpu_native_bf16();
+  if (is_half(a_in.dtype()) && !native) return matmul(widened(a_in), widened(b_in), out);
   const std::int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a_in.size(2);
   if (out.numel() == 0) return;
   if (k == 0) return fill(out, 0);  // an empty sum; BLAS may leave out untouched
   Tensor a = gemm_operand(a_in), b = gemm_operand(b_in);
   const bool a_rows = row_major(a), b_rows = row_major(b);
-  dispatch_floating(out.dtype(), "matmul", [&](auto tag) {
+  const auto run = [&](auto tag) {
     using T = typename decltype(tag)::type;
     Operand<T> oa = describe<T>(a, a_rows), ob = describe<T>(b, b_rows);
-    T* c = out.data<T>();
+    ProductOf<T>* c = out.data<ProductOf<T>>();
     if (a_rows && b_rows)
       batched_gemm<T, Eigen::RowMajor, Eigen::RowMajor>(oa, ob, c, batch, m, k, n);
     else if (a_rows)
@@ -105,7 +119,9 @@ void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out) {
       batched_gemm<T, Eigen::ColMajor, Eigen::RowMajor>(oa, ob, c, batch, m, k, n);
     else
       batched_gemm<T, Eigen::ColMajor, Eigen::ColMajor>(oa, ob, c, batch, m, k, n);
-  });
+  };
+  if (native) return run(type_tag<BFloat16>{});
+  dispatch_floating(out.dtype(), "matmul", run);
 }
 
 }  // namespace dtrain::detail

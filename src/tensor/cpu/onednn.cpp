@@ -5,6 +5,9 @@
 
 #include <omp.h>
 
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <utility>
 
 namespace dtrain::detail::onednn {
@@ -80,17 +83,77 @@ void sgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int6
                static_cast<int>(status));
 }
 
+namespace {
+
+// One bf16 product: sizes, leading dimensions and which operands are stored transposed.
+struct GemmKey {
+  std::int64_t m, n, k, lda, ldb, ldc;
+  bool trans_a, trans_b;
+  auto tie() const { return std::tie(m, n, k, lda, ldb, ldc, trans_a, trans_b); }
+  bool operator<(const GemmKey& o) const { return tie() < o.tie(); }
+};
+
+struct Bf16Matmul {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul primitive;
+};
+
+// A (rows, cols) matrix stored row-major with leading dimension ld, or as its transpose.
+dnnl::memory::desc matrix(std::int64_t rows, std::int64_t cols, std::int64_t ld, bool transposed,
+                          dnnl::memory::data_type type) {
+  return dnnl::memory::desc({rows, cols}, type, transposed ? dnnl::memory::dims{1, ld} : dnnl::memory::dims{ld, 1});
+}
+
+// Made on first use and kept: creating a matmul costs more than running a small one.
+const Bf16Matmul& bf16_matmul(const GemmKey& key) {
+  static std::mutex mutex;
+  static std::map<GemmKey, Bf16Matmul> cache;
+  std::lock_guard lock(mutex);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    using Type = dnnl::memory::data_type;
+    const dnnl::matmul::desc desc(matrix(key.m, key.k, key.lda, key.trans_a, Type::bf16),
+                                  matrix(key.k, key.n, key.ldb, key.trans_b, Type::bf16),
+                                  matrix(key.m, key.n, key.ldc, false, Type::f32));
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::matmul::primitive_desc pd(desc, attr, engine());
+    it = cache.emplace(key, Bf16Matmul{pd, dnnl::matmul(pd)}).first;
+  }
+  return it->second;  // std::map never moves its elements
+}
+
+}  // namespace
+
+void gemm_bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const BFloat16* a,
+               std::int64_t lda, const BFloat16* b, std::int64_t ldb, float* out, std::int64_t ldc) {
+  const Bf16Matmul& mm = bf16_matmul({m, n, k, lda, ldb, ldc, trans_a, trans_b});
+  const auto user = [](const dnnl::memory::desc& d, const void* data) {
+    return dnnl::memory(d, engine(), const_cast<void*>(data));
+  };
+  execute(mm.primitive,
+          {{DNNL_ARG_SRC, user(mm.pd.src_desc(), a)},
+           {DNNL_ARG_WEIGHTS, user(mm.pd.weights_desc(), b)},
+           {DNNL_ARG_DST, user(mm.pd.dst_desc(), out)}},
+          mm.pd.scratchpad_desc());
+}
+
 }  // namespace dtrain::detail::onednn
 
 namespace dtrain::detail::onednn {
 
-bool has_avx512() {
-  // Asked once per convolution's weight gradient: the ISA does not change within a process.
-  static const bool avx512 = [] {
-    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-    return (isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
-  }();
-  return avx512;
+namespace {
+// Asked once per convolution: the ISA does not change within a process.
+bool has_isa(unsigned wanted) {
+  static const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  return (isa & wanted) == wanted;
 }
+}  // namespace
+
+bool has_avx512() { return has_isa(dnnl_cpu_isa_avx512_core); }
+
+bool has_bf16_dot() { return has_isa(dnnl_cpu_isa_avx512_core_bf16); }  // AMX's value includes these bits
+
+bool has_amx() { return has_isa(dnnl_cpu_isa_avx512_core_amx); }
 
 }  // namespace dtrain::detail::onednn

@@ -10,6 +10,8 @@
 // at once (the library's shared scratchpad is not safe for that).
 #pragma once
 
+#include "dtrain/tensor/half.h"
+
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cstddef>
@@ -57,7 +59,19 @@ void copy_back(const dnnl::memory& from, const dnnl::memory& user);
 void sgemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const float* a,
            std::int64_t lda, const float* b, std::int64_t ldb, float* out, std::int64_t ldc, float beta = 0.0f);
 
+// The same product of bf16 operands, summed in f32 into an f32 out (beta 0), through a
+// oneDNN matmul made for these sizes and strides on first use. Only where has_bf16_dot().
+void gemm_bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const BFloat16* a,
+               std::int64_t lda, const BFloat16* b, std::int64_t ldb, float* out, std::int64_t ldc);
+
 // Whether oneDNN dispatches AVX-512 kernels on this machine.
 bool has_avx512();
+
+// Whether oneDNN dispatches kernels with bf16 dot-product instructions here (AVX-512 BF16,
+// or AMX); without them its bf16 primitives would run its reference code.
+bool has_bf16_dot();
+
+// Whether oneDNN dispatches AMX tile kernels here (bf16 and int8 matrix units).
+bool has_amx();
 
 }  // namespace dtrain::detail::onednn

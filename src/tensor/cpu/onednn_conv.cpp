@@ -1,6 +1,9 @@
-// f32 2-D convolution through oneDNN: forward, backward-data and backward-weights
-// primitives in the layouts oneDNN prefers for this machine (blocked channels: nChw8c
-// with AVX2, nChw16c with AVX-512). Activations that arrive in that layout
+// 2-D convolution through oneDNN: forward, backward-data and backward-weights primitives
+// in the layouts oneDNN prefers for this machine (blocked channels: nChw8c with AVX2,
+// nChw16c with AVX-512). Operands are f32, or bf16 (autocast on a CPU with bf16
+// dot-product instructions, cpu_kernels.h): then the primitives multiply in bf16 and sum
+// in f32, write activations and input gradients rounded to bf16 (as cuDNN does) and weight
+// gradients in f32; every result lands in an f32 tensor. Activations that arrive in that layout
 // (blocked_layout.h) are read as they are, and outputs in it are handed on that way, so a
 // chain of convolutions, ReLUs, additions and batch norms reorders nothing; plain NCHW
 // tensors are reordered in and out around the call. The batch is split across dtrain's
@@ -25,30 +28,44 @@ using dnnl::memory;
 using Tag = memory::format_tag;
 constexpr auto kF32 = memory::data_type::f32;
 
-// One convolution problem: the geometry of a batch slice of `n` images.
+constexpr auto kBF16 = memory::data_type::bf16;
+
+// One convolution problem: the geometry of a batch slice of `n` images, and the operands'
+// type (f32 or bf16).
 struct ConvKey {
   std::int64_t n, c, h, w, o, kh, kw, oh, ow;
   Conv2dParams p;
   bool bias;
+  memory::data_type operands;
   auto tie() const {
     return std::tie(n, c, h, w, o, kh, kw, oh, ow, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h,
-                    p.dilation_w, p.groups, bias);
+                    p.dilation_w, p.groups, bias, operands);
   }
   bool operator<(const ConvKey& k) const { return tie() < k.tie(); }
 };
 
+// The user's plain layouts: of tensors a primitive reads, in the operands' type; of those
+// it writes (the `_out` ones), in f32.
 struct ConvDescs {
-  memory::desc src, weights, bias, dst;  // the user's plain layouts
+  memory::desc src, weights, dst;
+  memory::desc src_out, weights_out, dst_out, bias;
   memory::dims strides, dilates, pad_l, pad_r;
 };
 
 ConvDescs describe(const ConvKey& k) {
   ConvDescs d;
   const std::int64_t g = k.p.groups;
-  d.src = memory::desc({k.n, k.c, k.h, k.w}, kF32, Tag::nchw);
-  d.dst = memory::desc({k.n, k.o, k.oh, k.ow}, kF32, Tag::nchw);
-  d.weights = g == 1 ? memory::desc({k.o, k.c, k.kh, k.kw}, kF32, Tag::oihw)
-                     : memory::desc({g, k.o / g, k.c / g, k.kh, k.kw}, kF32, Tag::goihw);
+  const auto images = [](const memory::dims& dims, memory::data_type type) { return memory::desc(dims, type, Tag::nchw); };
+  const auto weights = [&](memory::data_type type) {
+    return g == 1 ? memory::desc({k.o, k.c, k.kh, k.kw}, type, Tag::oihw)
+                  : memory::desc({g, k.o / g, k.c / g, k.kh, k.kw}, type, Tag::goihw);
+  };
+  d.src = images({k.n, k.c, k.h, k.w}, k.operands);
+  d.dst = images({k.n, k.o, k.oh, k.ow}, k.operands);
+  d.weights = weights(k.operands);
+  d.src_out = images({k.n, k.c, k.h, k.w}, kF32);
+  d.dst_out = images({k.n, k.o, k.oh, k.ow}, kF32);
+  d.weights_out = weights(kF32);
   if (k.bias) d.bias = memory::desc({k.o}, kF32, Tag::x);
   d.strides = {k.p.stride_h, k.p.stride_w};
   d.dilates = {k.p.dilation_h - 1, k.p.dilation_w - 1};  // oneDNN counts dilation from 0
@@ -59,7 +76,8 @@ ConvDescs describe(const ConvKey& k) {
   return d;
 }
 
-memory::desc any(const memory::desc& d) { return memory::desc(d.dims(), kF32, Tag::any); }
+// d's dims and type in the layout the primitive prefers.
+memory::desc any(const memory::desc& d) { return memory::desc(d.dims(), d.data_type(), Tag::any); }
 
 dnnl::primitive_attr user_scratchpad() {
   dnnl::primitive_attr attr;
@@ -95,7 +113,9 @@ ConvPrimitives make_primitives(const ConvKey& k) {
                                            any(d.dst), d.strides, d.dilates, d.pad_l, d.pad_r);
   c.bwd_data_pd = {bd, user_scratchpad(), engine(), c.fwd_pd};
   c.bwd_data = dnnl::convolution_backward_data(c.bwd_data_pd);
-  dnnl::convolution_backward_weights::desc bw(dnnl::algorithm::convolution_direct, any(d.src), any(d.weights),
+  // Weight gradients in f32 even from bf16 operands: the batch slices' partial sums are
+  // added before anything rounds them.
+  dnnl::convolution_backward_weights::desc bw(dnnl::algorithm::convolution_direct, any(d.src), any(d.weights_out),
                                               any(d.dst), d.strides, d.dilates, d.pad_l, d.pad_r);
   c.bwd_weights_pd = {bw, user_scratchpad(), engine(), c.fwd_pd};
   c.bwd_weights = dnnl::convolution_backward_weights(c.bwd_weights_pd);
@@ -111,17 +131,23 @@ const ConvPrimitives& primitives(const ConvKey& k) {
   return it->second;  // std::map never moves its elements
 }
 
-// The primitives for a slice of n images of the problem x (N,C,H,W) * w -> out.
+// The primitives for a slice of n images of the problem x (N,C,H,W) * w -> out, whose
+// operands (x and w forward, w and out's gradient backward) have type `operands`.
 const ConvPrimitives& slice_primitives(std::int64_t n, const Tensor& x, const Shape& w, const Tensor& out,
-                                       const Conv2dParams& p, bool bias) {
-  return primitives({n, x.size(1), x.size(2), x.size(3), w[0], w[2], w[3], out.size(2), out.size(3), p, bias});
+                                       const Conv2dParams& p, bool bias, DType operand_type) {
+  const memory::data_type operands = operand_type == DType::bf16 ? kBF16 : kF32;
+  return primitives(
+      {n, x.size(1), x.size(2), x.size(3), w[0], w[2], w[3], out.size(2), out.size(3), p, bias, operands});
 }
 
 // Elements per image of an NCHW tensor: the offset from one image of a slice to the next.
 std::int64_t image_size(const Tensor& t) { return t.size(1) * t.size(2) * t.size(3); }
 
-memory user_memory(const memory::desc& d, const float* data) {
-  return memory(d, engine(), const_cast<float*>(data));
+memory user_memory(const memory::desc& d, const void* data) { return memory(d, engine(), const_cast<void*>(data)); }
+
+// Image n0 of NCHW tensor t, in its own type.
+const void* image_data(const Tensor& t, std::int64_t n0) {
+  return static_cast<const char*>(t.raw_data()) + n0 * image_size(t) * static_cast<std::int64_t>(dtype_size(t.dtype()));
 }
 
 // The batch as one slice of images per thread of dtrain's pool, in order: {first, count}.
@@ -150,7 +176,7 @@ void for_slices(const std::vector<Slice>& slices, F f) {
 // plain bytes are then never made), else its plain NCHW bytes.
 memory activation(const Tensor& t, const BlockedActivation* blocked, const Slice& s, const memory::desc& plain) {
   if (blocked != nullptr) return blocked->images(s.n0, s.n);
-  return user_memory(plain, t.data<float>() + s.n0 * image_size(t));
+  return user_memory(plain, image_data(t, s.n0));
 }
 
 // The weights in the layout `wanted`, reordered once for all slices (their primitives want
@@ -159,11 +185,11 @@ struct SharedWeights {
   std::unique_ptr<Buffer> storage;
   memory weights;
   SharedWeights(const Tensor& w, const memory::desc& plain, const memory::desc& wanted)
-      : weights(as_layout(user_memory(plain, w.data<float>()), wanted, storage)) {}
+      : weights(as_layout(user_memory(plain, w.raw_data()), wanted, storage)) {}
   // The shared copy when a slice's primitive wants its layout, else a reorder into `buf`.
   memory for_slice(const memory::desc& plain, const memory::desc& wanted, const Tensor& w,
                    std::unique_ptr<Buffer>& buf) const {
-    return weights.get_desc() == wanted ? weights : as_layout(user_memory(plain, w.data<float>()), wanted, buf);
+    return weights.get_desc() == wanted ? weights : as_layout(user_memory(plain, w.raw_data()), wanted, buf);
   }
 };
 
@@ -187,7 +213,7 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
   if (x.size(0) == 0) return;  // an empty batch: nothing to compute
   const std::vector<Slice> slices = batch_slices(x.size(0));
   const auto primitives_for = [&](std::int64_t n) -> const ConvPrimitives& {
-    return slice_primitives(n, x, w.shape(), out, p, bias.defined());
+    return slice_primitives(n, x, w.shape(), out, p, bias.defined(), x.dtype());
   };
   const auto x_blocked = blocked_of(x);
   const ConvPrimitives& first = primitives_for(slices[0].n);
@@ -198,7 +224,7 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
     std::unique_ptr<Buffer> src_buf, w_buf, dst_buf;
     memory src = as_layout(activation(x, x_blocked.get(), s, c.descs.src), c.fwd_pd.src_desc(), src_buf);
     memory weights = shared.for_slice(c.descs.weights, c.fwd_pd.weights_desc(), w, w_buf);
-    memory user_dst = output_images(out, out_blocked.get(), s, c.descs.dst);
+    memory user_dst = output_images(out, out_blocked.get(), s, c.descs.dst_out);
     memory dst = output_layout(user_dst, c.fwd_pd.dst_desc(), dst_buf);
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}};
     if (bias.defined()) args.emplace(DNNL_ARG_BIAS, user_memory(c.descs.bias, bias.data<float>()));
@@ -212,7 +238,7 @@ void conv2d_backward_data(const Tensor& grad_out, const Tensor& w, const Conv2dP
   if (grad_x.size(0) == 0) return;
   const std::vector<Slice> slices = batch_slices(grad_x.size(0));
   const auto primitives_for = [&](std::int64_t n) -> const ConvPrimitives& {
-    return slice_primitives(n, grad_x, w.shape(), grad_out, p, false);
+    return slice_primitives(n, grad_x, w.shape(), grad_out, p, false, grad_out.dtype());
   };
   const auto dy_blocked = blocked_of(grad_out);
   const ConvPrimitives& first = primitives_for(slices[0].n);
@@ -224,7 +250,7 @@ void conv2d_backward_data(const Tensor& grad_out, const Tensor& w, const Conv2dP
     std::unique_ptr<Buffer> dy_buf, w_buf, dx_buf;
     memory dy = as_layout(activation(grad_out, dy_blocked.get(), s, c.descs.dst), pd.diff_dst_desc(), dy_buf);
     memory weights = shared.for_slice(c.descs.weights, pd.weights_desc(), w, w_buf);
-    memory user_dx = output_images(grad_x, dx_blocked.get(), s, c.descs.src);
+    memory user_dx = output_images(grad_x, dx_blocked.get(), s, c.descs.src_out);
     memory dx = output_layout(user_dx, pd.diff_src_desc(), dx_buf);
     execute(c.bwd_data, {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DIFF_SRC, dx}},
             pd.scratchpad_desc());
@@ -243,13 +269,13 @@ void conv2d_backward_weights(const Tensor& grad_out, const Tensor& x, const Conv
   std::vector<std::vector<float>> partials(slices.size() - 1, std::vector<float>(static_cast<std::size_t>(wsize)));
   const auto x_blocked = blocked_of(x), dy_blocked = blocked_of(grad_out);
   for_slices(slices, [&](std::int64_t part, const Slice& s) {
-    const ConvPrimitives& c = slice_primitives(s.n, x, grad_w.shape(), grad_out, p, false);
+    const ConvPrimitives& c = slice_primitives(s.n, x, grad_w.shape(), grad_out, p, false, x.dtype());
     const auto& pd = c.bwd_weights_pd;
     std::unique_ptr<Buffer> src_buf, dy_buf, dw_buf;
     memory src = as_layout(activation(x, x_blocked.get(), s, c.descs.src), pd.src_desc(), src_buf);
     memory dy = as_layout(activation(grad_out, dy_blocked.get(), s, c.descs.dst), pd.diff_dst_desc(), dy_buf);
     float* target = part == 0 ? grad_w.data<float>() : partials[static_cast<std::size_t>(part - 1)].data();
-    memory user_dw = user_memory(c.descs.weights, target);
+    memory user_dw = user_memory(c.descs.weights_out, target);
     memory dw = output_layout(user_dw, pd.diff_weights_desc(), dw_buf);
     execute(c.bwd_weights, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_DIFF_WEIGHTS, dw}},
             pd.scratchpad_desc());

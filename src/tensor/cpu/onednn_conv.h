@@ -1,5 +1,6 @@
-// f32 convolutions through oneDNN (see onednn_conv.cpp). Tensors are contiguous NCHW /
-// OIHW; outputs are overwritten.
+// Convolutions through oneDNN (see onednn_conv.cpp). Tensors are contiguous NCHW / OIHW;
+// operands are f32 or bf16 (only on CPUs with bf16 dot products: onednn::has_bf16_dot),
+// outputs f32 and overwritten. Forward takes no bias with bf16 operands.
 #pragma once
 
 #include "dtrain/tensor/ops.h"
