@@ -328,7 +328,9 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, co
 }
 
 void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p, Tensor& grad_x) {
-  if (native_bf16(grad_out.dtype())) return onednn::conv2d_backward_data(grad_out.contiguous(), w.contiguous(), p, grad_x);
+  if (native_bf16(grad_out.dtype())) {
+    return onednn::conv2d_backward_data(grad_out.contiguous(), w.contiguous(), p, grad_x);
+  }
   if (is_half(grad_out.dtype())) {
     conv2d_backward_input(grad_out.to(DType::f32), w.to(DType::f32), p, grad_x);
     return round_like_cudnn(grad_x, grad_out.dtype());

@@ -27,7 +27,6 @@ namespace {
 using dnnl::memory;
 using Tag = memory::format_tag;
 constexpr auto kF32 = memory::data_type::f32;
-
 constexpr auto kBF16 = memory::data_type::bf16;
 
 // One convolution problem: the geometry of a batch slice of `n` images, and the operands'
@@ -55,7 +54,9 @@ struct ConvDescs {
 ConvDescs describe(const ConvKey& k) {
   ConvDescs d;
   const std::int64_t g = k.p.groups;
-  const auto images = [](const memory::dims& dims, memory::data_type type) { return memory::desc(dims, type, Tag::nchw); };
+  const auto images = [](const memory::dims& dims, memory::data_type type) {
+    return memory::desc(dims, type, Tag::nchw);
+  };
   const auto weights = [&](memory::data_type type) {
     return g == 1 ? memory::desc({k.o, k.c, k.kh, k.kw}, type, Tag::oihw)
                   : memory::desc({g, k.o / g, k.c / g, k.kh, k.kw}, type, Tag::goihw);
