@@ -39,6 +39,16 @@ const dnnl::engine& engine() {
   return e;
 }
 
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+dnnl::memory user_memory(const dnnl::memory::desc& d, const void* data) {
+  return dnnl::memory(d, engine(), const_cast<void*>(data));
+}
+
 Buffer::Buffer(std::size_t nbytes) : data_(cpu_backend().allocate(nbytes)), nbytes_(nbytes) {}
 Buffer::~Buffer() { cpu_backend().deallocate(data_, nbytes_); }
 
@@ -115,9 +125,7 @@ const Bf16Matmul& bf16_matmul(const GemmKey& key) {
     const dnnl::matmul::desc desc(matrix(key.m, key.k, key.lda, key.trans_a, Type::bf16),
                                   matrix(key.k, key.n, key.ldb, key.trans_b, Type::bf16),
                                   matrix(key.m, key.n, key.ldc, false, Type::f32));
-    dnnl::primitive_attr attr;
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    dnnl::matmul::primitive_desc pd(desc, attr, engine());
+    dnnl::matmul::primitive_desc pd(desc, user_scratchpad(), engine());
     it = cache.emplace(key, Bf16Matmul{pd, dnnl::matmul(pd)}).first;
   }
   return it->second;  // std::map never moves its elements
@@ -128,13 +136,10 @@ const Bf16Matmul& bf16_matmul(const GemmKey& key) {
 void gemm_bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, const BFloat16* a,
                std::int64_t lda, const BFloat16* b, std::int64_t ldb, float* out, std::int64_t ldc) {
   const Bf16Matmul& mm = bf16_matmul({m, n, k, lda, ldb, ldc, trans_a, trans_b});
-  const auto user = [](const dnnl::memory::desc& d, const void* data) {
-    return dnnl::memory(d, engine(), const_cast<void*>(data));
-  };
   execute(mm.primitive,
-          {{DNNL_ARG_SRC, user(mm.pd.src_desc(), a)},
-           {DNNL_ARG_WEIGHTS, user(mm.pd.weights_desc(), b)},
-           {DNNL_ARG_DST, user(mm.pd.dst_desc(), out)}},
+          {{DNNL_ARG_SRC, user_memory(mm.pd.src_desc(), a)},
+           {DNNL_ARG_WEIGHTS, user_memory(mm.pd.weights_desc(), b)},
+           {DNNL_ARG_DST, user_memory(mm.pd.dst_desc(), out)}},
           mm.pd.scratchpad_desc());
 }
 

@@ -38,6 +38,12 @@ class Buffer {
   std::size_t nbytes_;
 };
 
+// Attributes for a primitive that execute() runs: its scratchpad comes from the caller.
+dnnl::primitive_attr user_scratchpad();
+
+// The caller's memory at `data`, described by `d` (a primitive's operand or result).
+dnnl::memory user_memory(const dnnl::memory::desc& d, const void* data);
+
 // Runs `p` on the calling thread, one OpenMP thread, with a scratchpad of `scratchpad`
 // bytes; `args` must not name DNNL_ARG_SCRATCHPAD.
 void execute(const dnnl::primitive& p, std::unordered_map<int, dnnl::memory> args, const dnnl::memory::desc& scratchpad);

@@ -80,12 +80,6 @@ ConvDescs describe(const ConvKey& k) {
 // d's dims and type in the layout the primitive prefers.
 memory::desc any(const memory::desc& d) { return memory::desc(d.dims(), d.data_type(), Tag::any); }
 
-dnnl::primitive_attr user_scratchpad() {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  return attr;
-}
-
 dnnl::convolution_forward::primitive_desc forward_pd(const ConvKey& k, const ConvDescs& d) {
   const memory::desc bias = k.bias ? any(d.bias) : memory::desc();
   dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
@@ -143,8 +137,6 @@ const ConvPrimitives& slice_primitives(std::int64_t n, const Tensor& x, const Sh
 
 // Elements per image of an NCHW tensor: the offset from one image of a slice to the next.
 std::int64_t image_size(const Tensor& t) { return t.size(1) * t.size(2) * t.size(3); }
-
-memory user_memory(const memory::desc& d, const void* data) { return memory(d, engine(), const_cast<void*>(data)); }
 
 // Image n0 of NCHW tensor t, in its own type.
 const void* image_data(const Tensor& t, std::int64_t n0) {
