@@ -5,6 +5,8 @@
 #include "ops/common.h"
 #include "ops/timing.h"
 
+#include "dtrain/tensor/cpu_kernels.h"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -41,10 +43,24 @@ inline std::vector<ConvCase> cases(bool quick) {
       {"resnet18_b16_l2_proj_1x1s2", 16, 64, 56, 128, 1, 2, 0},
       {"cifar_resnet_b128_3x3", 128, 64, 32, 64, 3, 1, 1},
       // ResNet-18 with the CIFAR stem at batch 32 (bench_train --model resnet18_cifar).
+      {"resnet18c_b32_stem_3x3", 32, 3, 32, 64, 3, 1, 1},
       {"resnet18c_b32_l1_3x3", 32, 64, 32, 64, 3, 1, 1},
       {"resnet18c_b32_l2_3x3", 32, 128, 16, 128, 3, 1, 1},
       {"resnet18c_b32_l3_3x3", 32, 256, 8, 256, 3, 1, 1},
       {"resnet18c_b32_l4_3x3", 32, 512, 4, 512, 3, 1, 1},
+      // Around Winograd's threshold of 64 4x4 output tiles (cpu_kernels.h, ConvAlgorithm):
+      // a batch slice's share of the layers above, and ResNet-50's at batch 8.
+      {"resnet18c_b16_l3_3x3", 16, 256, 8, 256, 3, 1, 1},      // 64 tiles
+      {"resnet18c_b8_l3_3x3", 8, 256, 8, 256, 3, 1, 1},        // 32
+      {"resnet18c_b16_l4_3x3", 16, 512, 4, 512, 3, 1, 1},      // 16
+      {"resnet18c_b64_l4_3x3", 64, 512, 4, 512, 3, 1, 1},      // 64
+      {"resnet50_b8_l4_3x3", 8, 512, 7, 512, 3, 1, 1},         // 32
+      {"resnet50_b4_l3_3x3", 4, 256, 14, 256, 3, 1, 1},        // 64
+      {"resnet50_b4_l1_3x3", 4, 64, 56, 64, 3, 1, 1},          // 784
+      // Few channels: ResNet-20 (CIFAR, 16-64 channels; the ImageNet trainer's tests) at batch 32.
+      {"resnet20_b32_l1_3x3", 32, 16, 32, 16, 3, 1, 1},
+      {"resnet20_b32_l2_3x3", 32, 32, 16, 32, 3, 1, 1},
+      {"resnet20_b32_l3_3x3", 32, 64, 8, 64, 3, 1, 1},
   };
 }
 
@@ -81,6 +97,16 @@ inline Reference reference(const ConvCase& c, std::int64_t n, const std::vector<
             r.dw[wi] += dw;
           }
   return r;
+}
+
+// The convolution algorithm setting this run measures.
+inline const char* algorithm_name() {
+  switch (cpu_conv_algorithm()) {
+    case ConvAlgorithm::Auto: return "auto";
+    case ConvAlgorithm::Direct: return "direct";
+    case ConvAlgorithm::Winograd: return "winograd";
+  }
+  return "?";
 }
 
 // Batch of the validation run: the case's channels and image size, 2 samples (enough for
@@ -123,7 +149,9 @@ inline void run_conv(const OpsContext& ctx) {
     const std::string shape = fmt::format("{}x{}x{}x{}", c.n, c.c, c.hw, c.hw);
     const std::string kernel = fmt::format("{}->{} {}x{}/{} p{}", c.c, c.o, c.k, c.k, c.stride, c.pad);
     if (!ctx.options.json && !header) {
-      fmt::print("\nconv2d f32 NCHW; GFLOP/s = 2 N O OH OW C KH KW / time, medians\n");
+      fmt::print("\nconv2d f32 NCHW, convolution algorithm {} (DTRAIN_CPU_CONV_ALGO); GFLOP/s = 2 N O OH OW C KH KW "
+                 "/ time, the direct method's multiply-adds (Winograd does fewer), medians\n",
+                 algorithm_name());
       fmt::print("{:<28}{:>14}{:>19}  {:<24}{:>9}{:>17}{:>8}{:>10}\n", "case", "input", "C->O KxK/s pad", "op",
                  "GFLOP/s", "[min, max]", "%peak", "ms");
       header = true;
@@ -134,7 +162,7 @@ inline void run_conv(const OpsContext& ctx) {
         nlohmann::ordered_json j = {
             {"bench", "ops"}, {"group", "conv"}, {"op", ops[i]}, {"case", c.name}, {"shape", shape},
             {"out_channels", c.o}, {"kernel", c.k}, {"stride", c.stride}, {"pad", c.pad},
-            {"threads", ctx.options.threads}, {"reps", t[i].reps}, {"gflops", round4(gf)},
+            {"threads", ctx.options.threads}, {"algorithm", algorithm_name()}, {"reps", t[i].reps}, {"gflops", round4(gf)},
             {"gflops_min", round4(flops / t[i].max / 1e9)}, {"gflops_max", round4(flops / t[i].min / 1e9)},
             {"peak_fraction", round4(gf / ctx.peak_gflops)}, {"time_ms_median", round4(1e3 * t[i].median)}};
         fmt::print("{}\n", j.dump());

@@ -1,5 +1,6 @@
-// Switches for the CPU backend's convolution and product kernels. They change speed only:
-// results agree to float rounding, and tests compare the settings.
+// Switches for the CPU backend's convolution and product kernels. They change speed; results
+// agree to float rounding, except under Winograd convolutions (ConvAlgorithm), whose
+// transforms add a few roundings more. Tests compare the settings.
 #pragma once
 
 namespace dtrain {
@@ -19,6 +20,25 @@ void set_cpu_blocked_layout(bool enabled);
 enum class ConvWeightGrad { Auto, Direct, Gemm };
 ConvWeightGrad cpu_conv_weight_grad();
 void set_cpu_conv_weight_grad(ConvWeightGrad mode);
+
+// How 3x3 convolutions of stride 1 run: by oneDNN's direct kernels, or by its Winograd
+// F(4x4, 3x3) kernels (AVX-512 only; ungrouped, undilated, padding of at most 1, f32
+// products), which transform 6x6 input tiles and 3x3 filters so that each 4x4 output
+// tile costs 36 products per channel pair instead of 144. On the layers where they apply
+// they take 0.4-0.7x the direct kernels' time, forward and backward, once the convolution
+// has 64 channels or more each way and a batch slice (the images one thread convolves) has
+// 64 output tiles or more; below that the transforms dominate and they are even or slower,
+// several times slower on a 3-channel stem (bench/results/conv_winograd_layers.txt). Their
+// results differ from direct ones by a few f32 roundings more: the largest error against
+// an f64 reference is 2-13x direct's, about 3e-6 of the output's scale with 256 channels.
+// Auto takes Winograd where it applies with 64 channels and 64 tiles; Winograd takes it
+// wherever it applies; Direct never. DTRAIN_CPU_CONV_ALGO=auto|direct|winograd sets it at
+// start.
+enum class ConvAlgorithm { Auto, Direct, Winograd };
+ConvAlgorithm cpu_conv_algorithm();
+void set_cpu_conv_algorithm(ConvAlgorithm mode);
+// Whether oneDNN has its Winograd kernels on this CPU (AVX-512).
+bool cpu_has_winograd();
 
 // How convolutions and matrix products of bf16 operands (autocast, autocast.h) run: on
 // oneDNN's bf16 kernels, which multiply bf16 pairs with the CPU's bf16 instructions and sum

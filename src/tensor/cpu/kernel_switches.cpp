@@ -37,6 +37,13 @@ std::atomic<ConvWeightGrad>& weight_grad() {
   return mode;
 }
 
+std::atomic<ConvAlgorithm>& conv_algorithm() {
+  static std::atomic<ConvAlgorithm> mode{from_environment<ConvAlgorithm>(
+      "DTRAIN_CPU_CONV_ALGO",
+      {{"auto", ConvAlgorithm::Auto}, {"direct", ConvAlgorithm::Direct}, {"winograd", ConvAlgorithm::Winograd}})};
+  return mode;
+}
+
 std::atomic<Bf16Products>& bf16_products() {
   static std::atomic<Bf16Products> mode{from_environment<Bf16Products>(
       "DTRAIN_CPU_BF16",
@@ -51,6 +58,10 @@ void set_cpu_blocked_layout(bool enabled) { blocked_enabled().store(enabled, std
 
 ConvWeightGrad cpu_conv_weight_grad() { return weight_grad().load(std::memory_order_relaxed); }
 void set_cpu_conv_weight_grad(ConvWeightGrad mode) { weight_grad().store(mode, std::memory_order_relaxed); }
+
+ConvAlgorithm cpu_conv_algorithm() { return conv_algorithm().load(std::memory_order_relaxed); }
+void set_cpu_conv_algorithm(ConvAlgorithm mode) { conv_algorithm().store(mode, std::memory_order_relaxed); }
+bool cpu_has_winograd() { return detail::onednn::has_avx512(); }
 
 Bf16Products cpu_bf16_products() { return bf16_products().load(std::memory_order_relaxed); }
 void set_cpu_bf16_products(Bf16Products mode) { bf16_products().store(mode, std::memory_order_relaxed); }

@@ -1,6 +1,6 @@
 // 2-D convolution through oneDNN: forward, backward-data and backward-weights primitives
 // in the layouts oneDNN prefers for this machine (blocked channels: nChw8c with AVX2,
-// nChw16c with AVX-512). Operands are f32, or bf16 (autocast on a CPU with bf16
+// nChw16c with AVX-512), by direct or Winograd kernels (cpu_kernels.h, ConvAlgorithm). Operands are f32, or bf16 (autocast on a CPU with bf16
 // dot-product instructions, cpu_kernels.h): then the primitives multiply in bf16 and sum
 // in f32, write activations and input gradients rounded to bf16 (as cuDNN does) and weight
 // gradients in f32; every result lands in an f32 tensor. Activations that arrive in that layout
@@ -13,9 +13,11 @@
 #include "tensor/cpu/onednn_conv.h"
 
 #include "dtrain/core/parallel.h"
+#include "dtrain/tensor/cpu_kernels.h"
 #include "tensor/cpu/blocked_layout.h"
 #include "tensor/cpu/onednn.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -29,16 +31,17 @@ using Tag = memory::format_tag;
 constexpr auto kF32 = memory::data_type::f32;
 constexpr auto kBF16 = memory::data_type::bf16;
 
-// One convolution problem: the geometry of a batch slice of `n` images, and the operands'
-// type (f32 or bf16).
+// One convolution problem: the geometry of a batch slice of `n` images, the operands' type
+// (f32 or bf16), and whether to ask for Winograd kernels.
 struct ConvKey {
   std::int64_t n, c, h, w, o, kh, kw, oh, ow;
   Conv2dParams p;
   bool bias;
   memory::data_type operands;
+  bool winograd;
   auto tie() const {
     return std::tie(n, c, h, w, o, kh, kw, oh, ow, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h,
-                    p.dilation_w, p.groups, bias, operands);
+                    p.dilation_w, p.groups, bias, operands, winograd);
   }
   bool operator<(const ConvKey& k) const { return tie() < k.tie(); }
 };
@@ -80,11 +83,10 @@ ConvDescs describe(const ConvKey& k) {
 // d's dims and type in the layout the primitive prefers.
 memory::desc any(const memory::desc& d) { return memory::desc(d.dims(), d.data_type(), Tag::any); }
 
-dnnl::convolution_forward::primitive_desc forward_pd(const ConvKey& k, const ConvDescs& d) {
+dnnl::convolution_forward::primitive_desc forward_pd(const ConvKey& k, const ConvDescs& d, dnnl::algorithm alg) {
   const memory::desc bias = k.bias ? any(d.bias) : memory::desc();
-  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                       any(d.src), any(d.weights), bias, any(d.dst), d.strides, d.dilates, d.pad_l,
-                                       d.pad_r);
+  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_training, alg, any(d.src), any(d.weights), bias,
+                                       any(d.dst), d.strides, d.dilates, d.pad_l, d.pad_r);
   return {desc, user_scratchpad(), engine()};
 }
 
@@ -99,22 +101,62 @@ struct ConvPrimitives {
   dnnl::convolution_backward_weights bwd_weights;
 };
 
-ConvPrimitives make_primitives(const ConvKey& k) {
+// The three primitives, all by algorithm `alg`; throws dnnl::error (unimplemented) where
+// oneDNN has no kernel of that algorithm for the problem on this CPU.
+ConvPrimitives make_primitives(const ConvKey& k, dnnl::algorithm alg) {
   ConvPrimitives c;
   const ConvDescs& d = c.descs = describe(k);
-  c.fwd_pd = forward_pd(k, d);
+  c.fwd_pd = forward_pd(k, d, alg);
   c.fwd = dnnl::convolution_forward(c.fwd_pd);
-  dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, any(d.src), any(d.weights),
-                                           any(d.dst), d.strides, d.dilates, d.pad_l, d.pad_r);
+  dnnl::convolution_backward_data::desc bd(alg, any(d.src), any(d.weights), any(d.dst), d.strides, d.dilates,
+                                           d.pad_l, d.pad_r);
   c.bwd_data_pd = {bd, user_scratchpad(), engine(), c.fwd_pd};
   c.bwd_data = dnnl::convolution_backward_data(c.bwd_data_pd);
   // Weight gradients in f32 even from bf16 operands: the batch slices' partial sums are
   // added before anything rounds them.
-  dnnl::convolution_backward_weights::desc bw(dnnl::algorithm::convolution_direct, any(d.src), any(d.weights_out),
-                                              any(d.dst), d.strides, d.dilates, d.pad_l, d.pad_r);
+  dnnl::convolution_backward_weights::desc bw(alg, any(d.src), any(d.weights_out), any(d.dst), d.strides,
+                                              d.dilates, d.pad_l, d.pad_r);
   c.bwd_weights_pd = {bw, user_scratchpad(), engine(), c.fwd_pd};
   c.bwd_weights = dnnl::convolution_backward_weights(c.bwd_weights_pd);
   return c;
+}
+
+// Winograd kernels where asked for and oneDNN has them for the problem (AVX-512, 3x3,
+// stride 1, padding of at most 1, ...: it checks), else direct ones.
+ConvPrimitives make_primitives(const ConvKey& k) {
+  if (k.winograd) {
+    try {
+      return make_primitives(k, dnnl::algorithm::convolution_winograd);
+    } catch (const dnnl::error& e) {
+      if (e.status != dnnl_unimplemented) throw;
+    }
+  }
+  return make_primitives(k, dnnl::algorithm::convolution_direct);
+}
+
+// Whether to ask for Winograd kernels (cpu_kernels.h, ConvAlgorithm) for a slice of n images
+// of the problem x * w -> out: only for f32 products of ungrouped, undilated 3x3 kernels of
+// stride 1 (oneDNN's F(4x4, 3x3) kernels, the only f32 Winograd it has), and under Auto only
+// where the slice has enough 4x4 output tiles to pay for the transforms.
+bool wants_winograd(std::int64_t n, const Shape& w, const Tensor& out, const Conv2dParams& p,
+                    memory::data_type operands) {
+  const ConvAlgorithm mode = cpu_conv_algorithm();  // read first: a bad DTRAIN_CPU_CONV_ALGO fails on any convolution
+  const bool applies = operands == kF32 && w[2] == 3 && w[3] == 3 && p.stride_h == 1 && p.stride_w == 1 &&
+                       p.dilation_h == 1 && p.dilation_w == 1 && p.groups == 1;
+  if (!applies) return false;
+  // Measured on AVX-512 (bench/results/conv_winograd_layers.txt): with 64 channels and more
+  // each way and 64 tiles per slice and more, Winograd was faster or even on every ResNet
+  // layer shape; at 32 tiles and fewer even or slower; with 32 channels even, with 16 slower,
+  // and on a 3-channel stem several times slower (its transforms pad the channels to 16).
+  constexpr std::int64_t kMinTiles = 64, kMinChannels = 64;
+  const auto tiles = [](std::int64_t size) { return (size + 3) / 4; };
+  switch (mode) {
+    case ConvAlgorithm::Direct: return false;
+    case ConvAlgorithm::Winograd: return true;
+    case ConvAlgorithm::Auto:
+      return std::min(w[0], w[1]) >= kMinChannels && n * tiles(out.size(2)) * tiles(out.size(3)) >= kMinTiles;
+  }
+  return false;
 }
 
 const ConvPrimitives& primitives(const ConvKey& k) {
@@ -131,8 +173,8 @@ const ConvPrimitives& primitives(const ConvKey& k) {
 const ConvPrimitives& slice_primitives(std::int64_t n, const Tensor& x, const Shape& w, const Tensor& out,
                                        const Conv2dParams& p, bool bias, DType operand_type) {
   const memory::data_type operands = operand_type == DType::bf16 ? kBF16 : kF32;
-  return primitives(
-      {n, x.size(1), x.size(2), x.size(3), w[0], w[2], w[3], out.size(2), out.size(3), p, bias, operands});
+  return primitives({n, x.size(1), x.size(2), x.size(3), w[0], w[2], w[3], out.size(2), out.size(3), p, bias, operands,
+                     wants_winograd(n, w, out, p, operands)});
 }
 
 // Elements per image of an NCHW tensor: the offset from one image of a slice to the next.
