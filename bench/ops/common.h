@@ -44,9 +44,10 @@ inline Tensor random_tensor(const Shape& shape, std::uint64_t seed, double low =
 
 inline std::vector<double> to_double(const Tensor& t) { return t.contiguous().to_vector<double>(); }
 
-// max |got - ref| <= tol * max |ref|, or a dtrain::Error naming the case. Relative to the
-// largest reference value because f32 rounding grows with the magnitude of the sums.
-inline void check_close(const std::string& what, const std::vector<double>& got, const std::vector<double>& ref,
+// max |got - ref| <= tol * max |ref|, or a dtrain::Error naming the case; returns
+// max |got - ref| / max |ref|. Relative to the largest reference value because f32 rounding
+// grows with the magnitude of the sums.
+inline double check_close(const std::string& what, const std::vector<double>& got, const std::vector<double>& ref,
                         double tol) {
   DTRAIN_CHECK(got.size() == ref.size(), "validation failed: {}: {} values, the reference has {}", what, got.size(),
                ref.size());
@@ -65,6 +66,7 @@ inline void check_close(const std::string& what, const std::vector<double>& got,
                "validation failed: {}: max abs error {:.3g} at element {} (got {}, reference {}) exceeds {:g} x max "
                "|reference| = {:.3g}",
                what, err, worst, got[worst], ref[worst], tol, tol * scale);
+  return scale > 0 ? err / scale : err;
 }
 
 // Tolerances: sums of up to a few thousand f32 products (GEMM, convolution, reductions),

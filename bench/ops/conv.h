@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <functional>
 #include <string>
 #include <vector>
@@ -113,18 +114,19 @@ inline const char* algorithm_name() {
 // the batch loop, cheap enough for the reference).
 constexpr std::int64_t kCheckBatch = 2;
 
-inline void validate(const ConvCase& c) {
+// Each direction's largest error against the reference, over the reference's largest value.
+inline std::array<double, 3> validate(const ConvCase& c) {
   const Tensor x = random_tensor({kCheckBatch, c.c, c.hw, c.hw}, 3);
   const Tensor w = random_tensor({c.o, c.c, c.k, c.k}, 4);
   const Tensor g = random_tensor({kCheckBatch, c.o, c.out(), c.out()}, 5);
   const Reference r = reference(c, kCheckBatch, to_double(x), to_double(w), to_double(g));
   const Conv2dParams p = c.params();
-  check_close(fmt::format("conv2d {} (batch {})", c.name, kCheckBatch), to_double(conv2d(x, w, Tensor(), p)), r.y,
-              kSumTolerance);
-  check_close(fmt::format("conv2d_backward_input {} (batch {})", c.name, kCheckBatch),
-              to_double(conv2d_backward_input(g, w, x.shape(), p)), r.dx, kSumTolerance);
-  check_close(fmt::format("conv2d_backward_weight {} (batch {})", c.name, kCheckBatch),
-              to_double(conv2d_backward_weight(g, x, w.shape(), p)), r.dw, kSumTolerance);
+  return {check_close(fmt::format("conv2d {} (batch {})", c.name, kCheckBatch), to_double(conv2d(x, w, Tensor(), p)),
+                      r.y, kSumTolerance),
+          check_close(fmt::format("conv2d_backward_input {} (batch {})", c.name, kCheckBatch),
+                      to_double(conv2d_backward_input(g, w, x.shape(), p)), r.dx, kSumTolerance),
+          check_close(fmt::format("conv2d_backward_weight {} (batch {})", c.name, kCheckBatch),
+                      to_double(conv2d_backward_weight(g, x, w.shape(), p)), r.dw, kSumTolerance)};
 }
 
 }  // namespace conv_detail
@@ -134,7 +136,7 @@ inline void run_conv(const OpsContext& ctx) {
   bool header = false;
   for (const ConvCase& c : cases(ctx.options.quick)) {
     if (!selected(ctx, "conv", c.name)) continue;
-    validate(c);
+    const std::array<double, 3> error = validate(c);
     const Tensor x = random_tensor({c.n, c.c, c.hw, c.hw}, 3);
     const Tensor w = random_tensor({c.o, c.c, c.k, c.k}, 4);
     const Tensor g = random_tensor({c.n, c.o, c.out(), c.out()}, 5);
@@ -150,10 +152,11 @@ inline void run_conv(const OpsContext& ctx) {
     const std::string kernel = fmt::format("{}->{} {}x{}/{} p{}", c.c, c.o, c.k, c.k, c.stride, c.pad);
     if (!ctx.options.json && !header) {
       fmt::print("\nconv2d f32 NCHW, convolution algorithm {} (DTRAIN_CPU_CONV_ALGO); GFLOP/s = 2 N O OH OW C KH KW "
-                 "/ time, the direct method's multiply-adds (Winograd does fewer), medians\n",
+                 "/ time, the direct method's multiply-adds (Winograd does fewer), medians; error = max |error| / max |value| "
+                 "against an f64 reference at batch 2\n",
                  algorithm_name());
-      fmt::print("{:<28}{:>14}{:>19}  {:<24}{:>9}{:>17}{:>8}{:>10}\n", "case", "input", "C->O KxK/s pad", "op",
-                 "GFLOP/s", "[min, max]", "%peak", "ms");
+      fmt::print("{:<28}{:>14}{:>19}  {:<24}{:>9}{:>17}{:>8}{:>10}{:>10}\n", "case", "input", "C->O KxK/s pad", "op",
+                 "GFLOP/s", "[min, max]", "%peak", "ms", "error");
       header = true;
     }
     for (std::size_t i = 0; i < 3; ++i) {
@@ -164,13 +167,14 @@ inline void run_conv(const OpsContext& ctx) {
             {"out_channels", c.o}, {"kernel", c.k}, {"stride", c.stride}, {"pad", c.pad},
             {"threads", ctx.options.threads}, {"algorithm", algorithm_name()}, {"reps", t[i].reps}, {"gflops", round4(gf)},
             {"gflops_min", round4(flops / t[i].max / 1e9)}, {"gflops_max", round4(flops / t[i].min / 1e9)},
-            {"peak_fraction", round4(gf / ctx.peak_gflops)}, {"time_ms_median", round4(1e3 * t[i].median)}};
+            {"peak_fraction", round4(gf / ctx.peak_gflops)}, {"time_ms_median", round4(1e3 * t[i].median)},
+            {"max_error_relative", error[i]}};
         fmt::print("{}\n", j.dump());
         continue;
       }
-      fmt::print("{:<28}{:>14}{:>19}  {:<24}{:>9.1f}  [{:>6.1f},{:>6.1f}]{:>7.1f}%{:>10.2f}\n", i == 0 ? c.name : "",
-                 i == 0 ? shape : "", i == 0 ? kernel : "", ops[i], gf, flops / t[i].max / 1e9,
-                 flops / t[i].min / 1e9, 100 * gf / ctx.peak_gflops, 1e3 * t[i].median);
+      fmt::print("{:<28}{:>14}{:>19}  {:<24}{:>9.1f}  [{:>6.1f},{:>6.1f}]{:>7.1f}%{:>10.2f}{:>10.1e}\n",
+                 i == 0 ? c.name : "", i == 0 ? shape : "", i == 0 ? kernel : "", ops[i], gf, flops / t[i].max / 1e9,
+                 flops / t[i].min / 1e9, 100 * gf / ctx.peak_gflops, 1e3 * t[i].median, error[i]);
     }
   }
 }

@@ -24,13 +24,14 @@ void set_cpu_conv_weight_grad(ConvWeightGrad mode);
 // How 3x3 convolutions of stride 1 run: by oneDNN's direct kernels, or by its Winograd
 // F(4x4, 3x3) kernels (AVX-512 only; ungrouped, undilated, padding of at most 1, f32
 // products), which transform 6x6 input tiles and 3x3 filters so that each 4x4 output
-// tile costs 36 products per channel pair instead of 144. On the layers where they apply
-// they take 0.4-0.7x the direct kernels' time, forward and backward, once the convolution
-// has 64 channels or more each way and a batch slice (the images one thread convolves) has
-// 64 output tiles or more; below that the transforms dominate and they are even or slower,
-// several times slower on a 3-channel stem (bench/results/conv_winograd_layers.txt). Their
-// results differ from direct ones by a few f32 roundings more: the largest error against
-// an f64 reference is 2-13x direct's, about 3e-6 of the output's scale with 256 channels.
+// tile costs 36 products per channel pair instead of 144. Forward and backward together
+// (bench/results/conv_winograd_layers.txt, speed over the direct kernels'): 1.05-2.0x on
+// ResNet layers with 64 channels or more each way where a batch slice (the images one
+// thread convolves) has 64 output tiles or more (12 of 13 shapes; the 13th even); with 32
+// tiles 0.85-1.16x, with 16 0.8x, with 16-32 channels 0.8-0.9x, on a 3-channel stem 0.56x.
+// Their results carry their transforms' roundings: against an f64 reference, forward
+// results and input gradients are off by up to 5e-6 of their scale on those layers (the
+// direct kernels: 5e-7), weight gradients by as much as the direct kernels' (up to 3e-6).
 // Auto takes Winograd where it applies with 64 channels and 64 tiles; Winograd takes it
 // wherever it applies; Direct never. DTRAIN_CPU_CONV_ALGO=auto|direct|winograd sets it at
 // start.
@@ -43,7 +44,9 @@ bool cpu_has_winograd();
 // How convolutions and matrix products of bf16 operands (autocast, autocast.h) run: on
 // oneDNN's bf16 kernels, which multiply bf16 pairs with the CPU's bf16 instructions and sum
 // in f32, or emulated: the operands widened to f32 exactly and the f32 kernels. Both form
-// the same exact products and sum them in f32, in different orders; results are rounded
+// the same exact products and sum them in f32, in different orders (unless the emulation's
+// convolutions take Winograd kernels, ConvAlgorithm above, with their transforms' roundings;
+// tests that compare the two pin Direct or use shapes Auto leaves direct); results are rounded
 // alike (to bf16 where cuDNN writes bf16). Auto takes the bf16 kernels only with AMX: on
 // AVX-512 BF16 alone oneDNN 2.6's bf16 convolutions and matmuls run slower than the f32
 // ones (0.7x and 0.5x on a Sapphire Rapids-class Xeon without AMX, bench_train --precision

@@ -146,8 +146,8 @@ bool wants_winograd(std::int64_t n, const Shape& w, const Tensor& out, const Con
   if (!applies) return false;
   // Measured on AVX-512 (bench/results/conv_winograd_layers.txt): with 64 channels and more
   // each way and 64 tiles per slice and more, Winograd was faster or even on every ResNet
-  // layer shape; at 32 tiles and fewer even or slower; with 32 channels even, with 16 slower,
-  // and on a 3-channel stem several times slower (its transforms pad the channels to 16).
+  // layer shape; with 32 tiles 0.85-1.16x, with 16 slower; with 16-32 channels slower, and
+  // on a 3-channel stem 1.8x slower (its transforms pad the channels to 16).
   constexpr std::int64_t kMinTiles = 64, kMinChannels = 64;
   const auto tiles = [](std::int64_t size) { return (size + 3) / 4; };
   switch (mode) {
