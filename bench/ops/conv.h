@@ -151,9 +151,10 @@ inline void run_conv(const OpsContext& ctx) {
     const std::string shape = fmt::format("{}x{}x{}x{}", c.n, c.c, c.hw, c.hw);
     const std::string kernel = fmt::format("{}->{} {}x{}/{} p{}", c.c, c.o, c.k, c.k, c.stride, c.pad);
     if (!ctx.options.json && !header) {
-      fmt::print("\nconv2d f32 NCHW, convolution algorithm {} (DTRAIN_CPU_CONV_ALGO); GFLOP/s = 2 N O OH OW C KH KW "
-                 "/ time, the direct method's multiply-adds (Winograd does fewer), medians; error = max |error| / max |value| "
-                 "against an f64 reference at batch 2\n",
+      fmt::print("\nconv2d f32 NCHW, convolution algorithm {} (DTRAIN_CPU_CONV_ALGO); GFLOP/s = 2 N O OH OW C KH "
+                 "KW / time, the direct method's multiply-adds (Winograd does fewer), medians; error = max |error| / "
+                 "max |value| against an f64 reference at batch 2 (under auto, by the algorithm auto takes "
+                 "there)\n",
                  algorithm_name());
       fmt::print("{:<28}{:>14}{:>19}  {:<24}{:>9}{:>17}{:>8}{:>10}{:>10}\n", "case", "input", "C->O KxK/s pad", "op",
                  "GFLOP/s", "[min, max]", "%peak", "ms", "error");
@@ -165,7 +166,8 @@ inline void run_conv(const OpsContext& ctx) {
         nlohmann::ordered_json j = {
             {"bench", "ops"}, {"group", "conv"}, {"op", ops[i]}, {"case", c.name}, {"shape", shape},
             {"out_channels", c.o}, {"kernel", c.k}, {"stride", c.stride}, {"pad", c.pad},
-            {"threads", ctx.options.threads}, {"algorithm", algorithm_name()}, {"reps", t[i].reps}, {"gflops", round4(gf)},
+            {"threads", ctx.options.threads}, {"algorithm", algorithm_name()}, {"reps", t[i].reps},
+            {"gflops", round4(gf)},
             {"gflops_min", round4(flops / t[i].max / 1e9)}, {"gflops_max", round4(flops / t[i].min / 1e9)},
             {"peak_fraction", round4(gf / ctx.peak_gflops)}, {"time_ms_median", round4(1e3 * t[i].median)},
             {"max_error_relative", error[i]}};

@@ -1,7 +1,8 @@
 // 2-D convolution through oneDNN: forward, backward-data and backward-weights primitives
 // in the layouts oneDNN prefers for this machine (blocked channels: nChw8c with AVX2,
-// nChw16c with AVX-512), by direct or Winograd kernels (cpu_kernels.h, ConvAlgorithm). Operands are f32, or bf16 (autocast on a CPU with bf16
-// dot-product instructions, cpu_kernels.h): then the primitives multiply in bf16 and sum
+// nChw16c with AVX-512), by direct or Winograd kernels (cpu_kernels.h, ConvAlgorithm).
+// Operands are f32, or bf16 (autocast on a CPU with bf16 dot-product instructions,
+// cpu_kernels.h): then the primitives multiply in bf16 and sum
 // in f32, write activations and input gradients rounded to bf16 (as cuDNN does) and weight
 // gradients in f32; every result lands in an f32 tensor. Activations that arrive in that layout
 // (blocked_layout.h) are read as they are, and outputs in it are handed on that way, so a
