@@ -63,6 +63,8 @@ struct KernelSwitch {
 using ConvWeightGradSwitch = KernelSwitch<ConvWeightGrad, cpu_conv_weight_grad, set_cpu_conv_weight_grad>;
 // How bf16 products run: oneDNN's bf16 kernels or the exact emulation.
 using Bf16ProductsSwitch = KernelSwitch<Bf16Products, cpu_bf16_products, set_cpu_bf16_products>;
+// Whether 3x3 convolutions run direct or Winograd kernels.
+using ConvAlgorithmSwitch = KernelSwitch<ConvAlgorithm, cpu_conv_algorithm, set_cpu_conv_algorithm>;
 
 // Marks the running test case skipped and says why (defined with the Catch session, in
 // tests/catch_impl.cpp). ctest reports the case as skipped unless it also failed.

@@ -8,17 +8,12 @@
 
 #include <catch2/catch.hpp>
 
-#include <algorithm>
-#include <cmath>
-#include <vector>
-
 using namespace dtrain;
 using dtrain::test::random_tensor;
 
 namespace {
 
-using ConvAlgorithmSwitch =
-    dtrain::test::KernelSwitch<ConvAlgorithm, cpu_conv_algorithm, set_cpu_conv_algorithm>;
+using dtrain::test::ConvAlgorithmSwitch;
 
 const Conv2dParams kSame3x3{1, 1, 1, 1, 1, 1, 1};  // stride 1, padding 1: Winograd applies
 
@@ -43,13 +38,7 @@ ConvResults reference(const Tensor& x, const Tensor& w, const Tensor& dy) {
 
 // Largest |a - b| over the largest |b|.
 double relative_error(const Tensor& a, const Tensor& b) {
-  const std::vector<double> av = a.to(DType::f64).to_vector<double>(), bv = b.to(DType::f64).to_vector<double>();
-  double err = 0, scale = 0;
-  for (std::size_t i = 0; i < bv.size(); ++i) {
-    err = std::max(err, std::abs(av[i] - bv[i]));
-    scale = std::max(scale, std::abs(bv[i]));
-  }
-  return err / scale;
+  return max_abs_diff(a, b) / max_abs_diff(b, Tensor::zeros(b.shape()));
 }
 
 bool same(const Tensor& a, const Tensor& b) { return a.to_vector<float>() == b.to_vector<float>(); }
