@@ -87,9 +87,9 @@ class Backend {
   virtual void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
                       Tensor& out) = 0;
   virtual void conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p,
-                                     Tensor& grad_x) = 0;  // grad_x zero-filled by caller
+                                     Tensor& grad_x) = 0;  // grad_x uninitialized: write all of it
   virtual void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p,
-                                      Tensor& grad_w) = 0;  // grad_w zero-filled by caller
+                                      Tensor& grad_w) = 0;  // grad_w uninitialized: write all of it
   virtual void max_pool2d(const Tensor& x, const Pool2dParams& p, Tensor& out, Tensor& indices) = 0;
   virtual void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_x) = 0;
   virtual void avg_pool2d(const Tensor& x, const Pool2dParams& p, Tensor& out) = 0;

@@ -104,7 +104,9 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const
   check_same(grad_out, weight, "conv2d_backward_input", "weight");
   check_grad_out("conv2d_backward_input", grad_out,
                  conv_output_shape("conv2d_backward_input", x_shape, weight.shape(), p));
-  Tensor grad_x = Tensor::zeros(x_shape, {product_dtype(grad_out.dtype()), grad_out.device()});
+  // Uninitialized: the backend writes every element (zero-filling first cost a pass over
+  // every input gradient that the convolution then overwrote).
+  Tensor grad_x = Tensor::empty(x_shape, {product_dtype(grad_out.dtype()), grad_out.device()});
   detail::backend(grad_out.device()).conv2d_backward_input(grad_out, weight, p, grad_x);
   return grad_x;
 }
@@ -116,7 +118,7 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Sha
   check_same(grad_out, x, "conv2d_backward_weight", "input");
   check_grad_out("conv2d_backward_weight", grad_out,
                  conv_output_shape("conv2d_backward_weight", x.shape(), weight_shape, p));
-  Tensor grad_w = Tensor::zeros(weight_shape, {product_dtype(grad_out.dtype()), grad_out.device()});
+  Tensor grad_w = Tensor::empty(weight_shape, {product_dtype(grad_out.dtype()), grad_out.device()});
   detail::backend(grad_out.device()).conv2d_backward_weight(grad_out, x, p, grad_w);
   return grad_w;
 }

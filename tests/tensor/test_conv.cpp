@@ -5,6 +5,7 @@
 
 #include "dtrain/core/parallel.h"
 
+#include <cmath>
 #include <vector>
 
 namespace dtrain {
@@ -163,6 +164,37 @@ TEST_CASE("conv2d takes an empty batch: empty outputs, zero weight gradients", "
   const Tensor go = Tensor::zeros({0, 4, 5, 5});
   CHECK(conv2d_backward_input(go, w, x.shape(), p).shape() == x.shape());
   test::require_close(conv2d_backward_weight(go, x, w.shape(), p), Tensor::zeros(w.shape()), 0, 0);
+}
+
+// The gradients are allocated uninitialized, so the kernels must write every element: also
+// where no window reaches the input (strides beyond the kernel) and for an empty batch.
+// Each gradient's size is first freed full of NaN, which the block cache (off under ASan)
+// then serves the gradient from.
+TEST_CASE("conv2d gradients overwrite every element of reused memory", "[cpu][tensor]") {
+  const DType dtype = GENERATE(DType::f32, DType::f64);  // oneDNN, and the reference loops
+  test::CpuLayoutSwitch layout(GENERATE(false, true));
+  test::ConvWeightGradSwitch use(GENERATE(ConvWeightGrad::Direct, ConvWeightGrad::Gemm));
+  INFO(dtype_name(dtype) << (cpu_blocked_layout() ? ", blocked layout" : ", plain layout"));
+  const auto free_nan_block = [&](const Shape& shape) { (void)Tensor::full(shape, std::nan(""), {dtype}); };
+  std::vector<ConvCase> cases = conv_cases();
+  // Whole channel blocks, so that oneDNN also writes blocked gradients; strides beyond the
+  // kernel, as in a ResNet's projection shortcut.
+  cases.push_back({"1x1 stride 2, 16 channels", {2, 16, 7, 7}, {32, 16, 1, 1}, {2, 2, 0, 0, 1, 1, 1}});
+  cases.push_back({"2x2 stride 3, 16 channels", {2, 16, 8, 8}, {16, 16, 2, 2}, {3, 3, 0, 0, 1, 1, 1}});
+  std::uint64_t seed = 250;
+  for (const ConvCase& c : cases) {
+    INFO(c.name);
+    Tensor x = test::random_tensor(c.x, ++seed, dtype), w = test::random_tensor(c.w, ++seed, dtype);
+    Tensor go = test::random_tensor(out_shape(c), ++seed, dtype);
+    free_nan_block(c.x);
+    test::require_close(conv2d_backward_input(go, w, c.x, c.p), naive_grad_input(c, go, w), 1e-5, 1e-5);
+    free_nan_block(c.w);
+    test::require_close(conv2d_backward_weight(go, x, c.w, c.p), naive_grad_weight(c, go, x), 1e-5, 1e-5);
+  }
+  const Tensor x = Tensor::zeros({0, 16, 5, 5}, {dtype}), go = Tensor::zeros({0, 16, 5, 5}, {dtype});
+  free_nan_block({16, 16, 3, 3});
+  test::require_close(conv2d_backward_weight(go, x, {16, 16, 3, 3}, {1, 1, 1, 1, 1, 1, 1}),
+                      Tensor::zeros({16, 16, 3, 3}, {dtype}), 0, 0);
 }
 
 TEST_CASE("conv2d reads strided inputs", "[cpu][tensor]") {

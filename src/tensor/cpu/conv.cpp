@@ -239,8 +239,11 @@ struct WeightGradScratch {
 // order, so for a given thread count the result is deterministic.
 template <class T>
 void conv_backward_weight(const T* go, const T* x, const ConvGeometry& g, Tensor& gw_t) {
-  if (g.n == 0 || g.p == 0) return;  // grad_w stays zero: a sum over nothing
   T* gw = gw_t.data<T>();
+  if (g.n == 0 || g.p == 0) {  // a sum over nothing
+    std::fill_n(gw, gw_t.numel(), T(0));
+    return;
+  }
   const std::int64_t batch = images_per_product(g);
   const std::int64_t parts = std::max<std::int64_t>(1, std::min<std::int64_t>((g.k + 15) / 16, num_threads()));
   parallel_for(0, parts, 1, [&](std::int64_t p0, std::int64_t p1) {
@@ -338,6 +341,7 @@ void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, 
   const ConvGeometry g = geometry(grad_x.shape(), w.shape(), grad_out.shape(), p);
   Tensor goc = grad_out.contiguous(), wc = w.contiguous();
   if (grad_out.dtype() == DType::f32) return onednn::conv2d_backward_data(goc, wc, p, grad_x);
+  fill(grad_x, 0.0);  // the reference kernel adds each image's columns into it
   dispatch_floating(grad_out.dtype(), "conv2d_backward_input",
                     [&](auto tag) { conv_backward_input<typename decltype(tag)::type>(goc, wc, g, grad_x); });
 }

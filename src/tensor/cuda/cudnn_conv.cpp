@@ -259,7 +259,10 @@ void CudaBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b
 
 void CudaBackend::conv2d_backward_input(const Tensor& grad_out_in, const Tensor& w_in, const Conv2dParams& p,
                                         Tensor& grad_x) {
-  if (grad_x.numel() == 0 || grad_out_in.numel() == 0 || w_in.numel() == 0) return;  // stays zero
+  if (grad_x.numel() == 0 || grad_out_in.numel() == 0 || w_in.numel() == 0) {
+    fill(grad_x, 0.0);  // a sum over nothing
+    return;
+  }
   cuda::DeviceGuard guard(device_);
   const Tensor grad_out = grad_out_in.contiguous(), w = w_in.contiguous();
   Tensor gx = target_for(grad_x, w.dtype());
@@ -281,7 +284,10 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out_in, const Tensor&
 
 void CudaBackend::conv2d_backward_weight(const Tensor& grad_out_in, const Tensor& x_in, const Conv2dParams& p,
                                          Tensor& grad_w) {
-  if (grad_w.numel() == 0 || grad_out_in.numel() == 0 || x_in.numel() == 0) return;  // stays zero
+  if (grad_w.numel() == 0 || grad_out_in.numel() == 0 || x_in.numel() == 0) {
+    fill(grad_w, 0.0);  // a sum over nothing
+    return;
+  }
   cuda::DeviceGuard guard(device_);
   const Tensor grad_out = grad_out_in.contiguous(), x = x_in.contiguous();
   Tensor gw = target_for(grad_w, x.dtype());
