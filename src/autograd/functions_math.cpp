@@ -118,6 +118,15 @@ Variable relu(const Variable& x) {
   });
 }
 
+Variable add_relu(const Variable& a, const Variable& b) {
+  Tensor y = add_relu(a.data(), b.data());
+  return Variable(y, {a, b}, [y](std::vector<Variable>& in, const Tensor& g) {
+    const Tensor passed = binary(BinaryOp::ReluGrad, g, y);  // y > 0 exactly where a + b > 0
+    add_reduced(in[0], passed);
+    add_reduced(in[1], passed);
+  });
+}
+
 Variable gelu(const Variable& x) {
   return Variable(gelu(x.data()), {x}, [](std::vector<Variable>& in, const Tensor& g) {
     in[0].add_grad(binary(BinaryOp::GeluGrad, g, in[0].data()));

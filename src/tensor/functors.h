@@ -199,6 +199,12 @@ struct TanhGradF {
   static constexpr bool kIntegers = false;
   template <class T> DTRAIN_HD T operator()(T g, T y) const { return g * (T(1) - y * y); }
 };
+// The sum rounded to T first, as add then relu would give it.
+struct AddReluF {
+  static constexpr const char* kName = "add_relu";
+  static constexpr bool kIntegers = false;
+  template <class T> DTRAIN_HD T operator()(T a, T b) const { return ReluF{}(static_cast<T>(a + b)); }
+};
 
 // ---- comparison (result 0/1, stored as u8) -------------------------------------------
 
@@ -232,7 +238,7 @@ struct GeF {
 // every backend shares.
 
 static_assert(static_cast<int>(UnaryOp::kCount) == 13, "a UnaryOp was added: give it a functor below");
-static_assert(static_cast<int>(BinaryOp::kCount) == 11, "a BinaryOp was added: give it a functor below");
+static_assert(static_cast<int>(BinaryOp::kCount) == 12, "a BinaryOp was added: give it a functor below");
 static_assert(static_cast<int>(CompareOp::kCount) == 6, "a CompareOp was added: give it a functor below");
 
 template <class F>
@@ -270,6 +276,7 @@ decltype(auto) visit_binary(BinaryOp op, F&& f) {
     case BinaryOp::GeluGrad: return f(GeluGradF{});
     case BinaryOp::SigmoidGrad: return f(SigmoidGradF{});
     case BinaryOp::TanhGrad: return f(TanhGradF{});
+    case BinaryOp::AddRelu: return f(AddReluF{});
     case BinaryOp::kCount: break;
   }
   DTRAIN_FAIL("unknown BinaryOp {}", static_cast<int>(op));

@@ -40,6 +40,10 @@ TEST_CASE("grad: activations", "[autograd][cpu]") {
   Tensor sign = Tensor::from_vector<double>({1, -1, 1, -1, 1, -1}, {6});
   Variable x(mul(t, sign), true);
   require_grad_ok([](Inputs in) { return relu(in[0]); }, {x});
+  // The sums x + y (y broadcast along rows) keep the signs of x and stay 0.1 or more from 0.
+  Variable y(mul(random_tensor({6}, 6, DType::f64, 0.0, 0.05), sign), true);
+  require_grad_ok([](Inputs in) { return add_relu(in[0], in[1]); }, {x, y});
+  require_grad_ok([](Inputs in) { return add_relu(in[1], in[0]); }, {x, y});
   require_grad_ok([](Inputs in) { return gelu(in[0]); }, {x});
   require_grad_ok([](Inputs in) { return sigmoid(in[0]); }, {x});
   require_grad_ok([](Inputs in) { return tanh(in[0]); }, {x});

@@ -146,3 +146,31 @@ TEST_CASE("clamp, amax and amin reject bad arguments", "[autograd][cpu]") {
   // Reducing the dim that is not empty is fine: an empty result, as in PyTorch.
   CHECK(amax(empty, {0}).shape() == Shape{0});
 }
+
+namespace {
+// Equal values, NaN matching NaN.
+void require_same(const Tensor& actual, const Tensor& expected) {
+  INFO("actual:   " << actual.str() << "\nexpected: " << expected.str());
+  REQUIRE(actual.shape() == expected.shape());
+  const std::vector<double> a = actual.to_vector<double>(), b = expected.to_vector<double>();
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(((std::isnan(a[i]) && std::isnan(b[i])) || a[i] == b[i]));
+}
+}  // namespace
+
+TEST_CASE("add_relu gives relu(add) exactly, forward and backward, at the kink and at NaN", "[autograd][cpu]") {
+  // Sums of exactly 0 (no gradient, as relu's), of both signs, and a NaN; b broadcast.
+  const Tensor a_values = values({1.5, -2, 0.25, 3, std::nan(""), -0.5, 2, -1}, {2, 4});
+  const Tensor b_values = values({-1.5, 1, 0.5, -4}, {4});
+  for (DType dtype : {DType::f32, DType::f64}) {
+    INFO(dtype_name(dtype));
+    Variable a1(a_values.to(dtype), true), b1(b_values.to(dtype), true);
+    Variable a2(a_values.to(dtype), true), b2(b_values.to(dtype), true);
+    Variable fused = add_relu(a1, b1), unfused = relu(add(a2, b2));
+    require_same(fused.data(), unfused.data());
+    const Tensor g = values({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4}).to(dtype);
+    fused.backward(g);
+    unfused.backward(g);
+    require_same(a1.grad(), a2.grad());
+    require_same(b1.grad(), b2.grad());
+  }
+}

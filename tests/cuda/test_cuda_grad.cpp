@@ -29,6 +29,7 @@ TEST_CASE("CUDA grad: arithmetic, activations, reductions, shapes", "[cuda][grad
   require_grad_ok([](Inputs in) { return mean(in[0], {-1}); }, {y});
   // Piecewise ops: random values lie away from the kinks by far more than the step.
   require_grad_ok([](Inputs in) { return add(abs(in[0]), clamp(in[0], -0.5, 0.5)); }, {y});
+  require_grad_ok([](Inputs in) { return add_relu(in[0], in[1]); }, {y, gpu_param({5}, 5)});
   require_grad_ok([](Inputs in) { return add(amax(in[0], {1}), amin(in[0], {1})); }, {y});
   require_grad_ok([](Inputs in) { return cat({narrow(in[0], 1, 1, 2), permute(in[0], {0, 2, 1})}, 2); }, {y});
   const Tensor index = Tensor::from_vector<std::int64_t>({3, 0, 3}, {3}).to(kGpu);

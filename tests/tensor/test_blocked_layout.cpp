@@ -38,9 +38,11 @@ TEST_CASE("element-wise ops on equal blocked layouts stay blocked and match the 
   test::CpuLayoutSwitch on(true);
   const Tensor a = conv_out(3), b = conv_out(5);
   if (!held_blocked(a)) return;
-  const Tensor r = relu(a), s = add(a, b), m = mul(a, b);
+  const Tensor r = relu(a), s = add(a, b), m = mul(a, b), sr = add_relu(a, b);
   CHECK(held_blocked(r));
   CHECK(held_blocked(s));
+  CHECK(held_blocked(sr));
+  require_close(sr, relu(add(a.clone(), b.clone())), 0, 0);
   // A scalar operand or a plain one takes the plain path, and still computes right.
   const Tensor plain_b = b.clone();
   const Tensor mixed = add(a, plain_b);

@@ -167,6 +167,7 @@ TEST_CASE("every binary op matches its formula in double", "[cpu][tensor]") {
        [](double g, double x) { return g * (gelu_ref(x + 1e-6) - gelu_ref(x - 1e-6)) / 2e-6; }},
       {BinaryOp::SigmoidGrad, "sigmoid_grad", [](double g, double y) { return g * y * (1 - y); }},
       {BinaryOp::TanhGrad, "tanh_grad", [](double g, double y) { return g * (1 - y * y); }},
+      {BinaryOp::AddRelu, "add_relu", [](double a, double b) { return std::max(a + b, 0.0); }},
   };
   REQUIRE(cases.size() == static_cast<std::size_t>(BinaryOp::kCount));
   for (const auto& c : cases) {

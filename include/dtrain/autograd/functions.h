@@ -30,6 +30,9 @@ Variable clamp(const Variable& x, std::optional<double> min, std::optional<doubl
 
 // ---- activations ------------------------------------------------------------------
 Variable relu(const Variable& x);
+// relu(add(a, b)) (broadcasting) in one pass each way, without keeping the sum for the
+// backward: the gradient passes where the output is positive. A residual block's join.
+Variable add_relu(const Variable& a, const Variable& b);
 Variable gelu(const Variable& x);
 Variable sigmoid(const Variable& x);
 Variable tanh(const Variable& x);

@@ -23,9 +23,11 @@ enum class UnaryOp : std::uint8_t {
 // Binary ops broadcast (numpy rules). The *Grad ops compute the backward of an activation:
 // ReluGrad(g, x) = g * (x > 0); GeluGrad(g, x) = g * gelu'(x);
 // SigmoidGrad(g, y) = g * y * (1 - y); TanhGrad(g, y) = g * (1 - y^2) with y the forward output.
+// AddRelu(a, b) = relu(a + b) in one pass: a residual block's addition and ReLU.
 enum class BinaryOp : std::uint8_t {
   Add, Sub, Mul, Div, Max, Min, Pow,
   ReluGrad, GeluGrad, SigmoidGrad, TanhGrad,
+  AddRelu,
   kCount
 };
 enum class CompareOp : std::uint8_t { Eq, Ne, Lt, Le, Gt, Ge, kCount };
@@ -55,6 +57,7 @@ inline Tensor div(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Di
 inline Tensor maximum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Max, a, b); }
 inline Tensor minimum(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Min, a, b); }
 inline Tensor pow(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Pow, a, b); }
+inline Tensor add_relu(const Tensor& a, const Tensor& b) { return binary(BinaryOp::AddRelu, a, b); }
 // Scalar variants: the scalar takes the tensor's dtype.
 Tensor add(const Tensor& a, double s);
 Tensor mul(const Tensor& a, double s);
