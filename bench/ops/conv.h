@@ -49,14 +49,15 @@ inline std::vector<ConvCase> cases(bool quick) {
       {"resnet18c_b32_l2_3x3", 32, 128, 16, 128, 3, 1, 1},
       {"resnet18c_b32_l3_3x3", 32, 256, 8, 256, 3, 1, 1},
       {"resnet18c_b32_l4_3x3", 32, 512, 4, 512, 3, 1, 1},
-      // Around Winograd's threshold of 64 4x4 output tiles (cpu_kernels.h, ConvAlgorithm):
-      // a batch slice's share of the layers above, and ResNet-50's at batch 8.
+      // Around Winograd's threshold of the output positions of 32 whole 4x4 tiles
+      // (cpu_kernels.h, ConvAlgorithm): a batch slice's share of the layers above, and
+      // ResNet-50's at batch 8. Tiles: those the outputs fill (7x7 fills 49/64 of its four).
       {"resnet18c_b16_l3_3x3", 16, 256, 8, 256, 3, 1, 1},      // 64 tiles
       {"resnet18c_b8_l3_3x3", 8, 256, 8, 256, 3, 1, 1},        // 32
       {"resnet18c_b16_l4_3x3", 16, 512, 4, 512, 3, 1, 1},      // 16
       {"resnet18c_b64_l4_3x3", 64, 512, 4, 512, 3, 1, 1},      // 64
-      {"resnet50_b8_l4_3x3", 8, 512, 7, 512, 3, 1, 1},         // 32
-      {"resnet50_b4_l3_3x3", 4, 256, 14, 256, 3, 1, 1},        // 64
+      {"resnet50_b8_l4_3x3", 8, 512, 7, 512, 3, 1, 1},         // 24.5
+      {"resnet50_b4_l3_3x3", 4, 256, 14, 256, 3, 1, 1},        // 49
       {"resnet50_b4_l1_3x3", 4, 64, 56, 64, 3, 1, 1},          // 784
       // Few channels: ResNet-20 (CIFAR, 16-64 channels; the ImageNet trainer's tests) at batch 32.
       {"resnet20_b32_l1_3x3", 32, 16, 32, 16, 3, 1, 1},

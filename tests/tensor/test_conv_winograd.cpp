@@ -87,28 +87,33 @@ TEST_CASE("Winograd convolutions match an f64 reference to a few f32 roundings",
   }
 }
 
-TEST_CASE("Auto takes Winograd from 64 channels and 64 output tiles per thread's slice", "[tensor][conv]") {
+TEST_CASE("Auto takes Winograd from 64 channels and 512 output positions per thread's slice", "[tensor][conv]") {
   if (!winograd_here()) return;
   dtrain::test::CpuLayoutSwitch restore(true);
   set_num_threads(1);
-  // 16 images of 8x8 outputs: 4 tiles of 4x4 each, 64 in all.
-  const Problem p = problem(16, 64, 8, 64);
+  // 8 images of 8x8 outputs: 4 tiles of 4x4 each, 32 in all.
+  const Problem p = problem(8, 64, 8, 64);
   const ConvResults wino = convolve(ConvAlgorithm::Winograd, p.x, p.w, p.dy);
   const ConvResults direct = convolve(ConvAlgorithm::Direct, p.x, p.w, p.dy);
   REQUIRE(differ_everywhere(wino, direct));
   CHECK(same(convolve(ConvAlgorithm::Auto, p.x, p.w, p.dy), wino));
-  // Two threads: slices of 8 images, 32 tiles each. (Weight gradients are summed per slice,
+  // Two threads: slices of 4 images, 16 tiles each. (Weight gradients are summed per slice,
   // so the direct reference is taken at 2 threads too.)
   set_num_threads(2);
   CHECK(same(convolve(ConvAlgorithm::Auto, p.x, p.w, p.dy), convolve(ConvAlgorithm::Direct, p.x, p.w, p.dy)));
   CHECK(differ_everywhere(convolve(ConvAlgorithm::Winograd, p.x, p.w, p.dy),
                           convolve(ConvAlgorithm::Direct, p.x, p.w, p.dy)));
-  // 9x9 outputs are 3x3 tiles each: 8 images make 72.
+  // 7x7 outputs fill only 49 of their four tiles' 64 positions: 10 images are 490
+  // positions (direct), 11 are 539 (Winograd).
   set_num_threads(1);
-  const Problem q = problem(8, 64, 9, 64);
-  CHECK(same(convolve(ConvAlgorithm::Auto, q.x, q.w, q.dy), convolve(ConvAlgorithm::Winograd, q.x, q.w, q.dy)));
+  const Problem q10 = problem(10, 64, 7, 64), q11 = problem(11, 64, 7, 64);
+  const ConvResults direct_q10 = convolve(ConvAlgorithm::Direct, q10.x, q10.w, q10.dy);
+  CHECK(differ_everywhere(convolve(ConvAlgorithm::Winograd, q10.x, q10.w, q10.dy), direct_q10));
+  CHECK(same(convolve(ConvAlgorithm::Auto, q10.x, q10.w, q10.dy), direct_q10));
+  CHECK(same(convolve(ConvAlgorithm::Auto, q11.x, q11.w, q11.dy),
+             convolve(ConvAlgorithm::Winograd, q11.x, q11.w, q11.dy)));
   // 32 channels in or out: direct.
-  for (const Problem& r : {problem(16, 32, 8, 64), problem(16, 64, 8, 32)}) {
+  for (const Problem& r : {problem(8, 32, 8, 64), problem(8, 64, 8, 32)}) {
     const ConvResults direct_r = convolve(ConvAlgorithm::Direct, r.x, r.w, r.dy);
     CHECK(same(convolve(ConvAlgorithm::Auto, r.x, r.w, r.dy), direct_r));
     CHECK(differ_everywhere(convolve(ConvAlgorithm::Winograd, r.x, r.w, r.dy), direct_r));

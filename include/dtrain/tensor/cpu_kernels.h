@@ -27,14 +27,14 @@ void set_cpu_conv_weight_grad(ConvWeightGrad mode);
 // tile costs 36 products per channel pair instead of 144. Forward and backward together
 // (bench/results/conv_winograd_layers.txt, speed over the direct kernels'): 1.05-2.0x on
 // ResNet layers with 64 channels or more each way where a batch slice (the images one
-// thread convolves) has 64 output tiles or more (12 of 13 shapes; the 13th even); with 32
-// tiles 0.85-1.16x, with 16 0.8x, with 16-32 channels 0.8-0.9x, on a 3-channel stem 0.56x.
+// thread convolves) has the output positions of 32 whole 4x4 tiles or more (1.09-1.11x at
+// exactly 32); below that 0.78-0.86x, with 16-32 channels 0.8-0.9x, on a 3-channel stem 0.56x.
 // Their results carry their transforms' roundings: against an f64 reference, forward
 // results and input gradients are off by up to 5e-6 of their scale on those layers (the
 // direct kernels: 5e-7), weight gradients by as much as the direct kernels' (up to 3e-6).
-// Auto takes Winograd where it applies with 64 channels and 64 tiles; Winograd takes it
-// wherever it applies; Direct never. DTRAIN_CPU_CONV_ALGO=auto|direct|winograd sets it at
-// start.
+// Auto takes Winograd where it applies with 64 channels and 512 output positions per slice
+// (N * OH * OW); Winograd takes it wherever it applies; Direct never.
+// DTRAIN_CPU_CONV_ALGO=auto|direct|winograd sets it at start.
 enum class ConvAlgorithm { Auto, Direct, Winograd };
 ConvAlgorithm cpu_conv_algorithm();
 void set_cpu_conv_algorithm(ConvAlgorithm mode);

@@ -138,7 +138,7 @@ ConvPrimitives make_primitives(const ConvKey& k) {
 // Whether to ask for Winograd kernels (cpu_kernels.h, ConvAlgorithm) for a slice of n images
 // of the problem x * w -> out: only for f32 products of ungrouped, undilated 3x3 kernels of
 // stride 1 (oneDNN's F(4x4, 3x3) kernels, the only f32 Winograd it has), and under Auto only
-// where the slice has enough 4x4 output tiles to pay for the transforms.
+// where the slice has enough output positions (4x4 tiles) to pay for the transforms.
 bool wants_winograd(std::int64_t n, const Shape& w, const Tensor& out, const Conv2dParams& p,
                     memory::data_type operands) {
   const ConvAlgorithm mode = cpu_conv_algorithm();  // read first: a bad DTRAIN_CPU_CONV_ALGO fails on any convolution
@@ -146,16 +146,17 @@ bool wants_winograd(std::int64_t n, const Shape& w, const Tensor& out, const Con
                        p.dilation_h == 1 && p.dilation_w == 1 && p.groups == 1;
   if (!applies) return false;
   // Measured on AVX-512 (bench/results/conv_winograd_layers.txt): with 64 channels and more
-  // each way and 64 tiles per slice and more, Winograd was faster or even on every ResNet
-  // layer shape; with 32 tiles 0.85-1.16x, with 16 slower; with 16-32 channels slower, and
-  // on a 3-channel stem 1.8x slower (its transforms pad the channels to 16).
-  constexpr std::int64_t kMinTiles = 64, kMinChannels = 64;
-  const auto tiles = [](std::int64_t size) { return (size + 3) / 4; };
+  // each way, Winograd was faster or even on every ResNet layer shape whose slice has the
+  // output positions of 32 whole 4x4 tiles or more (1.05-2.0x, 1.09-1.11x at exactly 32),
+  // and slower below: 0.86x on 8 images of 7x7 (392 positions, in 32 tiles that 7x7 leaves
+  // partly empty), 0.78x at 16 tiles. With 16-32 channels it was slower, and on a 3-channel
+  // stem 1.8x slower (its transforms pad the channels to 16).
+  constexpr std::int64_t kMinPositions = 32 * 16, kMinChannels = 64;
   switch (mode) {
     case ConvAlgorithm::Direct: return false;
     case ConvAlgorithm::Winograd: return true;
     case ConvAlgorithm::Auto:
-      return std::min(w[0], w[1]) >= kMinChannels && n * tiles(out.size(2)) * tiles(out.size(3)) >= kMinTiles;
+      return std::min(w[0], w[1]) >= kMinChannels && n * out.size(2) * out.size(3) >= kMinPositions;
   }
   return false;
 }
