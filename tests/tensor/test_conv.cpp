@@ -32,6 +32,9 @@ const std::vector<ConvCase>& conv_cases() {
       // products here take all 5 images' 16 positions side by side.
       {"3x3, 8 channels, 4x4 maps", {5, 8, 4, 4}, {6, 8, 3, 3}, {1, 1, 1, 1, 1, 1, 1}},
       {"groups 2, 1x1, 40 channels", {3, 40, 3, 3}, {4, 20, 1, 1}, {1, 1, 0, 0, 1, 1, 2}},
+      // Three whole blocks of 16 output channels: 2 or 3 threads reorder the weights for
+      // oneDNN a range of blocks each.
+      {"3x3, 16 -> 48 channels", {2, 16, 6, 6}, {48, 16, 3, 3}, {1, 1, 1, 1, 1, 1, 1}},
   };
   return cases;
 }
