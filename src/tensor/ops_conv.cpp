@@ -1,6 +1,6 @@
 // Convolution and pooling ops: argument checks, PyTorch's output-size formulas, output
-// allocation, then the backend. The backward ops allocate zero-filled gradients, which the
-// backends accumulate into. Convolutions of 16-bit operands (f16, bf16) sum in f32 and
+// allocation, then the backend. The backward ops allocate their gradients uninitialized, and
+// the backends write every element of them. Convolutions of 16-bit operands (f16, bf16) sum in f32 and
 // return f32 (product_dtype) rounded through the operands' type: the mixed-precision path.
 #include "dtrain/tensor/ops.h"
 

@@ -171,8 +171,8 @@ TEST_CASE("conv2d takes an empty batch: empty outputs, zero weight gradients", "
 
 // The gradients are allocated uninitialized, so the kernels must write every element: also
 // where no window reaches the input (strides beyond the kernel) and for an empty batch.
-// Each gradient's size is first freed full of NaN, which the block cache (off under ASan)
-// then serves the gradient from.
+// Each gradient's size is first freed full of NaN, right before the gradient is allocated,
+// which the block cache (off under ASan) then serves it from.
 TEST_CASE("conv2d gradients overwrite every element of reused memory", "[cpu][tensor]") {
   const DType dtype = GENERATE(DType::f32, DType::f64);  // oneDNN, and the reference loops
   test::CpuLayoutSwitch layout(GENERATE(false, true));
@@ -189,15 +189,19 @@ TEST_CASE("conv2d gradients overwrite every element of reused memory", "[cpu][te
     INFO(c.name);
     Tensor x = test::random_tensor(c.x, ++seed, dtype), w = test::random_tensor(c.w, ++seed, dtype);
     Tensor go = test::random_tensor(out_shape(c), ++seed, dtype);
+    const Tensor expected_gx = naive_grad_input(c, go, w), expected_gw = naive_grad_weight(c, go, x);
     free_nan_block(c.x);
-    test::require_close(conv2d_backward_input(go, w, c.x, c.p), naive_grad_input(c, go, w), 1e-5, 1e-5);
+    const Tensor gx = conv2d_backward_input(go, w, c.x, c.p);
+    test::require_close(gx, expected_gx, 1e-5, 1e-5);
     free_nan_block(c.w);
-    test::require_close(conv2d_backward_weight(go, x, c.w, c.p), naive_grad_weight(c, go, x), 1e-5, 1e-5);
+    const Tensor gw = conv2d_backward_weight(go, x, c.w, c.p);
+    test::require_close(gw, expected_gw, 1e-5, 1e-5);
   }
   const Tensor x = Tensor::zeros({0, 16, 5, 5}, {dtype}), go = Tensor::zeros({0, 16, 5, 5}, {dtype});
+  const Tensor zeros = Tensor::zeros({16, 16, 3, 3}, {dtype});
   free_nan_block({16, 16, 3, 3});
-  test::require_close(conv2d_backward_weight(go, x, {16, 16, 3, 3}, {1, 1, 1, 1, 1, 1, 1}),
-                      Tensor::zeros({16, 16, 3, 3}, {dtype}), 0, 0);
+  const Tensor gw = conv2d_backward_weight(go, x, {16, 16, 3, 3}, {1, 1, 1, 1, 1, 1, 1});
+  test::require_close(gw, zeros, 0, 0);
 }
 
 TEST_CASE("conv2d reads strided inputs", "[cpu][tensor]") {

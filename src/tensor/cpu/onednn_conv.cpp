@@ -221,8 +221,8 @@ memory activation(const Tensor& t, const BlockedActivation* blocked, const Slice
 }
 
 // Output channels that the 4-D weight layout `desc` keeps together in its innermost blocks
-// (16 in ABcd16b16a), or 0 when a range of them is not a whole sub-tensor of it (other
-// formats, padded dimensions).
+// (16 in ABcd16b16a), or 0 where it has no such blocks (plain or channels-last formats,
+// whose ranges of output channels would interleave in memory) or pads a dimension.
 std::int64_t output_channel_block(const memory::desc& desc) {
   const dnnl_memory_desc_t& d = desc.data;
   if (d.ndims != 4 || d.format_kind != dnnl_blocked) return 0;
@@ -234,7 +234,7 @@ std::int64_t output_channel_block(const memory::desc& desc) {
   for (int i = 0; i < blocking.inner_nblks; ++i) {
     if (blocking.inner_idxs[i] == 0) block *= blocking.inner_blks[i];
   }
-  return block;
+  return block > 1 ? block : 0;
 }
 
 // Plain weights `user` reordered into `wanted` by the pool's threads, each a range of whole

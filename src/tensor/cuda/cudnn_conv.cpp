@@ -228,8 +228,8 @@ ConvLibrary& CudaBackend::conv_library() {
   return *conv_;
 }
 
-// The backward ops hand over zero-filled gradients (ops_conv.cpp); cuDNN overwrites them
-// (beta = 0), which is the same since they hold zeros, and cheaper than accumulating.
+// The backward ops hand over uninitialized gradients (ops_conv.cpp); cuDNN overwrites them
+// (beta = 0), and a sum over nothing is filled with zeros.
 
 void CudaBackend::conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, const Conv2dParams& p,
                          Tensor& out) {
