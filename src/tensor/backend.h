@@ -91,7 +91,8 @@ class Backend {
   virtual void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p,
                                       Tensor& grad_w) = 0;  // grad_w uninitialized: write all of it
   virtual void max_pool2d(const Tensor& x, const Pool2dParams& p, Tensor& out, Tensor& indices) = 0;
-  virtual void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_x) = 0;
+  virtual void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices,
+                                   Tensor& grad_x) = 0;  // grad_x uninitialized: write all of it
   virtual void avg_pool2d(const Tensor& x, const Pool2dParams& p, Tensor& out) = 0;
   virtual void avg_pool2d_backward(const Tensor& grad_out, const Pool2dParams& p, Tensor& grad_x) = 0;
   virtual void adaptive_avg_pool2d(const Tensor& x, Tensor& out) = 0;

@@ -144,7 +144,8 @@ Tensor max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, const 
                    grad_out.size(1) == x_shape[1],
                "max_pool2d_backward: grad_out {} and indices {} do not match input {}", shape_str(grad_out.shape()),
                shape_str(indices.shape()), shape_str(x_shape));
-  Tensor grad_x = Tensor::zeros(x_shape, grad_out.options());
+  // Uninitialized: each backend zeroes the planes it scatters into, in the same pass.
+  Tensor grad_x = Tensor::empty(x_shape, grad_out.options());
   detail::backend(grad_out.device()).max_pool2d_backward(grad_out, indices, grad_x);
   return grad_x;
 }

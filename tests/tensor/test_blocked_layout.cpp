@@ -4,6 +4,9 @@
 // plain bytes drops the blocked copy. Whole networks: tests/layers/test_blocked_training.cpp.
 #include "support/test_support.h"
 
+#include <cmath>
+#include <vector>
+
 
 namespace dtrain {
 namespace {
@@ -139,6 +142,56 @@ TEST_CASE("GEMM weight gradients leave blocked operands blocked", "[blocked]") {
   CHECK(held_blocked(g));
   test::ConvWeightGradSwitch direct(ConvWeightGrad::Direct);
   require_close(gw, conv2d_backward_weight(g, x, w.shape(), p), 1e-4, 1e-4);
+}
+
+TEST_CASE("max pooling keeps blocked activations blocked and matches the plain kernel", "[blocked]") {
+  test::CpuLayoutSwitch on(true);
+  for (const Pool2dParams& p : {Pool2dParams{2, 2, 2, 2, 0, 0}, Pool2dParams{3, 3, 2, 2, 1, 1},
+                                Pool2dParams{3, 3, 1, 1, 1, 1}, Pool2dParams{2, 3, 1, 2, 0, 1}}) {
+    INFO("kernel " << p.kernel_h << "x" << p.kernel_w << ", stride " << p.stride_h << "x" << p.stride_w);
+    const Tensor x = conv_out(41);
+    if (!held_blocked(x)) return;
+    const MaxPoolResult blocked = max_pool2d(x, p);
+    CHECK(held_blocked(blocked.output));
+    CHECK(held_blocked(x));
+    const MaxPoolResult plain = max_pool2d(x.clone(), p);
+    CHECK_FALSE(held_blocked(plain.output));
+    require_close(blocked.output, plain.output, 0, 0);
+    CHECK(blocked.indices.to_vector<std::int64_t>() == plain.indices.to_vector<std::int64_t>());
+
+    // A blocked output gradient (a pooled convolution output has its shape) scatters into a
+    // blocked grad_x; the same values through the plain kernel.
+    const Tensor g = max_pool2d(conv_out(43), p).output;
+    REQUIRE(held_blocked(g));
+    const Tensor gx = max_pool2d_backward(g, blocked.indices, x.shape());
+    CHECK(held_blocked(gx));
+    const Tensor gx_plain = max_pool2d_backward(g.clone(), blocked.indices, x.shape());
+    CHECK_FALSE(held_blocked(gx_plain));
+    require_close(gx, gx_plain, 0, 0);
+  }
+}
+
+TEST_CASE("blocked max pooling lets the first NaN of a window win, with its index", "[blocked]") {
+  test::CpuLayoutSwitch on(true);
+  // A 1x1 convolution spreads a NaN at (image 1, row 2, column 3) over every output channel.
+  Tensor in = random_tensor({2, 8, 6, 5}, 45);
+  std::vector<float> values = in.to_vector<float>();
+  values[((1 * 8 + 4) * 6 + 2) * 5 + 3] = std::nanf("");
+  in = Tensor::from_vector(values, in.shape());
+  const Tensor x = conv2d(in, random_tensor({16, 8, 1, 1}, 46), Tensor(), Conv2dParams{});
+  if (!held_blocked(x)) return;
+  const MaxPoolResult blocked = max_pool2d(x, Pool2dParams{3, 3, 1, 1, 1, 1});
+  const MaxPoolResult plain = max_pool2d(x.clone(), Pool2dParams{3, 3, 1, 1, 1, 1});
+  REQUIRE(held_blocked(blocked.output));
+  const std::vector<float> out = blocked.output.to_vector<float>(), expected = plain.output.to_vector<float>();
+  std::int64_t nans = 0;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    CHECK(std::isnan(out[i]) == std::isnan(expected[i]));
+    if (std::isnan(out[i])) ++nans;
+    else CHECK(out[i] == expected[i]);
+  }
+  CHECK(nans == 16 * 9);  // the 3x3 outputs around (2, 3) in each channel of image 1
+  CHECK(blocked.indices.to_vector<std::int64_t>() == plain.indices.to_vector<std::int64_t>());
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "support/test_support.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -107,6 +108,31 @@ TEST_CASE("max_pool2d values and indices match the direct loops", "[cpu][tensor]
     for (std::size_t o = 0; o < idx.size(); ++o) gx[(o / wins.size()) * 42 + idx[o]] += gv[o];
     test::require_close(max_pool2d_backward(go, r.indices, x.shape()), Tensor::from_vector(gx, x.shape()), 1e-6, 1e-6);
   }
+}
+
+TEST_CASE("max_pool2d_backward overwrites every element of reused memory", "[cpu][tensor]") {
+  // grad_x is allocated uninitialized: a block of its size freed full of NaN right before
+  // is what the block cache (off under ASan) serves it from, and every element must come
+  // out as the scatter of the output gradient into zeros.
+  const bool blocked = GENERATE(false, true);
+  test::CpuLayoutSwitch layout(blocked);
+  INFO((blocked ? "blocked layout" : "plain layout"));
+  const Pool2dParams p = pool(2, 2, 0);
+  // A convolution output with whole channel blocks, so that the blocked kernel runs too.
+  const Tensor x = conv2d(test::random_tensor({2, 8, 6, 6}, 12), test::random_tensor({16, 8, 1, 1}, 13), Tensor(),
+                          Conv2dParams{});
+  const MaxPoolResult r = max_pool2d(x, p);
+  const Tensor g = max_pool2d(conv2d(test::random_tensor({2, 8, 6, 6}, 14), test::random_tensor({16, 8, 1, 1}, 15),
+                                     Tensor(), Conv2dParams{}),
+                              p)
+                       .output;
+  std::vector<double> expected(static_cast<std::size_t>(x.numel()), 0.0);
+  const std::vector<double> gv = g.clone().to_vector<double>();
+  const std::vector<std::int64_t> idx = r.indices.to_vector<std::int64_t>();
+  for (std::size_t o = 0; o < idx.size(); ++o) expected[(o / 9) * 36 + static_cast<std::size_t>(idx[o])] += gv[o];
+  const Tensor reference = Tensor::from_vector(expected, x.shape());
+  (void)Tensor::full(x.shape(), std::nan(""));
+  test::require_close(max_pool2d_backward(g, r.indices, x.shape()), reference, 0, 0);
 }
 
 TEST_CASE("max_pool2d padding never wins over negative inputs", "[cpu][tensor]") {

@@ -242,13 +242,6 @@ void backward_blocked(const float* g, const float* x, const float* y, const Tens
   });
 }
 
-// Runs f<B>() for the blocked layout's block size.
-template <class F>
-void with_block(const onednn::BlockedActivation& blocked, F f) {
-  if (blocked.tag() == dnnl::memory::format_tag::nChw16c) f(std::integral_constant<int, 16>{});
-  else f(std::integral_constant<int, 8>{});
-}
-
 // Runs f(std::bool_constant<relu>) for the runtime flag.
 template <class F>
 void with_relu(bool relu, F f) {
@@ -264,7 +257,7 @@ void CpuBackend::batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
     constexpr bool R = decltype(fused)::value;
     if (const auto bx = onednn::blocked_of(x); bx && onednn::may_block(y)) {
       auto by = std::make_shared<onednn::BlockedActivation>(y.shape(), bx->tag());
-      with_block(*bx, [&](auto block) {
+      onednn::with_block(*bx, [&](auto block) {
         forward_blocked<decltype(block)::value, R>(bx->floats(), gamma, beta, eps, by->floats(), x.shape(), mean, var);
       });
       onednn::hand_over(y, std::move(by));
@@ -286,7 +279,7 @@ void CpuBackend::batch_norm_backward(const Tensor& grad_y, const Tensor& x, cons
     const auto by = R ? onednn::blocked_of(relu_y) : nullptr;
     if (bg && bx && bg->same_layout(*bx) && (!R || (by && by->same_layout(*bx))) && onednn::may_block(grad_x)) {
       auto bgx = std::make_shared<onednn::BlockedActivation>(grad_x.shape(), bx->tag());
-      with_block(*bx, [&](auto block) {
+      onednn::with_block(*bx, [&](auto block) {
         backward_blocked<decltype(block)::value, R>(bg->floats(), bx->floats(), R ? by->floats() : nullptr, mean, var,
                                                     gamma, eps, bgx->floats(), x.shape(), grad_gamma, grad_beta);
       });

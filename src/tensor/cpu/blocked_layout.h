@@ -14,6 +14,7 @@
 
 #include <memory>
 #include <optional>
+#include <type_traits>
 
 namespace dtrain::detail::onednn {
 
@@ -55,5 +56,13 @@ const float* plain_floats(const Tensor& t, std::unique_ptr<Buffer>& copy);
 
 // Hands `out`'s bytes over to `blocked` (see Storage::replace_with_layout).
 void hand_over(Tensor& out, std::shared_ptr<const BlockedActivation> blocked);
+
+// Runs f(std::integral_constant<int, B>{}) for the layout's block size B, so that kernels
+// loop over a compile-time number of lanes.
+template <class F>
+void with_block(const BlockedActivation& blocked, F f) {
+  if (blocked.tag() == dnnl::memory::format_tag::nChw16c) f(std::integral_constant<int, 16>{});
+  else f(std::integral_constant<int, 8>{});
+}
 
 }  // namespace dtrain::detail::onednn

@@ -1,11 +1,15 @@
 // CPU 2-D pooling (max, average, adaptive average) and their backwards. Every (n, c) plane
 // is independent, so planes are split across threads; a backward writes only into its own
-// plane of the zero-filled grad_x, which makes it race-free without atomics.
+// plane of grad_x, which makes it race-free without atomics. Max pooling also runs on
+// activations held in the blocked layout (blocked_layout.h), keeping them blocked.
 #include "dtrain/core/parallel.h"
+#include "tensor/cpu/blocked_layout.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/kernel_layout.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <tuple>
 #include <utility>
@@ -99,12 +103,84 @@ void max_pool_backward(const Tensor& go_t, const Tensor& idx_t, Tensor& gx_t) {
   const std::int64_t* idx = idx_t.data<std::int64_t>();
   T* gx = gx_t.data<T>();
   const std::int64_t plane_size = g.h * g.w, out_size = g.oh * g.ow;
-  for_each_plane(g.count, out_size, [&](std::int64_t plane) {
+  for_each_plane(g.count, out_size + plane_size, [&](std::int64_t plane) {
     T* dst = gx + plane * plane_size;
+    std::fill(dst, dst + plane_size, T(0));  // grad_x comes uninitialized
     for (std::int64_t o = plane * out_size; o < (plane + 1) * out_size; ++o) {
       DTRAIN_CHECK(idx[o] >= 0 && idx[o] < plane_size,
                    "max_pool2d_backward: index {} out of range for an input plane of {} elements", idx[o], plane_size);
       dst[idx[o]] += go[o];
+    }
+  });
+}
+
+// ---- the blocked layout -----------------------------------------------------------
+// Image i's channels [cb * B, cb * B + B) are H * W * B contiguous floats, value s of
+// channel cb * B + k at s * B + k: block b of the tensor holds planes b * B .. b * B + B - 1,
+// and a window's position holds one vector of B lanes, one per plane. The indices stay
+// plain (N, C, OH, OW) i64, the public contract. Plane indices are tracked in 32 bits, so
+// the caller takes this path only for planes of fewer than 2^31 elements.
+
+// Four floats or 32-bit ints as one GCC vector, the width of the baseline SSE2 register:
+// compares and selects on it compile to single instructions (wider GCC vectors are split
+// into scalar code for the selects), and a block of B lanes is B / 4 of them.
+typedef float F4 __attribute__((vector_size(16)));
+typedef std::int32_t I4 __attribute__((vector_size(16)));
+
+template <int B>
+void max_pool_blocked(const float* x, const Planes& g, const Pool2dParams& p, float* out, std::int64_t* idx) {
+  constexpr int V = B / 4;
+  const std::int64_t out_size = g.oh * g.ow;
+  for_each_plane(g.count / B, out_size * p.kernel_h * p.kernel_w * B, [&](std::int64_t block) {
+    const float* in = x + block * g.h * g.w * B;
+    float* dst = out + block * out_size * B;
+    std::int64_t* dst_idx = idx + block * B * out_size;
+    for (std::int64_t y = 0; y < g.oh; ++y) {
+      for (std::int64_t xo = 0; xo < g.ow; ++xo) {
+        const Window win = pool_window(g, p, y, xo);
+        F4 best[V];
+        I4 arg[V];
+        for (int j = 0; j < V; ++j) best[j] = F4{} - std::numeric_limits<float>::infinity();
+        for (int j = 0; j < V; ++j) arg[j] = I4{} + static_cast<std::int32_t>(win.h0 * g.w + win.w0);
+        for (std::int64_t h = win.h0; h < win.h1; ++h) {
+          for (std::int64_t c = win.w0; c < win.w1; ++c) {
+            const auto pos = static_cast<std::int32_t>(h * g.w + c);
+            const float* at = in + pos * std::int64_t{B};
+            for (int j = 0; j < V; ++j) {
+              F4 v;
+              std::memcpy(&v, at + 4 * j, sizeof v);
+              // As the plain kernel: the first maximum, or the first NaN, wins.
+              const I4 take = (v > best[j]) | ((v != v) & (best[j] == best[j]));
+              best[j] = take ? v : best[j];
+              arg[j] = take ? I4{} + pos : arg[j];
+            }
+          }
+        }
+        const std::int64_t o = y * g.ow + xo;
+        std::memcpy(dst + o * B, best, sizeof best);
+        std::int32_t args[B];
+        std::memcpy(args, arg, sizeof arg);
+        for (int k = 0; k < B; ++k) dst_idx[k * out_size + o] = args[k];
+      }
+    }
+  });
+}
+
+template <int B>
+void max_pool_backward_blocked(const float* go, const std::int64_t* idx, const Planes& g, float* gx) {
+  const std::int64_t plane_size = g.h * g.w, out_size = g.oh * g.ow;
+  for_each_plane(g.count / B, (out_size + plane_size) * B, [&](std::int64_t block) {
+    float* dst = gx + block * plane_size * B;
+    std::fill(dst, dst + plane_size * B, 0.0f);
+    const float* src = go + block * out_size * B;
+    const std::int64_t* src_idx = idx + block * B * out_size;
+    for (std::int64_t o = 0; o < out_size; ++o) {
+      for (int k = 0; k < B; ++k) {
+        const std::int64_t i = src_idx[k * out_size + o];
+        DTRAIN_CHECK(i >= 0 && i < plane_size,
+                     "max_pool2d_backward: index {} out of range for an input plane of {} elements", i, plane_size);
+        dst[i * B + k] += src[o * B + k];
+      }
     }
   });
 }
@@ -157,14 +233,36 @@ std::int64_t adaptive_reads(const Tensor& in, const Tensor& out) {
 
 }  // namespace
 
+// A blocked input gives a blocked output, read and written as it is.
 void CpuBackend::max_pool2d(const Tensor& x, const Pool2dParams& p, Tensor& out, Tensor& indices) {
+  if (const auto bx = onednn::blocked_of(x);
+      bx && onednn::may_block(out) && x.size(2) * x.size(3) <= std::numeric_limits<std::int32_t>::max()) {
+    auto bo = std::make_shared<onednn::BlockedActivation>(out.shape(), bx->tag());
+    onednn::with_block(*bx, [&](auto block) {
+      max_pool_blocked<decltype(block)::value>(bx->floats(), planes_of(x, out), p, bo->floats(),
+                                               indices.data<std::int64_t>());
+    });
+    onednn::hand_over(out, std::move(bo));
+    return;
+  }
   Tensor xc = x.contiguous();
   dispatch_floating(x.dtype(), "max_pool2d",
                     [&](auto tag) { max_pool<typename decltype(tag)::type>(xc, p, out, indices); });
 }
 
+// A blocked gradient gives a blocked grad_x, for the blocked ReLU or convolution before.
 void CpuBackend::max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_x) {
-  Tensor goc = grad_out.contiguous(), ic = indices.contiguous();
+  Tensor ic = indices.contiguous();
+  if (const auto bg = onednn::blocked_of(grad_out); bg && onednn::may_block(grad_x)) {
+    auto bgx = std::make_shared<onednn::BlockedActivation>(grad_x.shape(), bg->tag());
+    onednn::with_block(*bg, [&](auto block) {
+      max_pool_backward_blocked<decltype(block)::value>(bg->floats(), ic.data<std::int64_t>(),
+                                                        planes_of(grad_x, grad_out), bgx->floats());
+    });
+    onednn::hand_over(grad_x, std::move(bgx));
+    return;
+  }
+  Tensor goc = grad_out.contiguous();
   dispatch_floating(grad_out.dtype(), "max_pool2d_backward",
                     [&](auto tag) { max_pool_backward<typename decltype(tag)::type>(goc, ic, grad_x); });
 }

@@ -175,7 +175,9 @@ void CudaBackend::max_pool2d(const Tensor& x_in, const Pool2dParams& p, Tensor& 
 }
 
 void CudaBackend::max_pool2d_backward(const Tensor& grad_out_in, const Tensor& indices_in, Tensor& grad_x) {
-  if (grad_out_in.numel() == 0 || grad_x.numel() == 0) return;  // grad_x stays zero
+  if (grad_x.numel() == 0) return;
+  fill(grad_x, 0);  // comes uninitialized; the kernel adds into it
+  if (grad_out_in.numel() == 0) return;
   cuda::DeviceGuard guard(device_);
   const Tensor grad_out = grad_out_in.contiguous(), indices = indices_in.contiguous();
   const Planes g = planes_of(grad_x, grad_out);
