@@ -4,8 +4,9 @@
 //            found at configure time) on the same operands, timed in turn with dtrain's
 //   conv     conv2d forward, backward-input, backward-weight on LeNet and ResNet-18 layers
 //   eltwise  add, mul, relu, exp, sums, softmax on 1M and 16M elements, as GB/s
+//   optim    the fused SGD momentum update against the passes it replaced, as GB/s
 //
-//   bench_ops [--threads T] [--filter gemm|conv|eltwise|<case>] [--quick] [--json]
+//   bench_ops [--threads T] [--filter gemm|conv|eltwise|optim|<case>] [--quick] [--json]
 //
 // Every case is first checked against a plain double-precision reference (GEMM rows,
 // direct convolution at batch 2, plain loops); a mismatch names the case and exits 1.
@@ -23,6 +24,7 @@
 #include "ops/eltwise.h"
 #include "ops/gemm.h"
 #include "ops/isa.h"
+#include "ops/optim.h"
 #include "ops/peak.h"
 
 #include <CLI/CLI.hpp>
@@ -68,6 +70,7 @@ int run(const bench::OpsOptions& options) {
   bench::run_gemm(ctx);
   bench::run_conv(ctx);
   bench::run_eltwise(ctx);
+  bench::run_optim(ctx);
   return 0;
 }
 
@@ -79,7 +82,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", options.threads, "intra-op threads (dtrain and OpenBLAS; Eigen stays on 1)")
       ->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--filter", options.filter, "run the cases whose \"group/case\" contains this, e.g. gemm, conv, "
-                                             "eltwise, mlp_b256, resnet18");
+                                             "eltwise, optim, mlp_b256, resnet18");
   app.add_flag("--quick", options.quick, "fewer cases, each timed for 0.1 s instead of 0.3 s");
   app.add_flag("--json", options.json, "print JSON lines (the machine, then one per case) instead of tables");
   CLI11_PARSE(app, argc, argv);

@@ -26,21 +26,27 @@ SGD::SGD(std::vector<Variable> params, SgdOptions options)
 
 void SGD::step() {
   for_each_update([&](std::size_t i, Tensor& p, const Tensor& grad) {
+    const bool decays = weight_decay_ != 0 && !(exclude_1d_from_weight_decay_ && p.dim() < 2);
+    if (momentum_ != 0) {
+      Tensor& buf = buffer(momentum_buffer_, i);
+      if (buf.defined()) {
+        // Every later step: one fused pass over the parameter, its gradient and buffer.
+        sgd_momentum_step_(p, buf, grad, {.lr = lr(), .momentum = momentum_, .dampening = dampening_,
+                                          .weight_decay = decays ? weight_decay_ : 0.0, .nesterov = nesterov_});
+        return;
+      }
+    }
     // d is the update direction; it aliases the gradient until something must change it,
     // so plain SGD allocates nothing.
     Tensor d = grad;
-    if (weight_decay_ != 0 && !(exclude_1d_from_weight_decay_ && p.dim() < 2)) {
+    if (decays) {
       d = grad.clone();
       add_(d, p, weight_decay_);
     }
     if (momentum_ != 0) {
+      // The first step: PyTorch starts the buffer at the direction, undamped.
       Tensor& buf = buffer(momentum_buffer_, i);
-      if (!buf.defined()) {
-        buf = d.clone();  // PyTorch starts the buffer at the gradient, undamped
-      } else {
-        mul_(buf, momentum_);
-        add_(buf, d, 1 - dampening_);
-      }
+      buf = d.clone();
       if (nesterov_) {
         if (d.same_storage(grad)) d = grad.clone();
         add_(d, buf, momentum_);

@@ -5,6 +5,23 @@
 namespace dtrain {
 namespace detail {
 
+void Backend::sgd_momentum_step(Tensor& param, Tensor& buf, const Tensor& grad, const SgdMomentumStep& step) {
+  Tensor d = grad;
+  if (step.weight_decay != 0) {
+    d = grad.clone();
+    update(UpdateOp::AddScaled, d, param, Tensor(), step.weight_decay);
+  }
+  update(UpdateOp::MulScalar, buf, Tensor(), Tensor(), step.momentum);
+  update(UpdateOp::AddScaled, buf, d, Tensor(), 1 - step.dampening);
+  if (step.nesterov) {
+    if (d.same_storage(grad)) d = grad.clone();
+    update(UpdateOp::AddScaled, d, buf, Tensor(), step.momentum);
+    update(UpdateOp::AddScaled, param, d, Tensor(), -step.lr);
+  } else {
+    update(UpdateOp::AddScaled, param, buf, Tensor(), -step.lr);
+  }
+}
+
 Backend& backend(Device device) {
   if (device.is_cpu()) return cpu_backend();
   return cuda_backend(device.index);

@@ -73,6 +73,9 @@ class Backend {
   virtual void compare(CompareOp op, const Tensor& a, const Tensor& b, Tensor& out) = 0;  // out u8
   virtual void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) = 0;
   virtual void update(UpdateOp op, Tensor& self, const Tensor& a, const Tensor& b, double value) = 0;
+  // sgd_momentum_step_ (ops.h): param and buf contiguous, grad expanded to their shape and
+  // sharing storage with neither. The default runs it as update() passes.
+  virtual void sgd_momentum_step(Tensor& param, Tensor& buf, const Tensor& grad, const SgdMomentumStep& step);
 
   // ---- reductions ----------------------------------------------------------------
   // dims sorted, unique, non-negative; out has x's rank with size 1 on reduced dims.

@@ -193,6 +193,18 @@ Tensor& add_(Tensor& self, const Tensor& other, double alpha) {
   return self;
 }
 
+void sgd_momentum_step_(Tensor& param, Tensor& buf, const Tensor& grad, const SgdMomentumStep& step) {
+  check_update_self(param, "sgd_momentum_step_");
+  check_update_self(buf, "sgd_momentum_step_");
+  check_same_device(param, buf, "sgd_momentum_step_");
+  check_same_dtype(param, buf, "sgd_momentum_step_");
+  DTRAIN_CHECK(param.shape() == buf.shape(), "sgd_momentum_step_: momentum buffer of shape {} for a parameter of shape {}",
+               shape_str(buf.shape()), shape_str(param.shape()));
+  DTRAIN_CHECK(!param.same_storage(buf), "sgd_momentum_step_: the momentum buffer shares the parameter's storage");
+  Tensor g = unaliased(unaliased(update_operand(param, grad, "sgd_momentum_step_"), param), buf);
+  backend(param.device()).sgd_momentum_step(param, buf, g, step);
+}
+
 Tensor& mul_(Tensor& self, double s) {
   check_update_self(self, "mul_");
   backend(self.device()).update(detail::UpdateOp::MulScalar, self, Tensor(), Tensor(), s);

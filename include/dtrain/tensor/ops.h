@@ -80,6 +80,18 @@ Tensor& mul_(Tensor& self, double s);                                // self *= 
 Tensor& mul_(Tensor& self, const Tensor& other);                     // self *= other
 Tensor& addcmul_(Tensor& self, const Tensor& a, const Tensor& b, double value);  // self += value*a*b
 Tensor& addcdiv_(Tensor& self, const Tensor& a, const Tensor& b, double value);  // self += value*a/b
+// One step of SGD with momentum, in place on param and its momentum buffer buf (both
+// contiguous, floating, of one dtype, shape and device; grad broadcasts to them), as
+// PyTorch's SGD computes it:
+//   d = grad + weight_decay * param;  buf = momentum * buf + (1 - dampening) * d;
+//   param -= lr * (nesterov ? d + momentum * buf : buf).
+// Rounded as those add_/mul_ calls are, step by step; the CPU runs it as one pass over the
+// three tensors instead of three to five.
+struct SgdMomentumStep {
+  double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+};
+void sgd_momentum_step_(Tensor& param, Tensor& buf, const Tensor& grad, const SgdMomentumStep& step);
 
 // ============================================================================
 // Reductions (dims empty = all dims)

@@ -23,6 +23,7 @@ class CpuBackend final : public Backend {
   void compare(CompareOp op, const Tensor& a, const Tensor& b, Tensor& out) override;
   void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) override;
   void update(UpdateOp op, Tensor& self, const Tensor& a, const Tensor& b, double value) override;
+  void sgd_momentum_step(Tensor& param, Tensor& buf, const Tensor& grad, const SgdMomentumStep& step) override;
 
   void reduce(ReduceOp op, const Tensor& x, const std::vector<std::int64_t>& dims, Tensor& out) override;
   void argmax(const Tensor& x, std::int64_t dim, Tensor& out) override;
