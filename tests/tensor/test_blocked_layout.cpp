@@ -70,6 +70,21 @@ TEST_CASE("ops that do not know the layout see plain values: views, reductions, 
   CHECK(conv_out(7).str() == reference.str());
 }
 
+TEST_CASE("per-channel sums (a convolution's bias gradient) read a blocked tensor as it is", "[blocked]") {
+  test::CpuLayoutSwitch on(true);
+  const Tensor x = conv_out(11);
+  if (!held_blocked(x)) return;
+  const Tensor sums = sum(x, {0, 2, 3}), kept = sum(x, {0, 2, 3}, true);
+  CHECK(held_blocked(x));
+  CHECK(sums.shape() == Shape{16});
+  CHECK(kept.shape() == Shape{1, 16, 1, 1});
+  const Tensor plain = x.clone();
+  require_close(sums, sum(plain, {0, 2, 3}), 1e-6, 1e-6);
+  require_close(kept, sum(plain, {0, 2, 3}, true), 1e-6, 1e-6);
+  // Other reductions still see the plain values.
+  require_close(sum(x, {1}), sum(plain, {1}), 1e-6, 1e-6);
+}
+
 TEST_CASE("a write through the plain bytes drops the blocked copy", "[blocked]") {
   test::CpuLayoutSwitch on(true);
   Tensor t = conv_out(9);

@@ -10,6 +10,7 @@
 // One output over one long contiguous run (a full sum) is split into fixed-size chunks
 // folded in parallel and merged in order. No schedule depends on the thread count, so
 // results are bitwise reproducible.
+#include "tensor/cpu/blocked_layout.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/strided_loop.h"
 #include "tensor/functors.h"
@@ -218,9 +219,36 @@ void reduce_as(const Tensor& x, const std::vector<std::int64_t>& dims, Tensor& o
   else dispatch_dtype(x.dtype(), run);
 }
 
+// Per-channel sums of a blocked f32 activation over (N, H, W), as a convolution's bias
+// gradient takes them: lane k of channel block cb adds channel cb * B + k. The same double
+// sums in the same order as the plain kernel, so the same result, without making x plain.
+template <int B>
+void channel_sums_blocked(const float* x, const Shape& shape, float* out) {
+  const std::int64_t n = shape[0], c = shape[1], s = shape[2] * shape[3];
+  const std::int64_t grain = std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(n * s * B, 1));
+  parallel_for(0, c / B, grain, [&](std::int64_t b0, std::int64_t b1) {
+    for (std::int64_t cb = b0; cb < b1; ++cb) {
+      double acc[B] = {};
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float* block = x + (i * c + cb * B) * s;
+        for (std::int64_t j = 0; j < s; ++j)
+          for (int k = 0; k < B; ++k) acc[k] += static_cast<double>(block[j * B + k]);
+      }
+      for (int k = 0; k < B; ++k) out[cb * B + k] = static_cast<float>(acc[k]);
+    }
+  });
+}
+
 }  // namespace
 
 void CpuBackend::reduce(ReduceOp op, const Tensor& x, const std::vector<std::int64_t>& dims, Tensor& out) {
+  if (const auto blocked = onednn::blocked_of(x);
+      blocked && op == ReduceOp::Sum && dims == std::vector<std::int64_t>{0, 2, 3}) {
+    onednn::with_block(*blocked, [&](auto block) {
+      channel_sums_blocked<decltype(block)::value>(blocked->floats(), x.shape(), out.data<float>());
+    });
+    return;
+  }
   switch (op) {
     case ReduceOp::Sum: return reduce_as<SumReducer>(x, dims, out, "sum");
     case ReduceOp::Mean: return reduce_as<MeanReducer, true>(x, dims, out, "mean");
