@@ -2,6 +2,9 @@
 
 #include "dtrain/layers/activation.h"
 #include "dtrain/layers/normalization.h"
+#include "dtrain/layers/pooling.h"
+
+#include <typeinfo>
 
 namespace dtrain::nn {
 
@@ -18,14 +21,26 @@ void Sequential::push_back(ModulePtr module) { register_module(std::to_string(si
 Variable Sequential::forward(const Variable& x) {
   Variable y = x;
   const auto& modules = children();
+  const auto is_relu = [&](std::size_t i) {
+    return i < modules.size() && dynamic_cast<const ReLU*>(modules[i].second.get()) != nullptr;
+  };
   for (std::size_t i = 0; i < modules.size(); ++i) {
-    auto* bn = dynamic_cast<BatchNorm*>(modules[i].second.get());
-    if (bn != nullptr && i + 1 < modules.size() && dynamic_cast<const ReLU*>(modules[i + 1].second.get()) != nullptr) {
+    Module& m = *modules[i].second;
+    if (auto* bn = dynamic_cast<BatchNorm*>(&m); bn != nullptr && is_relu(i + 1)) {
       y = bn->forward_relu(y);
       ++i;  // the ReLU ran inside
       continue;
     }
-    y = modules[i].second->forward(y);
+    // ReLU then max pooling runs as max pooling then ReLU: ReLU is monotonic, so the two
+    // give the same values and the same input gradient (every window's first maximum, NaN
+    // included, survives both ways), with the ReLU's passes on a quarter of the elements.
+    // Only the class itself: a subclass may pool differently.
+    if (is_relu(i) && i + 1 < modules.size() && typeid(*modules[i + 1].second) == typeid(MaxPool2d)) {
+      y = m.forward(modules[i + 1].second->forward(y));
+      ++i;
+      continue;
+    }
+    y = m.forward(y);
   }
   return y;
 }

@@ -1,6 +1,9 @@
 #include "dtrain/layers/layers.h"
 #include "support/test_support.h"
 
+#include <cmath>
+#include <vector>
+
 using namespace dtrain;
 using namespace dtrain::nn;
 
@@ -103,6 +106,42 @@ TEST_CASE("Sequential runs BatchNorm then ReLU fused: the same outputs, gradient
     test::require_close(bn->bias.grad(), apart->bias.grad(), 1e-5, 1e-6);
     test::require_close(bn->running_mean, apart->running_mean, 0, 0);
     test::require_close(bn->running_var, apart->running_var, 0, 0);
+  }
+}
+
+TEST_CASE("Sequential runs ReLU then MaxPool2d as pool then ReLU: the same outputs and gradients", "[layers][cpu]") {
+  // Windows of all-negative values, of ties, of zeros of both signs, with NaN, and padding.
+  std::vector<float> values = test::random_tensor({2, 16, 6, 7}, 43).to_vector<float>();
+  for (std::size_t i = 0; i < values.size(); i += 5) values[i] = -std::abs(values[i]);
+  for (std::size_t i = 1; i < values.size(); i += 11) values[i] = values[i - 1];
+  for (std::size_t i = 2; i < values.size(); i += 13) values[i] = i % 2 ? 0.0f : -0.0f;
+  values[17] = std::nanf("");
+  const Tensor plain = Tensor::from_vector(values, {2, 16, 6, 7});
+  for (const bool blocked : {false, true}) {
+    for (const std::int64_t padding : {0, 1}) {
+      INFO("blocked " << blocked << ", padding " << padding);
+      test::CpuLayoutSwitch layout(blocked);
+      // A 1x1 identity convolution hands the values on in the blocked layout when it is on.
+      const auto input = [&] {
+        Tensor eye = Tensor::zeros({16, 16, 1, 1});
+        for (std::int64_t c = 0; c < 16; ++c) eye.data<float>()[c * 16 + c] = 1;
+        return conv2d(plain, eye, Tensor(), Conv2dParams{});
+      };
+      auto pool = std::make_shared<MaxPool2d>(3, 2, padding);
+      Sequential fused{std::make_shared<ReLU>(), pool};
+      Variable in_fused(input(), true), in_apart(input(), true);
+      Variable y_fused = fused(in_fused), y_apart = (*pool)(relu(in_apart));
+      const std::vector<float> a = y_fused.data().to_vector<float>(), b = y_apart.data().to_vector<float>();
+      REQUIRE(a.size() == b.size());
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        INFO("output " << i << ": " << a[i] << " vs " << b[i]);
+        CHECK(((std::isnan(a[i]) && std::isnan(b[i])) || a[i] == b[i]));  // 0 == -0: a zero's sign may differ
+      }
+      const Tensor g = test::random_tensor(y_fused.shape(), 44);
+      y_fused.backward(g);
+      y_apart.backward(g);
+      test::require_close(in_fused.grad(), in_apart.grad(), 0, 0);
+    }
   }
 }
 

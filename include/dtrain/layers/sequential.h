@@ -1,7 +1,9 @@
 // Sequential: runs its children in order. The children are named "0", "1", ...; the
 // pipeline-parallel module cuts a Sequential into stages. A BatchNorm followed by a ReLU
 // runs as one fused step (BatchNorm::forward_relu): the same result, with two passes over
-// the activations fewer forward and one backward.
+// the activations fewer forward and one backward. A ReLU followed by a MaxPool2d runs
+// after it instead, on the pooled activations: the same values and gradients, with the
+// ReLU's work cut by the pooling factor.
 #pragma once
 
 #include "dtrain/layers/module.h"
