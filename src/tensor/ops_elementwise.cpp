@@ -201,7 +201,10 @@ void sgd_momentum_step_(Tensor& param, Tensor& buf, const Tensor& grad, const Sg
   DTRAIN_CHECK(param.shape() == buf.shape(), "sgd_momentum_step_: momentum buffer of shape {} for a parameter of shape {}",
                shape_str(buf.shape()), shape_str(param.shape()));
   DTRAIN_CHECK(!param.same_storage(buf), "sgd_momentum_step_: the momentum buffer shares the parameter's storage");
-  Tensor g = unaliased(unaliased(update_operand(param, grad, "sgd_momentum_step_"), param), buf);
+  // A gradient sharing memory with what the step writes, even as the very same view, is
+  // read as it was before the step, by every backend: copied first.
+  Tensor g = update_operand(param, grad, "sgd_momentum_step_");
+  if (g.same_storage(param) || g.same_storage(buf)) g = g.clone();
   backend(param.device()).sgd_momentum_step(param, buf, g, step);
 }
 

@@ -121,12 +121,18 @@ TEST_CASE("Sequential runs ReLU then MaxPool2d as pool then ReLU: the same outpu
     for (const std::int64_t padding : {0, 1}) {
       INFO("blocked " << blocked << ", padding " << padding);
       test::CpuLayoutSwitch layout(blocked);
-      // A 1x1 identity convolution hands the values on in the blocked layout when it is on.
+      // The values as they are (zeros of both signs included), or handed on in the blocked
+      // layout by a 1x1 identity convolution (whose sums make every zero +0).
       const auto input = [&] {
+        if (!blocked) return plain.clone();
         Tensor eye = Tensor::zeros({16, 16, 1, 1});
         for (std::int64_t c = 0; c < 16; ++c) eye.data<float>()[c * 16 + c] = 1;
         return conv2d(plain, eye, Tensor(), Conv2dParams{});
       };
+      if (blocked && input().storage()->layout() == nullptr) {
+        WARN("oneDNN prefers no blocked layout for this convolution on this CPU: nothing to check");
+        continue;
+      }
       auto pool = std::make_shared<MaxPool2d>(3, 2, padding);
       Sequential fused{std::make_shared<ReLU>(), pool};
       Variable in_fused(input(), true), in_apart(input(), true);

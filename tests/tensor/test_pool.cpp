@@ -111,28 +111,39 @@ TEST_CASE("max_pool2d values and indices match the direct loops", "[cpu][tensor]
 }
 
 TEST_CASE("max_pool2d_backward overwrites every element of reused memory", "[cpu][tensor]") {
-  // grad_x is allocated uninitialized: a block of its size freed full of NaN right before
-  // is what the block cache (off under ASan) serves it from, and every element must come
-  // out as the scatter of the output gradient into zeros.
+  // grad_x is allocated uninitialized: blocks of its size freed full of NaN right before
+  // are what the block cache (off under ASan) serves it from (its plain storage and, in the
+  // blocked layout, the blocked buffer), and every element must come out as the scatter of
+  // the output gradient into zeros.
   const bool blocked = GENERATE(false, true);
   test::CpuLayoutSwitch layout(blocked);
   INFO((blocked ? "blocked layout" : "plain layout"));
   const Pool2dParams p = pool(2, 2, 0);
-  // A convolution output with whole channel blocks, so that the blocked kernel runs too.
-  const Tensor x = conv2d(test::random_tensor({2, 8, 6, 6}, 12), test::random_tensor({16, 8, 1, 1}, 13), Tensor(),
-                          Conv2dParams{});
+  const auto held_blocked = [](const Tensor& t) { return t.storage()->layout() != nullptr; };
+  // Convolution outputs with whole channel blocks, so that the blocked kernels run.
+  const auto conv_out = [](std::uint64_t seed) {
+    return conv2d(test::random_tensor({2, 8, 6, 6}, seed), test::random_tensor({16, 8, 1, 1}, seed + 1), Tensor(),
+                  Conv2dParams{});
+  };
+  const Tensor x = conv_out(12);
   const MaxPoolResult r = max_pool2d(x, p);
-  const Tensor g = max_pool2d(conv2d(test::random_tensor({2, 8, 6, 6}, 14), test::random_tensor({16, 8, 1, 1}, 15),
-                                     Tensor(), Conv2dParams{}),
-                              p)
-                       .output;
-  std::vector<double> expected(static_cast<std::size_t>(x.numel()), 0.0);
-  const std::vector<double> gv = g.clone().to_vector<double>();
+  const Tensor g = max_pool2d(conv_out(14), p).output;
+  // The same values read through another tensor: reading g would make it plain for good.
+  const std::vector<double> gv = max_pool2d(conv_out(14), p).output.to_vector<double>();
   const std::vector<std::int64_t> idx = r.indices.to_vector<std::int64_t>();
+  std::vector<double> expected(static_cast<std::size_t>(x.numel()), 0.0);
   for (std::size_t o = 0; o < idx.size(); ++o) expected[(o / 9) * 36 + static_cast<std::size_t>(idx[o])] += gv[o];
   const Tensor reference = Tensor::from_vector(expected, x.shape());
-  (void)Tensor::full(x.shape(), std::nan(""));
-  test::require_close(max_pool2d_backward(g, r.indices, x.shape()), reference, 0, 0);
+  if (blocked && !held_blocked(g)) {
+    WARN("oneDNN prefers no blocked layout for these convolutions on this CPU: the blocked kernel is not checked");
+    return;
+  }
+  {
+    const Tensor nan_a = Tensor::full(x.shape(), std::nan("")), nan_b = Tensor::full(x.shape(), std::nan(""));
+  }
+  const Tensor gx = max_pool2d_backward(g, r.indices, x.shape());
+  CHECK(held_blocked(gx) == blocked);
+  test::require_close(gx, reference, 0, 0);
 }
 
 TEST_CASE("max_pool2d padding never wins over negative inputs", "[cpu][tensor]") {

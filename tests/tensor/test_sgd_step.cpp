@@ -80,10 +80,28 @@ TEST_CASE("sgd_momentum_step_ checks its tensors, naming the problem", "[cpu][te
                     Catch::Contains("sgd_momentum_step_: self must be contiguous"));
   CHECK_THROWS_WITH(sgd_momentum_step_(p, buf, Tensor::ones({2, 4}), step),
                     Catch::Contains("sgd_momentum_step_: shapes [3, 4] and [2, 4] cannot be broadcast"));
-  // The gradient aliasing the buffer is read before the buffer is written.
-  Tensor p2 = Tensor::ones({3, 4}), buf2 = Tensor::full({3, 4}, 2.0);
-  sgd_momentum_step_(p2, buf2, buf2, step);
-  CHECK(buf2.to_vector<float>() == std::vector<float>(12, 2 * 0.9f + 2));
+}
+
+TEST_CASE("sgd_momentum_step_ reads a gradient that is the buffer or the parameter as before the step",
+          "[cpu][tensor]") {
+  const SgdMomentumStep step{.lr = 0.1, .momentum = 0.9};
+  // The very same view as the buffer: buf = 0.9 * 2 + 2, not 0.9 * 2 + 0.9 * 2.
+  Tensor p = Tensor::ones({3, 4}), buf = Tensor::full({3, 4}, 2.0);
+  sgd_momentum_step_(p, buf, buf, step);
+  CHECK(buf.to_vector<float>() == std::vector<float>(12, 2 * 0.9f + 2));
+  CHECK(p.to_vector<float>() == std::vector<float>(12, 1 + -0.1f * (2 * 0.9f + 2)));
+  // The very same view as the parameter: d = 1, buf = 0.9 * 2 + 1, p = 1 - 0.1 * buf.
+  Tensor q = Tensor::ones({3, 4}), qbuf = Tensor::full({3, 4}, 2.0);
+  sgd_momentum_step_(q, qbuf, q, step);
+  CHECK(qbuf.to_vector<float>() == std::vector<float>(12, 2 * 0.9f + 1));
+  CHECK(q.to_vector<float>() == std::vector<float>(12, 1 + -0.1f * (2 * 0.9f + 1)));
+  // A view of part of the buffer, broadcast: still the values from before the step.
+  Tensor r = Tensor::ones({3, 4}), rbuf = Tensor::arange(0, 12, 1).reshape({3, 4});
+  const Tensor row = rbuf.narrow(0, 0, 1);
+  sgd_momentum_step_(r, rbuf, row, step);
+  std::vector<float> expected;
+  for (int i = 0; i < 12; ++i) expected.push_back(static_cast<float>(i) * 0.9f + static_cast<float>(i % 4));
+  CHECK(rbuf.to_vector<float>() == expected);
 }
 
 }  // namespace dtrain

@@ -86,7 +86,8 @@ Tensor& addcdiv_(Tensor& self, const Tensor& a, const Tensor& b, double value); 
 //   d = grad + weight_decay * param;  buf = momentum * buf + (1 - dampening) * d;
 //   param -= lr * (nesterov ? d + momentum * buf : buf).
 // Rounded as those add_/mul_ calls are, step by step; the CPU runs it as one pass over the
-// three tensors instead of three to five.
+// three tensors instead of three to five. A grad sharing memory with param or buf is read
+// as it was before the step.
 struct SgdMomentumStep {
   double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
   bool nesterov = false;

@@ -220,8 +220,9 @@ void reduce_as(const Tensor& x, const std::vector<std::int64_t>& dims, Tensor& o
 }
 
 // Per-channel sums of a blocked f32 activation over (N, H, W), as a convolution's bias
-// gradient takes them: lane k of channel block cb adds channel cb * B + k. The same double
-// sums in the same order as the plain kernel, so the same result, without making x plain.
+// gradient takes them: lane k of channel block cb adds channel cb * B + k. Summed in double
+// as the plain kernel sums (in another order: the doubles may differ in their last bits),
+// without making x plain.
 template <int B>
 void channel_sums_blocked(const float* x, const Shape& shape, float* out) {
   const std::int64_t n = shape[0], c = shape[1], s = shape[2] * shape[3];

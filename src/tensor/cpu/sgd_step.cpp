@@ -1,8 +1,9 @@
 // SGD with momentum in one pass: each element of the parameter, its gradient and its
 // momentum buffer is read once and the two updated values written once, where the update()
 // passes it replaces read and write the buffer three times (five with weight decay or
-// Nesterov). The arithmetic is those passes' own, in the same order and precision, so the
-// result is bitwise the same.
+// Nesterov). The arithmetic is those passes' own, in the same order and precision: the same
+// result, bit for bit where the compiler does not contract a multiply and an add into one
+// FMA (the portable x86-64 build; -march=native may, differently in the two).
 #include "dtrain/core/parallel.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/strided_loop.h"
@@ -11,7 +12,7 @@ namespace dtrain::detail {
 namespace {
 
 // The options that change the arithmetic are template arguments, and the three arrays
-// never overlap (the op clones an aliasing gradient), so the loop vectorizes.
+// never overlap (the op copies a gradient that shares their memory), so the loop vectorizes.
 template <class T, bool Decays, bool Nesterov>
 void fused_step(T* __restrict param, T* __restrict buf, const T* __restrict grad, std::int64_t n,
                 const SgdMomentumStep& s) {
