@@ -151,6 +151,20 @@ TEST_CASE("CUDA parity: the optimizer's in-place updates", "[cuda]") {
                     Tensor s = in[0].clone();
                     return addcdiv_(s, in[1], in[2], -1e-3);
                   }});
+    // The fused SGD step: parameter and buffer after it, with a full and a broadcast gradient.
+    const SgdMomentumStep sgd{.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01, .nesterov = true};
+    for (const bool broadcast : {false, true}) {
+      for (const bool want_buffer : {false, true}) {
+        check_parity({fmt::format("sgd_momentum_step_ {}{}{}", t, broadcast ? ", broadcast gradient" : "",
+                                  want_buffer ? ", buffer" : ", parameter"),
+                      {self, a, b},
+                      [&sgd, broadcast, want_buffer](const auto& in) {
+                        Tensor p = in[0].clone(), buf = in[1].clone();
+                        sgd_momentum_step_(p, buf, broadcast ? in[2] : mul(in[1], 0.5), sgd);
+                        return want_buffer ? buf : p;
+                      }});
+      }
+    }
   }
 }
 
