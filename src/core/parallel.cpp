@@ -25,16 +25,29 @@ int default_threads() {
   return std::max(1, env::hardware_threads() / env::local_world_size());
 }
 
-// Waits up to kSpin for `ready`, polling: a training step runs its parallel ops back to
-// back, microseconds apart, and a worker that went to sleep on a condition variable takes
-// tens of microseconds to wake (more than a small GEMM takes). Past kSpin the waiter
-// blocks, so an idle pool costs nothing; on shared vCPUs a pool that kept spinning would
-// steal the core its peers need (DESIGN.md).
-constexpr auto kSpin = std::chrono::microseconds(50);
+// How long a waiting thread polls before it blocks: workers waiting for the next job,
+// and the caller waiting for the last part of its own. A training step runs its parallel
+// ops back to back, mostly microseconds apart, but some serial stretches between them
+// (a small GEMM, the loss, the optimizer's bookkeeping) last 50-200 us, and a worker that
+// went to sleep takes about 0.25 ms to wake on these VMs: with a 50 us poll the MLP step
+// at 2 threads slept 4 times a step and ran 15-20% slower than with 500 us. So when every
+// pool thread, with the other ranks' on this host, has a hardware thread of its own, poll
+// up to 500 us, which costs no one anything. When they outnumber the hardware threads a
+// polling thread holds the core a runnable one needs (DESIGN.md: spinning pools
+// collapse), so poll only 50 us. Past the poll the thread blocks, and an idle pool costs
+// nothing. DTRAIN_SPIN_US overrides both.
+std::atomic<std::int64_t> g_spin_us{50};
+
+std::int64_t spin_us_for(int threads) {
+  if (auto us = env::pool_spin_us()) return *us;
+  static const int hardware = env::hardware_threads();
+  static const int ranks = env::local_world_size();
+  return static_cast<std::int64_t>(threads) * ranks <= hardware ? 500 : 50;
+}
 
 template <class Ready>
 bool spin_until(Ready ready) {
-  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(g_spin_us.load(std::memory_order_relaxed));
   for (;;) {
     for (int i = 0; i < 64; ++i) {
       if (ready()) return true;
@@ -186,7 +199,9 @@ int threads_now() {
   int n = g_threads.load(std::memory_order_relaxed);
   if (n == 0) {
     int expected = 0;
-    g_threads.compare_exchange_strong(expected, default_threads());
+    const int threads = default_threads();
+    g_spin_us.store(spin_us_for(threads));
+    g_threads.compare_exchange_strong(expected, threads);
     n = g_threads.load();
   }
   return n;
@@ -198,8 +213,15 @@ int num_threads() { return threads_now(); }
 
 void set_num_threads(int n) {
   DTRAIN_CHECK(n >= 1, "set_num_threads({}): expected at least 1 thread", n);
+  const std::int64_t spin = spin_us_for(n);
   std::lock_guard lock(pool().job_mutex());
+  g_spin_us.store(spin);
   g_threads.store(n);
+}
+
+std::int64_t pool_spin_us() {
+  threads_now();  // the first call settles the default
+  return g_spin_us.load();
 }
 
 bool in_parallel_region() { return t_in_parallel; }

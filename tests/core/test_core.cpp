@@ -93,6 +93,37 @@ TEST_CASE("parallel_for propagates exceptions from workers", "[core][cpu]") {
   CHECK_THROWS_WITH(set_num_threads(0), Catch::Contains("at least 1"));
 }
 
+TEST_CASE("the pool polls long only while its threads fit the hardware threads, DTRAIN_SPIN_US overrides", "[core][cpu]") {
+  const int hardware = env::hardware_threads();
+  set_num_threads(hardware);
+  CHECK(pool_spin_us() == 500);
+  set_num_threads(hardware + 1);
+  CHECK(pool_spin_us() == 50);
+  ::setenv("DTRAIN_SPIN_US", "0", 1);
+  set_num_threads(hardware + 1);
+  CHECK(pool_spin_us() == 0);
+  ::setenv("DTRAIN_SPIN_US", "2000", 1);
+  set_num_threads(1);
+  CHECK(pool_spin_us() == 2000);
+  ::setenv("DTRAIN_SPIN_US", "-5", 1);
+  CHECK_THROWS_WITH(set_num_threads(2), Catch::Contains("DTRAIN_SPIN_US=-5"));
+  ::unsetenv("DTRAIN_SPIN_US");
+  set_num_threads(2);
+  CHECK(pool_spin_us() == (2 <= hardware ? 500 : 50));
+  // Jobs still run exactly once with the pool blocking at once.
+  ::setenv("DTRAIN_SPIN_US", "0", 1);
+  set_num_threads(2);
+  std::vector<std::atomic<int>> hits(64);
+  for (int job = 0; job < 200; ++job) {
+    parallel_for(0, 64, 1, [&](std::int64_t b, std::int64_t e) {
+      for (auto i = b; i < e; ++i) hits[i]++;
+    });
+  }
+  for (auto& h : hits) REQUIRE(h == 200);
+  ::unsetenv("DTRAIN_SPIN_US");
+  set_num_threads(2);
+}
+
 TEST_CASE("environment integers are validated", "[core][cpu]") {
   ::setenv("DTRAIN_TEST_INT", "12", 1);
   CHECK(env::get_int("DTRAIN_TEST_INT") == 12);

@@ -22,5 +22,9 @@ int hardware_threads();
 // the cache off), else a quarter of physical memory shared by the ranks of this host,
 // at most 8 GiB per rank.
 std::size_t cpu_cache_limit_bytes();
+// Microseconds an idle thread of the intra-op pool polls for work before it blocks:
+// DTRAIN_SPIN_US if set (0 blocks at once; throws naming the variable unless >= 0), else
+// nullopt, and the pool chooses (parallel.cpp).
+std::optional<long> pool_spin_us();
 
 }  // namespace dtrain::env

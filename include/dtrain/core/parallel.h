@@ -1,6 +1,5 @@
-// Intra-op parallelism: one process-wide pool of worker threads that sleep on a
-// condition variable between jobs (never spin: on shared 2-vCPU machines spinning pools
-// collapse). parallel_for splits [begin, end) into at most num_threads() contiguous
+// Intra-op parallelism: one process-wide pool of worker threads that poll briefly for the
+// next job, then sleep on a condition variable (pool_spin_us()). parallel_for splits [begin, end) into at most num_threads() contiguous
 // ranges; a call from inside a parallel region, or while another thread owns the pool,
 // runs inline on the calling thread.
 #pragma once
@@ -15,6 +14,11 @@ namespace dtrain {
 int num_threads();
 // Sets the thread count (n >= 1); throws dtrain::Error otherwise.
 void set_num_threads(int n);
+// Microseconds a waiting pool thread polls before it blocks, for the current thread
+// count: DTRAIN_SPIN_US if set, else 500 when threads x ranks on this host fit its
+// hardware threads, 50 when they outnumber them (a long poll would then hold a core that
+// a runnable thread needs). Read again by each set_num_threads.
+std::int64_t pool_spin_us();
 bool in_parallel_region();
 
 namespace detail {
