@@ -23,6 +23,11 @@ Linear::Linear(std::int64_t in_features, std::int64_t out_features, bool with_bi
 
 Variable Linear::forward(const Variable& x) { return linear(x, weight, bias); }
 
+Variable Linear::forward_relu(const Variable& x) {
+  if (!bias.defined()) return relu(linear(x, weight, Variable()));
+  return add_relu(linear(x, weight, Variable()), bias);
+}
+
 std::string Linear::describe() const {
   return fmt::format("Linear({}, {}{})", in_, out_, bias.defined() ? "" : ", bias=false");
 }

@@ -1,6 +1,7 @@
 #include "dtrain/layers/sequential.h"
 
 #include "dtrain/layers/activation.h"
+#include "dtrain/layers/linear.h"
 #include "dtrain/layers/normalization.h"
 #include "dtrain/layers/pooling.h"
 
@@ -29,6 +30,12 @@ Variable Sequential::forward(const Variable& x) {
     if (auto* bn = dynamic_cast<BatchNorm*>(&m); bn != nullptr && is_relu(i + 1)) {
       y = bn->forward_relu(y);
       ++i;  // the ReLU ran inside
+      continue;
+    }
+    // Only the class itself: a subclass may compute its forward differently.
+    if (typeid(m) == typeid(Linear) && is_relu(i + 1)) {
+      y = static_cast<Linear&>(m).forward_relu(y);
+      ++i;
       continue;
     }
     // ReLU then max pooling runs as max pooling then ReLU: ReLU is monotonic, so the two

@@ -109,6 +109,37 @@ TEST_CASE("Sequential runs BatchNorm then ReLU fused: the same outputs, gradient
   }
 }
 
+TEST_CASE("Linear::forward_relu, and Sequential's Linear then ReLU: the same outputs and gradients as apart", "[layers][cpu]") {
+  for (const bool with_bias : {true, false}) {
+    for (const Shape& shape : {Shape{6, 5}, Shape{2, 3, 5}}) {
+      INFO("bias " << with_bias << ", input " << shape_str(shape));
+      auto fused_layer = std::make_shared<Linear>(5, 4, with_bias), apart = std::make_shared<Linear>(5, 4, with_bias);
+      apart->weight.set_data(fused_layer->weight.data().clone());
+      if (with_bias) apart->bias.set_data(fused_layer->bias.data().clone());
+      Sequential sequential{fused_layer, std::make_shared<ReLU>()};
+      const Tensor x = test::random_tensor(shape, 45);
+      Variable in_apart(x, true), in_direct(x, true), in_sequential(x, true);
+      Variable y_apart = relu((*apart)(in_apart));
+      Variable y_direct = fused_layer->forward_relu(in_direct);
+      const Tensor g = test::random_tensor(y_apart.shape(), 46);
+      // Half the outputs are negative before the ReLU, so the mask matters.
+      REQUIRE(sum(eq(y_apart.data(), Tensor::scalar(0))).item() > 0);
+      test::require_close(y_direct.data(), y_apart.data(), 0, 0);
+      y_apart.backward(g);
+      y_direct.backward(g);
+      Variable y_sequential = sequential(in_sequential);
+      test::require_close(y_sequential.data(), y_apart.data(), 0, 0);
+      y_sequential.backward(g);
+      // The bias gradient's sum over rows may add in another order.
+      test::require_close(in_direct.grad(), in_apart.grad(), 0, 0);
+      test::require_close(in_sequential.grad(), in_apart.grad(), 0, 0);
+      // The layer's parameters hold both runs' gradients.
+      test::require_close(fused_layer->weight.grad(), mul(apart->weight.grad(), 2.0), 0, 0);
+      if (with_bias) test::require_close(fused_layer->bias.grad(), mul(apart->bias.grad(), 2.0), 1e-6, 1e-7);
+    }
+  }
+}
+
 TEST_CASE("Sequential runs ReLU then MaxPool2d as pool then ReLU: the same outputs and gradients", "[layers][cpu]") {
   // Windows of all-negative values, of ties, of zeros of both signs, with NaN, and padding.
   std::vector<float> values = test::random_tensor({2, 16, 6, 7}, 43).to_vector<float>();

@@ -10,6 +10,10 @@ class Linear : public Module {
   // PyTorch's default init: W, b ~ U(-1/sqrt(in), 1/sqrt(in)).
   Linear(std::int64_t in_features, std::int64_t out_features, bool bias = true);
   Variable forward(const Variable& x) override;
+  // relu(forward(x)), which Sequential calls for a Linear followed by a ReLU: with a bias,
+  // the bias is added and the ReLU taken in one pass (add_relu), and the backward masks
+  // the gradient once; the same values and gradients.
+  Variable forward_relu(const Variable& x);
   std::string describe() const override;
 
   Variable weight, bias;  // (out, in), (out) or undefined
