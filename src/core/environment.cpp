@@ -63,9 +63,10 @@ std::size_t cpu_cache_limit_bytes() {
   return std::min(physical / 4 / static_cast<std::size_t>(local_world_size()), std::size_t{8} << 30);
 }
 
-std::optional<long> pool_spin_us() {
+std::optional<long> spin_us_override() {
   auto us = get_int("DTRAIN_SPIN_US");
-  DTRAIN_CHECK(!us || *us >= 0, "environment variable DTRAIN_SPIN_US={}: expected microseconds >= 0", us.value_or(0));
+  DTRAIN_CHECK(!us || (*us >= 0 && *us <= 1'000'000),
+               "environment variable DTRAIN_SPIN_US={}: expected microseconds from 0 to 1000000", us.value_or(0));
   return us;
 }
 

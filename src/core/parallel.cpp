@@ -30,16 +30,17 @@ int default_threads() {
 // ops back to back, mostly microseconds apart, but some serial stretches between them
 // (a small GEMM, the loss, the optimizer's bookkeeping) last 50-200 us, and a worker that
 // went to sleep takes about 0.25 ms to wake on these VMs: with a 50 us poll the MLP step
-// at 2 threads slept 4 times a step and ran 15-20% slower than with 500 us. So when every
-// pool thread, with the other ranks' on this host, has a hardware thread of its own, poll
-// up to 500 us, which costs no one anything. When they outnumber the hardware threads a
-// polling thread holds the core a runnable one needs (DESIGN.md: spinning pools
-// collapse), so poll only 50 us. Past the poll the thread blocks, and an idle pool costs
-// nothing. DTRAIN_SPIN_US overrides both.
+// at 2 threads slept 4 times a step and ran 15-20% slower than with 500 us. So while the
+// pool's threads times the ranks on this host fit its hardware threads, poll up to 500
+// us. When they outnumber them a polling thread holds a core that a runnable one needs
+// (spinning pools collapse on shared vCPUs), so poll only 50 us. Threads the pool does not
+// own (data loaders, communication) still compete with a polling worker for up to the
+// poll; DTRAIN_SPIN_US sets it for both cases (0: block at once). Past the poll the
+// thread blocks, and an idle pool costs nothing.
 std::atomic<std::int64_t> g_spin_us{50};
 
 std::int64_t spin_us_for(int threads) {
-  if (auto us = env::pool_spin_us()) return *us;
+  if (auto us = env::spin_us_override()) return *us;
   static const int hardware = env::hardware_threads();
   static const int ranks = env::local_world_size();
   return static_cast<std::int64_t>(threads) * ranks <= hardware ? 500 : 50;
@@ -47,7 +48,9 @@ std::int64_t spin_us_for(int threads) {
 
 template <class Ready>
 bool spin_until(Ready ready) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(g_spin_us.load(std::memory_order_relaxed));
+  const std::int64_t spin_us = g_spin_us.load(std::memory_order_relaxed);
+  if (spin_us == 0) return ready();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
   for (;;) {
     for (int i = 0; i < 64; ++i) {
       if (ready()) return true;
@@ -195,14 +198,20 @@ Pool& pool() {
   return p;
 }
 
+// The thread count and its poll change together, under this lock: the first use takes
+// the defaults, set_num_threads replaces both. Taken before the pool's job mutex, never
+// after it.
+std::mutex g_config_mu;
+
 int threads_now() {
-  int n = g_threads.load(std::memory_order_relaxed);
+  int n = g_threads.load(std::memory_order_acquire);
+  if (n != 0) return n;
+  std::lock_guard lock(g_config_mu);
+  n = g_threads.load(std::memory_order_relaxed);
   if (n == 0) {
-    int expected = 0;
-    const int threads = default_threads();
-    g_spin_us.store(spin_us_for(threads));
-    g_threads.compare_exchange_strong(expected, threads);
-    n = g_threads.load();
+    n = default_threads();
+    g_spin_us.store(spin_us_for(n));
+    g_threads.store(n, std::memory_order_release);
   }
   return n;
 }
@@ -214,9 +223,10 @@ int num_threads() { return threads_now(); }
 void set_num_threads(int n) {
   DTRAIN_CHECK(n >= 1, "set_num_threads({}): expected at least 1 thread", n);
   const std::int64_t spin = spin_us_for(n);
-  std::lock_guard lock(pool().job_mutex());
+  std::lock_guard config(g_config_mu);
+  std::lock_guard lock(pool().job_mutex());  // not while a job runs
   g_spin_us.store(spin);
-  g_threads.store(n);
+  g_threads.store(n, std::memory_order_release);
 }
 
 std::int64_t pool_spin_us() {
@@ -228,8 +238,8 @@ bool in_parallel_region() { return t_in_parallel; }
 
 namespace detail {
 void parallel_run(std::int64_t begin, std::int64_t end, std::int64_t grain, RangeFn fn, void* ctx) {
+  const int threads = threads_now();  // before the job mutex: it may take g_config_mu
   std::unique_lock lock(pool().job_mutex(), std::try_to_lock);
-  int threads = threads_now();
   std::int64_t max_parts = std::max<std::int64_t>(1, (end - begin) / grain);  // each part >= grain
   int parts = static_cast<int>(std::min<std::int64_t>({threads, max_parts, Pool::kMaxParts}));
   if (!lock.owns_lock() || parts <= 1) {  // pool busy with another thread's job: run inline

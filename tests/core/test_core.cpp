@@ -8,6 +8,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <vector>
 
 using namespace dtrain;
@@ -93,25 +95,49 @@ TEST_CASE("parallel_for propagates exceptions from workers", "[core][cpu]") {
   CHECK_THROWS_WITH(set_num_threads(0), Catch::Contains("at least 1"));
 }
 
+namespace {
+// Sets an environment variable for a scope and puts back what was there.
+class EnvVar {
+ public:
+  EnvVar(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    set(value);
+  }
+  ~EnvVar() { set(old_ ? old_->c_str() : nullptr); }
+  void set(const char* value) {
+    if (value) ::setenv(name_, value, 1);
+    else ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+}  // namespace
+
 TEST_CASE("the pool polls long only while its threads fit the hardware threads, DTRAIN_SPIN_US overrides", "[core][cpu]") {
-  const int hardware = env::hardware_threads();
-  set_num_threads(hardware);
-  CHECK(pool_spin_us() == 500);
+  EnvVar spin("DTRAIN_SPIN_US", nullptr);
+  const int hardware = env::hardware_threads(), ranks = env::local_world_size();
+  const auto expected = [&](int threads) { return threads * ranks <= hardware ? 500 : 50; };
+  for (int threads : {1, 2, hardware, hardware + 1}) {
+    set_num_threads(threads);
+    CHECK(pool_spin_us() == expected(threads));
+  }
   set_num_threads(hardware + 1);
   CHECK(pool_spin_us() == 50);
-  ::setenv("DTRAIN_SPIN_US", "0", 1);
+  spin.set("0");
   set_num_threads(hardware + 1);
   CHECK(pool_spin_us() == 0);
-  ::setenv("DTRAIN_SPIN_US", "2000", 1);
+  spin.set("2000");
   set_num_threads(1);
   CHECK(pool_spin_us() == 2000);
-  ::setenv("DTRAIN_SPIN_US", "-5", 1);
-  CHECK_THROWS_WITH(set_num_threads(2), Catch::Contains("DTRAIN_SPIN_US=-5"));
-  ::unsetenv("DTRAIN_SPIN_US");
-  set_num_threads(2);
-  CHECK(pool_spin_us() == (2 <= hardware ? 500 : 50));
-  // Jobs still run exactly once with the pool blocking at once.
-  ::setenv("DTRAIN_SPIN_US", "0", 1);
+  for (const char* bad : {"-5", "1000001"}) {
+    spin.set(bad);
+    CHECK_THROWS_WITH(set_num_threads(2), Catch::Contains(std::string("DTRAIN_SPIN_US=") + bad));
+    CHECK(pool_spin_us() == 2000);  // a refused setting changes nothing
+  }
+  // Back-to-back jobs still run exactly once each when the waiting threads never poll.
+  spin.set("0");
   set_num_threads(2);
   std::vector<std::atomic<int>> hits(64);
   for (int job = 0; job < 200; ++job) {
@@ -120,7 +146,7 @@ TEST_CASE("the pool polls long only while its threads fit the hardware threads, 
     });
   }
   for (auto& h : hits) REQUIRE(h == 200);
-  ::unsetenv("DTRAIN_SPIN_US");
+  spin.set(nullptr);
   set_num_threads(2);
 }
 

@@ -1,7 +1,9 @@
+#include "dtrain/autograd/autocast.h"
 #include "dtrain/layers/layers.h"
 #include "support/test_support.h"
 
 #include <cmath>
+#include <optional>
 #include <vector>
 
 using namespace dtrain;
@@ -111,31 +113,47 @@ TEST_CASE("Sequential runs BatchNorm then ReLU fused: the same outputs, gradient
 
 TEST_CASE("Linear::forward_relu, and Sequential's Linear then ReLU: the same outputs and gradients as apart", "[layers][cpu]") {
   for (const bool with_bias : {true, false}) {
-    for (const Shape& shape : {Shape{6, 5}, Shape{2, 3, 5}}) {
-      INFO("bias " << with_bias << ", input " << shape_str(shape));
-      auto fused_layer = std::make_shared<Linear>(5, 4, with_bias), apart = std::make_shared<Linear>(5, 4, with_bias);
-      apart->weight.set_data(fused_layer->weight.data().clone());
-      if (with_bias) apart->bias.set_data(fused_layer->bias.data().clone());
-      Sequential sequential{fused_layer, std::make_shared<ReLU>()};
-      const Tensor x = test::random_tensor(shape, 45);
-      Variable in_apart(x, true), in_direct(x, true), in_sequential(x, true);
-      Variable y_apart = relu((*apart)(in_apart));
-      Variable y_direct = fused_layer->forward_relu(in_direct);
-      const Tensor g = test::random_tensor(y_apart.shape(), 46);
-      // Half the outputs are negative before the ReLU, so the mask matters.
-      REQUIRE(sum(eq(y_apart.data(), Tensor::scalar(0))).item() > 0);
-      test::require_close(y_direct.data(), y_apart.data(), 0, 0);
-      y_apart.backward(g);
-      y_direct.backward(g);
-      Variable y_sequential = sequential(in_sequential);
-      test::require_close(y_sequential.data(), y_apart.data(), 0, 0);
-      y_sequential.backward(g);
-      // The bias gradient's sum over rows may add in another order.
-      test::require_close(in_direct.grad(), in_apart.grad(), 0, 0);
-      test::require_close(in_sequential.grad(), in_apart.grad(), 0, 0);
-      // The layer's parameters hold both runs' gradients.
-      test::require_close(fused_layer->weight.grad(), mul(apart->weight.grad(), 2.0), 0, 0);
-      if (with_bias) test::require_close(fused_layer->bias.grad(), mul(apart->bias.grad(), 2.0), 1e-6, 1e-7);
+    for (const bool autocast : {false, true}) {
+      for (const Shape& shape : {Shape{5}, Shape{6, 5}, Shape{2, 3, 5}}) {
+        INFO("bias " << with_bias << ", bf16 autocast " << autocast << ", input " << shape_str(shape));
+        AutocastGuard guard(DType::bf16, autocast);
+        auto fused = std::make_shared<Linear>(5, 16, with_bias), apart = std::make_shared<Linear>(5, 16, with_bias);
+        apart->weight.set_data(fused->weight.data().clone());
+        if (with_bias) apart->bias.set_data(fused->bias.data().clone());
+        const Tensor x = test::random_tensor(shape, 45);
+        Variable in_apart(x, true);
+        Variable y_apart = relu((*apart)(in_apart));
+        const Tensor g = test::random_tensor(y_apart.shape(), 46);
+        y_apart.backward(g);
+        // The ReLU zeroes some outputs and passes others, so its mask matters.
+        const double zeros = sum(eq(y_apart.data(), Tensor::scalar(0))).item();
+        REQUIRE(zeros > 0);
+        REQUIRE(zeros < static_cast<double>(y_apart.numel()));
+
+        const auto check = [&](const Variable& in, const Variable& y) {
+          test::require_close(y.data(), y_apart.data(), 0, 0);
+          test::require_close(in.grad(), in_apart.grad(), 0, 0);
+          test::require_close(fused->weight.grad(), apart->weight.grad(), 0, 0);
+          // The bias gradient's sum over rows may add in another order.
+          if (with_bias) test::require_close(fused->bias.grad(), apart->bias.grad(), 1e-6, 1e-7);
+          fused->zero_grad();
+        };
+        Variable in_direct(x, true);
+        Variable y_direct = fused->forward_relu(in_direct);
+        y_direct.backward(g);
+        check(in_direct, y_direct);
+
+        // Sequential takes the fused path: the bias's gradient arrives from add_relu,
+        // before linear's backward gives the weight its own (apart, the weight's comes first).
+        std::optional<bool> weight_done_first;
+        if (with_bias) fused->bias.register_grad_hook([&](Variable&) { weight_done_first = fused->weight.has_grad(); });
+        Sequential sequential{fused, std::make_shared<ReLU>()};
+        Variable in_sequential(x, true);
+        Variable y_sequential = sequential(in_sequential);
+        y_sequential.backward(g);
+        check(in_sequential, y_sequential);
+        if (with_bias) CHECK(weight_done_first == false);
+      }
     }
   }
 }

@@ -22,9 +22,9 @@ int hardware_threads();
 // the cache off), else a quarter of physical memory shared by the ranks of this host,
 // at most 8 GiB per rank.
 std::size_t cpu_cache_limit_bytes();
-// Microseconds an idle thread of the intra-op pool polls for work before it blocks:
-// DTRAIN_SPIN_US if set (0 blocks at once; throws naming the variable unless >= 0), else
-// nullopt, and the pool chooses (parallel.cpp).
-std::optional<long> pool_spin_us();
+// Microseconds an idle thread of the intra-op pool polls for work before it blocks, as
+// set by DTRAIN_SPIN_US (0 blocks at once; throws naming the variable unless 0 to
+// 1000000), else nullopt and the pool chooses (dtrain::pool_spin_us(), parallel.cpp).
+std::optional<long> spin_us_override();
 
 }  // namespace dtrain::env

@@ -11,8 +11,9 @@ class Linear : public Module {
   Linear(std::int64_t in_features, std::int64_t out_features, bool bias = true);
   Variable forward(const Variable& x) override;
   // relu(forward(x)), which Sequential calls for a Linear followed by a ReLU: with a bias,
-  // the bias is added and the ReLU taken in one pass (add_relu), and the backward masks
-  // the gradient once; the same values and gradients.
+  // the bias is added and the ReLU taken in one pass (add_relu), one pass over the
+  // activations fewer. The same values and gradients (the bias's summed over the rows in
+  // another order, so to rounding).
   Variable forward_relu(const Variable& x);
   std::string describe() const override;
 
