@@ -139,6 +139,7 @@ void report(const Config& c, std::int64_t batch, int threads, const CaseResult& 
                                 {"precision", c.precision},
                                 {"batch", batch},
                                 {"threads", threads},
+                                {"pool_spin_us", pool_spin_us()},  // set by run_case's set_num_threads
                                 {"steps", c.steps},
                                 {"samples_per_s", rate(s.median_ms)},
                                 {"samples_per_s_min", rate(s.max_ms)},

@@ -107,15 +107,19 @@ def throughput_table(rows):
 
 
 def settings_table(train, versions, cases):
-    """Which settings each peer's measured runs used (run_train_comparison.sh tunes them)."""
+    """Which settings each peer's measured runs used (run_train_comparison.sh tunes them),
+    and how long dtrain's idle pool threads polled before sleeping (its waiting policy)."""
     variants = {(r["torch"], r["model"], r["batch"], r["threads"], precision(r)): r["variant"]
                 for r in train if r["framework"] == "pytorch" and "variant" in r}
-    if not variants:
+    polls = {(r["model"], r["batch"], r["threads"], precision(r)): r["pool_spin_us"]
+             for r in train if r["framework"] == "dtrain" and "pool_spin_us" in r}
+    if not variants and not polls:
         return
     print()
-    print("The peers' settings in the measured runs (the fastest of the tuning runs):")
+    print("The settings in the measured runs (dtrain's defaults; the peers' fastest of the tuning runs):")
     for case in cases:
-        chosen = [f"torch {v}: {variants[(v, *case)]}" for v in versions if (v, *case) in variants]
+        chosen = [f"dtrain: poll {polls[case]} us"] if case in polls else []
+        chosen += [f"torch {v}: {variants[(v, *case)]}" for v in versions if (v, *case) in variants]
         print(f"{label(*case):<29} | " + "; ".join(chosen))
 
 
