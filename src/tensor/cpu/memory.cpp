@@ -18,14 +18,19 @@ constexpr std::size_t kAlignment = 64;
 // aligned_alloc requires.
 void* aligned_block(std::size_t bytes) { return std::aligned_alloc(kAlignment, bytes); }
 
-CachingAllocator& block_cache() {
+std::size_t cache_limit() {
 #if defined(__SANITIZE_ADDRESS__)
-  constexpr std::size_t limit = 0;
+  return 0;
 #else
-  const std::size_t limit = env::cpu_cache_limit_bytes();
+  return env::cpu_cache_limit_bytes();
 #endif
+}
+
+CachingAllocator& block_cache() {
   // Never destroyed: tensors in static storage may be freed after it would have been.
-  static auto* cache = new CachingAllocator(limit, aligned_block, std::free);
+  // The limit is read once, here: reading it costs getenv calls and a sysinfo system call,
+  // and every allocation and free comes through this function.
+  static auto* cache = new CachingAllocator(cache_limit(), aligned_block, std::free);
   return *cache;
 }
 }  // namespace
