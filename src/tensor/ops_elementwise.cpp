@@ -62,15 +62,20 @@ std::pair<std::int64_t, std::int64_t> byte_span(const Tensor& t) {
   return {t.offset() * elem, (last + 1) * elem - 1};
 }
 
+// Whether the two views can touch a common byte (disjoint views of one storage cannot).
+bool overlaps(const Tensor& a, const Tensor& b) {
+  if (!a.same_storage(b) || a.numel() == 0 || b.numel() == 0) return false;
+  auto [a_first, a_last] = byte_span(a);
+  auto [b_first, b_last] = byte_span(b);
+  return a_first <= b_last && b_first <= a_last;
+}
+
 // An input that overlaps `out` without being the very same view would be read after the
-// kernel has written part of it: hand the kernel a private copy instead. Disjoint views of
-// one storage (a flat parameter arena) are used as they are.
+// kernel has written part of it: hand the kernel a private copy instead. (The very same
+// view is safe for an element-wise kernel, which reads each element before writing it.)
 Tensor unaliased(const Tensor& in, const Tensor& out) {
-  if (!in.same_storage(out) || in.numel() == 0 || out.numel() == 0) return in;
+  if (!overlaps(in, out)) return in;
   if (in.offset() == out.offset() && in.strides() == out.strides()) return in;
-  auto [in_first, in_last] = byte_span(in);
-  auto [out_first, out_last] = byte_span(out);
-  if (in_last < out_first || out_last < in_first) return in;
   return in.clone();
 }
 
@@ -201,10 +206,11 @@ void sgd_momentum_step_(Tensor& param, Tensor& buf, const Tensor& grad, const Sg
   DTRAIN_CHECK(param.shape() == buf.shape(), "sgd_momentum_step_: momentum buffer of shape {} for a parameter of shape {}",
                shape_str(buf.shape()), shape_str(param.shape()));
   DTRAIN_CHECK(!param.same_storage(buf), "sgd_momentum_step_: the momentum buffer shares the parameter's storage");
-  // A gradient sharing memory with what the step writes, even as the very same view, is
-  // read as it was before the step, by every backend: copied first.
+  // A gradient overlapping what the step writes, even as the very same view, is read as
+  // it was before the step, by every backend (the default one makes several passes): copied
+  // first.
   Tensor g = update_operand(param, grad, "sgd_momentum_step_");
-  if (g.same_storage(param) || g.same_storage(buf)) g = g.clone();
+  if (overlaps(g, param) || overlaps(g, buf)) g = g.clone();
   backend(param.device()).sgd_momentum_step(param, buf, g, step);
 }
 

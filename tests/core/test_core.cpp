@@ -2,13 +2,13 @@
 #include "dtrain/core/environment.h"
 #include "dtrain/core/error.h"
 #include "dtrain/core/parallel.h"
+#include "support/test_support.h"
 
 #include <catch2/catch.hpp>
 
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -95,28 +95,8 @@ TEST_CASE("parallel_for propagates exceptions from workers", "[core][cpu]") {
   CHECK_THROWS_WITH(set_num_threads(0), Catch::Contains("at least 1"));
 }
 
-namespace {
-// Sets an environment variable for a scope and puts back what was there.
-class EnvVar {
- public:
-  EnvVar(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    set(value);
-  }
-  ~EnvVar() { set(old_ ? old_->c_str() : nullptr); }
-  void set(const char* value) {
-    if (value) ::setenv(name_, value, 1);
-    else ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-}  // namespace
-
 TEST_CASE("the pool polls long only while its threads fit the hardware threads, DTRAIN_SPIN_US overrides", "[core][cpu]") {
-  EnvVar spin("DTRAIN_SPIN_US", nullptr);
+  test::ScopedEnv spin("DTRAIN_SPIN_US", nullptr);
   const int hardware = env::hardware_threads(), ranks = env::local_world_size();
   const auto expected = [&](int threads) { return threads * ranks <= hardware ? 500 : 50; };
   for (int threads : {1, 2, hardware, hardware + 1}) {

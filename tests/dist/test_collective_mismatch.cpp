@@ -71,32 +71,6 @@ std::vector<float> sum_of_ones(const CommunicatorPtr& c) {
   return t.to_vector<float>();
 }
 
-// Sets an environment variable for one scope and puts back what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value != nullptr) {
-      ::setenv(name, value, 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
 // Every collective of both kinds of checked communicator, with the results checked.
 void run_matching_collectives(const CommunicatorPtr& c) {
   const int n = c->size();
@@ -285,18 +259,18 @@ TEST_CASE("a checked async all-reduce does not wait at its call for the other ra
 
 TEST_CASE("checking is off unless asked for, and DTRAIN_CHECK_COLLECTIVES turns it on or off", "[cpu][dist]") {
   {
-    ScopedEnv unset("DTRAIN_CHECK_COLLECTIVES", nullptr);
+    test::ScopedEnv unset("DTRAIN_CHECK_COLLECTIVES", nullptr);
     CHECK_FALSE(dist::detail::with_environment({}).check_collectives);
     CHECK(dist::detail::with_environment({.check_collectives = true}).check_collectives);
   }
   {
-    ScopedEnv on("DTRAIN_CHECK_COLLECTIVES", "1");
+    test::ScopedEnv on("DTRAIN_CHECK_COLLECTIVES", "1");
     CHECK(dist::detail::with_environment({}).check_collectives);
   }
   {
-    ScopedEnv off("DTRAIN_CHECK_COLLECTIVES", "0");
+    test::ScopedEnv off("DTRAIN_CHECK_COLLECTIVES", "0");
     CHECK_FALSE(dist::detail::with_environment({.check_collectives = true}).check_collectives);
   }
-  ScopedEnv bad("DTRAIN_CHECK_COLLECTIVES", "2");
+  test::ScopedEnv bad("DTRAIN_CHECK_COLLECTIVES", "2");
   CHECK_THROWS_WITH(dist::detail::with_environment({}), Contains("DTRAIN_CHECK_COLLECTIVES=2: expected 0 or 1"));
 }

@@ -1,6 +1,7 @@
 #include "support/test_support.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <unistd.h>
@@ -64,6 +65,18 @@ const std::vector<ConvGradCase>& conv_grad_cases() {
       {{1, 4, 5, 5}, {4, 2, 3, 3}, {1, 1, 1, 1, 1, 1, 2}},
   };
   return cases;
+}
+
+ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {
+  if (const char* old = std::getenv(name)) old_ = old;
+  set(value);
+}
+
+ScopedEnv::~ScopedEnv() { set(old_ ? old_->c_str() : nullptr); }
+
+void ScopedEnv::set(const char* value) {
+  if (value != nullptr) ::setenv(name_, value, 1);
+  else ::unsetenv(name_);
 }
 
 }  // namespace dtrain::test

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,21 @@ class TempDir {
 
  private:
   std::filesystem::path path_;
+};
+
+// Sets an environment variable (nullptr: unsets it) for one scope, and puts back what was
+// there on destruction; set() changes it again within the scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  void set(const char* value);
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
 };
 
 // Writes bytes to a file (creating parents).
