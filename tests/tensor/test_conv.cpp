@@ -35,6 +35,10 @@ const std::vector<ConvCase>& conv_cases() {
       // Three whole blocks of 16 output channels: 2 or 3 threads reorder the weights for
       // oneDNN a range of blocks each.
       {"3x3, 16 -> 48 channels", {2, 16, 6, 6}, {48, 16, 3, 3}, {1, 1, 1, 1, 1, 1, 1}},
+      // Whole 16x16 blocks of 1x1 weights (ResNet's bottlenecks): their reorders between
+      // oneDNN's layout and the plain one run on the weights described as 2-D matrices.
+      {"1x1, 32 -> 48 channels", {2, 32, 5, 5}, {48, 32, 1, 1}, {}},
+      {"1x1 stride 2, 48 -> 32 channels", {3, 48, 6, 6}, {32, 48, 1, 1}, {2, 2, 0, 0, 1, 1, 1}},
   };
   return cases;
 }
