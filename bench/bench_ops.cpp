@@ -57,6 +57,7 @@ int run(const bench::OpsOptions& options) {
                                               {"peak_isa", peak.isa},
                                               {"peak_gflops", bench::round4(ctx.peak_gflops)},
                                               {"build_isa", bench::compiled_isa()},
+                                              {"loops_isa", bench::cloned_loops_isa()},
                                               {"eigen", fmt::format("1 thread, {}", bench::eigen_gemm_isa())},
                                               {"openblas", openblas}}
                            .dump());
@@ -64,8 +65,9 @@ int run(const bench::OpsOptions& options) {
     fmt::print("bench_ops: {} thread(s); {}\n", options.threads, machine);
     fmt::print("peak: {:.1f} GFLOP/s fp32 on 1 thread ({}, measured), x {} core(s) = {:.1f}; %peak is of that\n",
                peak.gflops, peak.isa, cores, ctx.peak_gflops);
-    fmt::print("bench compiled for {}, Eigen peer for {} (1 thread); openblas: {}\n", bench::compiled_isa(),
-               bench::eigen_gemm_isa(), openblas);
+    fmt::print("bench compiled for {}, dtrain's element-wise loops run as {}, Eigen peer for {} (1 thread); "
+               "openblas: {}\n",
+               bench::compiled_isa(), bench::cloned_loops_isa(), bench::eigen_gemm_isa(), openblas);
   }
   bench::run_gemm(ctx);
   bench::run_conv(ctx);

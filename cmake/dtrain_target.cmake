@@ -1,7 +1,10 @@
 # Shared compile settings for every dtrain target.
 function(dtrain_set_target_options target)
+  # -ffp-contract=off: a multiply and an add stay two roundings on every instruction set,
+  # so the per-ISA clones of hot loops (src/tensor/cpu/isa_clones.h) and -march=native
+  # builds compute the bits the portable build does.
   target_compile_options(${target} PRIVATE
-    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter -ffp-contract=off>)
   if(DTRAIN_NATIVE)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
   endif()

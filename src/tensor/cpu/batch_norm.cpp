@@ -12,6 +12,7 @@
 #include "dtrain/core/parallel.h"
 #include "tensor/cpu/blocked_layout.h"
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/isa_clones.h"
 #include "tensor/functors.h"
 
 #define EIGEN_DONT_PARALLELIZE
@@ -135,15 +136,67 @@ struct Blocks {
   std::int64_t grain() const { return std::max<std::int64_t>(1, (std::int64_t{1} << 16) / std::max<std::int64_t>(n * s * B, 1)); }
 };
 
-// sums[k] += sum over the block's S values of lane k of f(value, k), in float per image
-// as the plain kernel sums a plane, then in double.
-template <int B, class F>
-void add_lane_sums(const float* block, std::int64_t s, double* sums, F f) {
+// The loops over one image's block (S * B floats), each compiled per instruction set
+// (isa_clones.h): a lane of the block's vectors is a channel.
+
+// sums[k] += the sum of lane k's S values (centred on mean[k] and squared when Squares),
+// in float per image as the plain kernel sums a plane, then in double.
+template <int B, bool Squares>
+DTRAIN_ISA_CLONES void add_lane_sums(const float* block, std::int64_t s, const float* mean, double* sums) {
   float part[B] = {};
   for (std::int64_t j = 0; j < s; ++j) {
-    for (int k = 0; k < B; ++k) part[k] += f(block[j * B + k], k);
+    for (int k = 0; k < B; ++k) {
+      const float v = block[j * B + k];
+      part[k] += Squares ? (v - mean[k]) * (v - mean[k]) : v;
+    }
   }
   for (int k = 0; k < B; ++k) sums[k] += static_cast<double>(part[k]);
+}
+
+// out = in * scale + shift per lane, through ReLU when fused.
+template <int B, bool Relu>
+DTRAIN_ISA_CLONES void normalize_block(const float* in, std::int64_t s, const float* scale, const float* shift,
+                                       float* out) {
+  for (std::int64_t j = 0; j < s; ++j) {
+    for (int k = 0; k < B; ++k) {
+      const float v = in[j * B + k] * scale[k] + shift[k];
+      out[j * B + k] = Relu ? ReluF{}(v) : v;
+    }
+  }
+}
+
+// The gradient at position `at` of a block, masked by the ReLU output y when fused.
+template <bool Relu>
+inline float masked_grad(const float* g, const float* y, std::int64_t at) {
+  if constexpr (Relu) return ReluGradF{}(g[at], y[at]);
+  else return g[at];
+}
+
+// sum_g[k] += the sum of lane k's gradients, sum_gx[k] += that of gradient * (x - mean[k]).
+template <int B, bool Relu>
+DTRAIN_ISA_CLONES void add_grad_sums(const float* g, const float* x, const float* y, std::int64_t s, const float* mean,
+                                     double* sum_g, double* sum_gx) {
+  float part_g[B] = {}, part_gx[B] = {};
+  for (std::int64_t j = 0; j < s; ++j) {
+    for (int k = 0; k < B; ++k) {
+      const float gv = masked_grad<Relu>(g, y, j * B + k);
+      part_g[k] += gv;
+      part_gx[k] += gv * (x[j * B + k] - mean[k]);
+    }
+  }
+  for (int k = 0; k < B; ++k) {
+    sum_g[k] += static_cast<double>(part_g[k]);
+    sum_gx[k] += static_cast<double>(part_gx[k]);
+  }
+}
+
+// out = gradient * a + x * b + d per lane.
+template <int B, bool Relu>
+DTRAIN_ISA_CLONES void grad_input_block(const float* g, const float* x, const float* y, std::int64_t s, const float* a,
+                                        const float* b, const float* d, float* out) {
+  for (std::int64_t j = 0; j < s; ++j) {
+    for (int k = 0; k < B; ++k) out[j * B + k] = masked_grad<Relu>(g, y, j * B + k) * a[k] + x[j * B + k] * b[k] + d[k];
+  }
 }
 
 template <int B, bool Relu>
@@ -154,12 +207,10 @@ void forward_blocked(const float* x, const Tensor& gamma, const Tensor& beta, do
   parallel_for(0, l.blocks(), l.grain(), [&](std::int64_t b0, std::int64_t b1) {
     for (std::int64_t cb = b0; cb < b1; ++cb) {
       double sum[B] = {}, squares[B] = {};
-      for (std::int64_t i = 0; i < l.n; ++i) add_lane_sums<B>(x + l.at(i, cb), l.s, sum, [](float v, int) { return v; });
-      float mean[B], scale[B], shift[B];
+      float mean[B] = {}, scale[B], shift[B];
+      for (std::int64_t i = 0; i < l.n; ++i) add_lane_sums<B, false>(x + l.at(i, cb), l.s, mean, sum);
       for (int k = 0; k < B; ++k) mean[k] = static_cast<float>(sum[k] / count);
-      for (std::int64_t i = 0; i < l.n; ++i) {
-        add_lane_sums<B>(x + l.at(i, cb), l.s, squares, [&](float v, int k) { return (v - mean[k]) * (v - mean[k]); });
-      }
+      for (std::int64_t i = 0; i < l.n; ++i) add_lane_sums<B, true>(x + l.at(i, cb), l.s, mean, squares);
       for (int k = 0; k < B; ++k) {
         const std::int64_t c = cb * B + k;
         const double m = sum[k] / count, var = squares[k] / count;
@@ -169,16 +220,7 @@ void forward_blocked(const float* x, const Tensor& gamma, const Tensor& beta, do
         mean_t.data<float>()[c] = static_cast<float>(m);
         var_t.data<float>()[c] = static_cast<float>(var);
       }
-      for (std::int64_t i = 0; i < l.n; ++i) {
-        const float* in = x + l.at(i, cb);
-        float* out = y + l.at(i, cb);
-        for (std::int64_t j = 0; j < l.s; ++j) {
-          for (int k = 0; k < B; ++k) {
-            const float v = in[j * B + k] * scale[k] + shift[k];
-            out[j * B + k] = Relu ? ReluF{}(v) : v;
-          }
-        }
-      }
+      for (std::int64_t i = 0; i < l.n; ++i) normalize_block<B, Relu>(x + l.at(i, cb), l.s, scale, shift, y + l.at(i, cb));
     }
   });
 }
@@ -198,26 +240,9 @@ void backward_blocked(const float* g, const float* x, const float* y, const Tens
         mean[k] = mean_t.data<float>()[cb * B + k];
         invstd[k] = 1 / std::sqrt(static_cast<double>(var_t.data<float>()[cb * B + k]) + eps);
       }
-      // The gradient at value j, lane k of image i's block, masked by the ReLU when fused.
-      const auto grad = [&](const float* gb, const float* yb, std::int64_t at) {
-        return Relu ? ReluGradF{}(gb[at], yb[at]) : gb[at];
-      };
+      const auto y_block = [&](std::int64_t i) { return Relu ? y + l.at(i, cb) : nullptr; };
       for (std::int64_t i = 0; i < l.n; ++i) {
-        const float* gb = g + l.at(i, cb);
-        const float* xb = x + l.at(i, cb);
-        const float* yb = Relu ? y + l.at(i, cb) : nullptr;
-        float part_g[B] = {}, part_gx[B] = {};
-        for (std::int64_t j = 0; j < l.s; ++j) {
-          for (int k = 0; k < B; ++k) {
-            const float gv = grad(gb, yb, j * B + k);
-            part_g[k] += gv;
-            part_gx[k] += gv * (xb[j * B + k] - mean[k]);
-          }
-        }
-        for (int k = 0; k < B; ++k) {
-          sum_g[k] += static_cast<double>(part_g[k]);
-          sum_gx[k] += static_cast<double>(part_gx[k]);
-        }
+        add_grad_sums<B, Relu>(g + l.at(i, cb), x + l.at(i, cb), y_block(i), l.s, mean, sum_g, sum_gx);
       }
       for (int k = 0; k < B; ++k) {
         const std::int64_t c = cb * B + k;
@@ -230,13 +255,7 @@ void backward_blocked(const float* g, const float* x, const float* y, const Tens
         gbeta_t.data<float>()[c] = static_cast<float>(sum_g[k]);
       }
       for (std::int64_t i = 0; i < l.n; ++i) {
-        const float* gb = g + l.at(i, cb);
-        const float* xb = x + l.at(i, cb);
-        const float* yb = Relu ? y + l.at(i, cb) : nullptr;
-        float* out = gx + l.at(i, cb);
-        for (std::int64_t j = 0; j < l.s; ++j) {
-          for (int k = 0; k < B; ++k) out[j * B + k] = grad(gb, yb, j * B + k) * a[k] + xb[j * B + k] * b[k] + d[k];
-        }
+        grad_input_block<B, Relu>(g + l.at(i, cb), x + l.at(i, cb), y_block(i), l.s, a, b, d, gx + l.at(i, cb));
       }
     }
   });

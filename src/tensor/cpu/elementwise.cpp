@@ -71,7 +71,7 @@ bool unary_blocked(Functor f, const Tensor& x, Tensor& out) {
   const float* in = bx->floats();
   float* o = result->floats();
   parallel_for(0, out.numel(), cpu::kGrain, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i) o[i] = f(in[i]);
+    cpu::map_contiguous(e - b, o + b, f, in + b);
   });
   onednn::hand_over(out, result);
   return true;
@@ -86,7 +86,7 @@ bool binary_blocked(Functor f, const Tensor& a, const Tensor& b, Tensor& out) {
   const float *x = ba->floats(), *y = bb->floats();
   float* o = result->floats();
   parallel_for(0, out.numel(), cpu::kGrain, [&](std::int64_t s, std::int64_t e) {
-    for (std::int64_t i = s; i < e; ++i) o[i] = f(x[i], y[i]);
+    cpu::map_contiguous(e - s, o + s, f, x + s, y + s);
   });
   onednn::hand_over(out, result);
   return true;

@@ -1,0 +1,19 @@
+// DTRAIN_ISA_CLONES: a hot f32 loop compiled three times, for AVX-512, AVX2 and the
+// baseline x86-64 (SSE2) that the portable build targets, with the best one for the CPU
+// chosen once, when the library loads (GCC's target_clones, resolved as an ifunc). The
+// portable build otherwise runs its element-wise, batch-norm and optimizer loops four
+// lanes wide on CPUs that have sixteen: ResNet-50's fused batch-norm backward ran at
+// 17-20 ms per 8x256x56x56 activation baseline and 12-13 ms in the AVX2 and AVX-512 clones.
+//
+// Every clone computes the same bits: the project builds with -ffp-contract=off (no clone
+// fuses a multiply and an add that the baseline keeps apart), and GCC vectorizes a float
+// loop only where that keeps each element's operations in source order.
+//
+// Only for functions whose loops pay for the code: each clone is a full copy.
+#pragma once
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DTRAIN_ISA_CLONES [[gnu::target_clones("avx512f", "avx2", "default")]]
+#else
+#define DTRAIN_ISA_CLONES
+#endif
