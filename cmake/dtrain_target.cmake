@@ -1,8 +1,9 @@
 # Shared compile settings for every dtrain target.
 function(dtrain_set_target_options target)
-  # -ffp-contract=off: a multiply and an add stay two roundings on every instruction set,
-  # so the per-ISA clones of hot loops (src/tensor/cpu/isa_clones.h) and -march=native
-  # builds compute the bits the portable build does.
+  # -ffp-contract=off: the compiler never fuses a multiply and an add of dtrain's own loops
+  # into one FMA, so the per-ISA clones of hot loops (src/tensor/cpu/isa_clones.h) compute
+  # the baseline's bits. (It does not reach Eigen's explicit FMA and ISA-wide sums, which
+  # a -march=native build still changes.)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter -ffp-contract=off>)
   if(DTRAIN_NATIVE)

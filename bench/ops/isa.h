@@ -19,15 +19,16 @@ static inline const char* compiled_isa() {
 #endif
 }
 
-// The clone of dtrain's hot element-wise, batch-norm and optimizer loops that this CPU runs
-// (src/tensor/cpu/isa_clones.h picks the same way, whatever the build targets).
+// The clone of dtrain's hot element-wise, batch-norm and optimizer loops that this CPU runs:
+// src/tensor/cpu/isa_clones.h's condition and order (a private header of the library, so
+// repeated here); the baseline clone is whatever the build targets.
 inline const char* cloned_loops_isa() {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__) && defined(__GLIBC__)
   if (__builtin_cpu_supports("avx512f")) return "AVX-512";
   if (__builtin_cpu_supports("avx2")) return "AVX2";
-  return "SSE2";
+  return compiled_isa();
 #else
-  return "as compiled";
+  return compiled_isa();
 #endif
 }
 

@@ -39,6 +39,10 @@ const std::vector<ConvCase>& conv_cases() {
       // oneDNN's layout and the plain one run on the weights described as 2-D matrices.
       {"1x1, 32 -> 48 channels", {2, 32, 5, 5}, {48, 32, 1, 1}, {}},
       {"1x1 stride 2, 48 -> 32 channels", {3, 48, 6, 6}, {32, 48, 1, 1}, {2, 2, 0, 0, 1, 1, 1}},
+      // Activations of 1x1 images, reordered as 2-D too: a padded channel block (20 and
+      // 24 channels) out of a stride-2 1x1 convolution, and whole blocks into one.
+      {"1x1 stride 2 to a 1x1 map, 20 -> 24 channels", {2, 20, 2, 2}, {24, 20, 1, 1}, {2, 2, 0, 0, 1, 1, 1}},
+      {"1x1 maps, 32 -> 16 channels", {2, 32, 1, 1}, {16, 32, 1, 1}, {}},
   };
   return cases;
 }

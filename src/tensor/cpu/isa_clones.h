@@ -8,14 +8,21 @@
 // memory it is not (a ResNet-50 step's batch norm, 5% less time; plain additions, none).
 //
 // Every clone computes the same bits: the project builds with -ffp-contract=off (no clone
-// fuses a multiply and an add that the baseline keeps apart), and GCC vectorizes a float
-// loop only where that keeps each element's operations in source order.
+// fuses a multiply and an add that the baseline keeps apart), and without -ffast-math GCC
+// vectorizes a float loop only where that keeps each element's operations in source order
+// (libm calls stay the same scalar calls in every clone).
 //
-// Only for functions whose loops pay for the code: each clone is a full copy.
+// Only for functions whose loops pay for the code: each clone is a full copy, and a call
+// to one is never inlined. GCC resolves clones through ifunc, which needs an ELF target and
+// glibc; nvcc (which sees these headers through the CUDA loop's offset calculator) and
+// other compilers get the one baseline function.
 #pragma once
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && \
+    defined(__ELF__) && defined(__GLIBC__)
+#define DTRAIN_HAS_ISA_CLONES 1
 #define DTRAIN_ISA_CLONES [[gnu::target_clones("avx512f", "avx2", "default")]]
 #else
+#define DTRAIN_HAS_ISA_CLONES 0
 #define DTRAIN_ISA_CLONES
 #endif

@@ -35,13 +35,15 @@ template <class Out, class... In, class F>
 DTRAIN_ISA_CLONES void map_f32(std::int64_t n, Out* out, F& f, const In*... in) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = f(in[i]...);
 }
+// Runs shorter than this stay inline: a clone is called through the ifunc, never inlined,
+// and a row of a few elements (a bias added to a narrow matrix) would pay a call per row.
+inline constexpr std::int64_t kMinClonedRun = 64;
 template <class Out, class... In, class F>
 inline void map_contiguous(std::int64_t n, Out* out, F& f, const In*... in) {
   if constexpr (std::is_same_v<Out, float> && (std::is_same_v<In, float> && ...)) {
-    map_f32(n, out, f, in...);
-  } else {
-    for (std::int64_t i = 0; i < n; ++i) out[i] = f(in[i]...);
+    if (n >= kMinClonedRun) return map_f32(n, out, f, in...);
   }
+  for (std::int64_t i = 0; i < n; ++i) out[i] = f(in[i]...);
 }
 
 // A loop nest over N operands: sizes outermost first, and each operand's strides (elements).
