@@ -18,11 +18,11 @@
 // other compilers get the one baseline function.
 #pragma once
 
+#include <cstddef>  // any C++ library header defines __GLIBC__ on glibc, which the condition reads
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && \
     defined(__ELF__) && defined(__GLIBC__)
-#define DTRAIN_HAS_ISA_CLONES 1
 #define DTRAIN_ISA_CLONES [[gnu::target_clones("avx512f", "avx2", "default")]]
 #else
-#define DTRAIN_HAS_ISA_CLONES 0
 #define DTRAIN_ISA_CLONES
 #endif
