@@ -35,9 +35,9 @@ dnnl::stream& stream() {
 // gradients of 1x1 convolutions back to plain (ABcd16b16a -> abcd) in 4-D at about a sixth
 // of the speed of the same bytes described in 2-D (8.6 ms against 1.4 ms for ResNet-50's
 // 2048x1024 weights, one thread); the other reorders a ResNet-50 step runs took the same
-// time either way (DNNL_VERBOSE, within 5%). A
-// reshape keeps sub-memory offsets and padded channels; descriptors it cannot describe in
-// 2-D (not blocked, or with extra flags) keep their 4-D descriptions.
+// time either way (DNNL_VERBOSE, within 5%). A reshape keeps sub-memory offsets and padded
+// channels; descriptors it cannot describe in 2-D (not blocked, or with extra flags) keep
+// their 4-D descriptions.
 void reorder_into(const dnnl::memory& from, const dnnl::memory& to) {
   dnnl::memory src = from, dst = to;
   const dnnl::memory::dims dims = from.get_desc().dims();
