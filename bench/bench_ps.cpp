@@ -87,7 +87,7 @@ Outcome run_case(const Config& c, const Case& k, const dist::CommunicatorPtr& co
                  double slow_ms) {
   dist::PsOptions options{.servers = k.servers};
   dist::parse_ps_mode(k.mode, options);
-  auto strategy = std::make_shared<dist::ParameterServerStrategy>(comm, options);
+  auto strategy = std::make_shared<dist::ParameterServerStrategy>(comm, Device::cpu(), options);
   manual_seed(1);
   std::shared_ptr<nn::Module> model = c.model == "mlp" ? nn::mlp(28 * 28, {512, 512}, 10) : nn::lenet_cnn(1, 10);
   model = strategy->prepare(model);

@@ -103,7 +103,7 @@ std::shared_ptr<dist::Strategy> make_strategy(const Config& c, const Case& k, co
   }
   dist::PsOptions options{.servers = 1};
   dist::parse_ps_mode(k.strategy == "ps_sync" ? "sync" : "async", options);
-  return std::make_shared<dist::ParameterServerStrategy>(comm, options);
+  return std::make_shared<dist::ParameterServerStrategy>(comm, Device::cpu(), options);
 }
 
 // Buckets from the events of one traced update: the "bucket k ready" instants after the

@@ -210,7 +210,7 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
     DTRAIN_CHECK(comm->size() > ps->servers,
                  "--strategy ps: {} server(s) need at least one worker besides: launch with mpirun -np {} or more",
                  ps->servers, ps->servers + 1);
-    strategy = std::make_shared<dist::ParameterServerStrategy>(comm, *ps, device);
+    strategy = std::make_shared<dist::ParameterServerStrategy>(comm, device, *ps);
   } else if (c.pipeline_stages > 1) {
     const auto schedule = dist::parse_schedule(c.pipeline_schedule);
     dist::PipelineOptions options{

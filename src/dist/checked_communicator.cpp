@@ -42,10 +42,22 @@ void CheckedCommunicator::broadcast(Tensor& t, int root) {
 }
 
 // `in` alone: the backend checks that `out` is (size, *in.shape()).
+WorkPtr CheckedCommunicator::all_gather_async(const Tensor& in, Tensor& out) {
+  std::lock_guard lock(mutex_);
+  check(CollectiveRecord::call(CollectiveOp::AllGather, &in));
+  return inner_->all_gather_async(in, out);
+}
+
 void CheckedCommunicator::all_gather(const Tensor& in, Tensor& out) {
   std::lock_guard lock(mutex_);
   check(CollectiveRecord::call(CollectiveOp::AllGather, &in));
   inner_->all_gather(in, out);
+}
+
+WorkPtr CheckedCommunicator::reduce_scatter_async(const Tensor& in, Tensor& out, ReduceOp op) {
+  std::lock_guard lock(mutex_);
+  check(CollectiveRecord::call(CollectiveOp::ReduceScatter, &in, -1, static_cast<int>(op)));
+  return inner_->reduce_scatter_async(in, out, op);
 }
 
 void CheckedCommunicator::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) {

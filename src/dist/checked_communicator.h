@@ -32,7 +32,9 @@ class CheckedCommunicator final : public Communicator {
   WorkPtr all_reduce_async(Tensor& t, ReduceOp op) override;
   void all_reduce(Tensor& t, ReduceOp op) override;
   void broadcast(Tensor& t, int root) override;
+  WorkPtr all_gather_async(const Tensor& in, Tensor& out) override;
   void all_gather(const Tensor& in, Tensor& out) override;
+  WorkPtr reduce_scatter_async(const Tensor& in, Tensor& out, ReduceOp op) override;
   void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override;
   void barrier() override;
   // The child is checked too, over a split of `records`, named "<name>.split(<color>)".

@@ -35,7 +35,8 @@ DataParallel::DataParallel(std::shared_ptr<nn::Module> module, CommunicatorPtr c
   tensor_comm_ = communicator_for(comm_, device);
   for (auto& p : module_->parameters()) broadcast_in_place(*tensor_comm_, p.data(), 0);
   for (auto& [name, b] : module_->named_buffers()) broadcast_in_place(*tensor_comm_, b, 0);
-  reducer_ = std::make_unique<Reducer>(trainable_parameters(*module_), tensor_comm_, options_, sync_);
+  reducer_ = std::make_unique<Reducer>(trainable_parameters(*module_),
+                                       make_gradient_exchange(options_.gradient_exchange, tensor_comm_), options_, sync_);
 }
 
 DataParallel::~DataParallel() = default;

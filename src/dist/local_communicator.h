@@ -16,8 +16,8 @@ class LocalCommunicator final : public Communicator {
 
   WorkPtr all_reduce_async(Tensor& t, ReduceOp op) override;
   void broadcast(Tensor& t, int root) override;
-  void all_gather(const Tensor& in, Tensor& out) override;
-  void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override;
+  WorkPtr all_gather_async(const Tensor& in, Tensor& out) override;
+  WorkPtr reduce_scatter_async(const Tensor& in, Tensor& out, ReduceOp op) override;
   WorkPtr isend(const Tensor& t, int dst, int tag) override;
   RecvWorkPtr irecv(Tensor& t, int src, int tag) override;
   std::vector<WorkPtr> batch_isend_irecv(const std::vector<P2POp>& ops) override;

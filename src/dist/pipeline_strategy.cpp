@@ -49,21 +49,44 @@ void check_same_everywhere(const CommunicatorPtr& world, const std::vector<std::
 
 }  // namespace
 
-PipelineStrategy::PipelineStrategy(CommunicatorPtr world, Device device, PipelineOptions options)
-    : Strategy(device), world_(std::move(world)), options_(std::move(options)) {
-  DTRAIN_CHECK(world_ != nullptr, "pipeline strategy: no communicator given");
-  const int K = options_.stages;
-  DTRAIN_CHECK(K >= 1, "pipeline strategy: stages must be >= 1, got {}", K);
-  DTRAIN_CHECK(world_->size() % K == 0,
+namespace {
+
+// dp=(size / stages) x pp=stages over `world`, after checking that it divides.
+std::shared_ptr<const DeviceMesh> pipeline_mesh(const CommunicatorPtr& world, int stages) {
+  DTRAIN_CHECK(world != nullptr, "pipeline strategy: no communicator given");
+  DTRAIN_CHECK(stages >= 1, "pipeline strategy: stages must be >= 1, got {}", stages);
+  DTRAIN_CHECK(world->size() % stages == 0,
                "pipeline strategy: {} ranks is not a multiple of the {} stages (ranks = stages x data-parallel "
                "replicas)",
-               world_->size(), K);
+               world->size(), stages);
+  return std::make_shared<DeviceMesh>(world, std::vector<MeshDim>{{"dp", world->size() / stages}, {"pp", stages}});
+}
+
+}  // namespace
+
+PipelineStrategy::PipelineStrategy(CommunicatorPtr world, Device device, PipelineOptions options)
+    : PipelineStrategy(pipeline_mesh(world, options.stages), device, std::move(options)) {}
+
+PipelineStrategy::PipelineStrategy(std::shared_ptr<const DeviceMesh> mesh, Device device, PipelineOptions options)
+    : Strategy(device), mesh_(std::move(mesh)), options_(std::move(options)) {
+  DTRAIN_CHECK(mesh_ != nullptr, "pipeline strategy: no device mesh given");
+  DTRAIN_CHECK(mesh_->role_group() == mesh_->world(), "pipeline strategy: the mesh {} has several roles; a pipeline "
+               "takes every rank", mesh_->describe());
+  DTRAIN_CHECK(mesh_->has("pp") && mesh_->size("pp") == options_.stages,
+               "pipeline strategy: the mesh {} must have a \"pp\" dimension of the {} stages", mesh_->describe(),
+               options_.stages);
+  const int K = options_.stages;
   check_schedule(options_.schedule, {K, options_.virtual_stages, options_.micro_batches});
-  stage_ = world_->rank() % K;
-  replica_ = world_->rank() / K;
-  replicas_ = world_->size() / K;
-  pipe_ = world_->split(replica_, stage_);
-  replicas_comm_ = world_->split(stage_, replica_);
+  world_ = mesh_->world();
+  pipe_ = mesh_->group("pp");
+  stage_ = mesh_->coordinate("pp");
+  if (mesh_->has("dp")) {
+    replicas_comm_ = mesh_->group("dp");
+    replica_ = mesh_->coordinate("dp");
+    replicas_ = mesh_->size("dp");
+  }
+  DTRAIN_CHECK(replicas_ * K == world_->size(), "pipeline strategy: the mesh {} has dimensions besides dp and pp",
+               mesh_->describe());
 }
 
 PipelineStrategy::~PipelineStrategy() = default;

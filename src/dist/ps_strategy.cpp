@@ -9,13 +9,22 @@
 
 namespace dtrain::dist {
 
-ParameterServerStrategy::ParameterServerStrategy(CommunicatorPtr world, PsOptions options, Device device)
-    : Strategy(device), world_(std::move(world)), options_(options) {
-  DTRAIN_CHECK(world_ != nullptr, "parameter server strategy: no communicator given");
-  DTRAIN_CHECK(options_.servers >= 1 && options_.servers < world_->size(),
+namespace {
+
+// worker[dp=W] + ps[ps=S] over `world`, after checking that both roles have ranks.
+DeviceMesh ps_mesh(const CommunicatorPtr& world, const PsOptions& options) {
+  DTRAIN_CHECK(world != nullptr, "parameter server strategy: no communicator given");
+  DTRAIN_CHECK(options.servers >= 1 && options.servers < world->size(),
                "parameter server strategy: {} server(s) among {} ranks: need at least one server and one worker",
-               options_.servers, world_->size());
+               options.servers, world->size());
+  return DeviceMesh(world, std::vector<MeshBlock>{{"worker", {{"dp", world->size() - options.servers}}},
+                                                  {"ps", {{"ps", options.servers}}}});
 }
+
+}  // namespace
+
+ParameterServerStrategy::ParameterServerStrategy(CommunicatorPtr world, Device device, PsOptions options)
+    : Strategy(device), world_(std::move(world)), options_(options), mesh_(ps_mesh(world_, options_)) {}
 
 ParameterServerStrategy::~ParameterServerStrategy() = default;
 
@@ -34,7 +43,7 @@ ParameterServer& ParameterServerStrategy::parameter_server() {
 }
 
 Strategy::Shard ParameterServerStrategy::data_shard() const {
-  return {trains() ? world_->rank() : 0, world_->size() - options_.servers};
+  return {trains() ? mesh_.coordinate("dp") : 0, mesh_.role_size("worker")};
 }
 
 void ParameterServerStrategy::reduce_sums(Tensor& sums) {
@@ -50,7 +59,7 @@ StepStats ParameterServerStrategy::train_step(std::span<const MicroBatch> micro,
 }
 
 Strategy::CheckpointRole ParameterServerStrategy::checkpoint_role() const {
-  const int rank = world_->rank(), workers = world_->size() - options_.servers;
+  const int rank = world_->rank(), workers = mesh_.role_size("worker");
   // The chief writes the model (its values are the servers' after each sync step and at
   // every epoch's end); each server its share of the optimizer state.
   return {.rank = rank,
@@ -66,7 +75,7 @@ nn::StateDict ParameterServerStrategy::checkpoint_state() const {
   return world_->rank() == 0 ? Strategy::checkpoint_state() : nn::StateDict{};
 }
 
-bool ParameterServerStrategy::trains() const { return world_->rank() < world_->size() - options_.servers; }
+bool ParameterServerStrategy::trains() const { return mesh_.role() == "worker"; }
 
 void ParameterServerStrategy::serve(optim::Optimizer& optimizer, const SaveShare& save_share) {
   parameter_server().serve(optimizer, save_share);

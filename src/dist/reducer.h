@@ -1,11 +1,13 @@
 // The gradient reducer behind DataParallel (private to dist). It owns one flat buffer per
 // bucket; a grad-ready hook on every parameter copies the finished gradient into its
-// slot, and a bucket whose gradients are all in is all-reduced asynchronously while
-// backward goes on. After finish() each parameter's gradient is a view into its bucket
-// (the averaged value), so nothing is copied back.
+// slot, and a bucket whose gradients are all in is handed to the gradient exchange
+// (gradient_exchange.h; by default an asynchronous all-reduce of the mean) while backward
+// goes on. After finish() each parameter's gradient is a view into its bucket (the
+// exchanged value), so nothing is copied back.
 #pragma once
 
 #include "dtrain/dist/data_parallel.h"
+#include "dtrain/dist/gradient_exchange.h"
 
 #include <string>
 #include <utility>
@@ -29,8 +31,9 @@ std::vector<std::vector<std::size_t>> assign_buckets(const std::vector<BucketPar
 class DataParallel::Reducer {
  public:
   // `params`: distinct named parameters that require grad, in registration order. `sync`
-  // is consulted by every hook: false while a no_sync() guard lives.
-  Reducer(std::vector<std::pair<std::string, Variable>> params, CommunicatorPtr comm,
+  // is consulted by every hook: false while a no_sync() guard lives. `exchange` is told the
+  // buckets' layout here and then starts each full bucket.
+  Reducer(std::vector<std::pair<std::string, Variable>> params, GradientExchangePtr exchange,
           const DataParallelOptions& options, const bool& sync);
   // Removes the hooks and waits for buckets still in flight (their buffers die here).
   ~Reducer();
@@ -62,7 +65,7 @@ class DataParallel::Reducer {
   void mark_ready(std::size_t slot);
   void launch_in_order();
 
-  CommunicatorPtr comm_;
+  GradientExchangePtr exchange_;
   bool communicate_;
   const bool& sync_;
   std::vector<Slot> slots_;

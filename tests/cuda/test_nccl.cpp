@@ -74,6 +74,16 @@ TEST_CASE("nccl: one rank's collectives leave their data as a group of one shoul
   nccl->reduce_scatter(gathered, scattered);
   require_close(scattered.to(Device::cpu()), in.to(Device::cpu()), 0, 0);
 
+  // The asynchronous forms, queued back to back on the collectives' lane (what a sharded
+  // optimizer does: a bucket's reduce-scatter, then the next parameters' all-gather).
+  Tensor gathered_async = Tensor::zeros({1, 3, 4}, {DType::f32, kGpu});
+  Tensor scattered_async = Tensor::zeros({3, 4}, {DType::f32, kGpu});
+  auto gather_work = nccl->all_gather_async(in, gathered_async);
+  auto scatter_work = nccl->reduce_scatter_async(gathered_async, scattered_async, dist::ReduceOp::Mean);
+  scatter_work->wait();
+  gather_work->wait();
+  require_close(scattered_async.to(Device::cpu()), in.to(Device::cpu()), 0, 0);
+
   nccl->barrier();
   auto child = nccl->split(0, 0);
   REQUIRE(child->size() == 1);

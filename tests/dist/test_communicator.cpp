@@ -210,6 +210,31 @@ TEST_CASE("reduce_scatter gives rank r the reduction of every rank's row r", "[c
   }
 }
 
+TEST_CASE("all_gather_async and reduce_scatter_async run in call order beside all_reduce_async", "[cpu][dist]") {
+  CommunicatorPtr c = comm();
+  const int n = c->size();
+  constexpr std::int64_t kRow = 5;
+  // Queued together and waited on in reverse: each must still see its own inputs, and the
+  // reduce-scatter reads the gather's output only because it was called after it.
+  Tensor mine = rank_input(c->rank(), kRow, DType::f32);
+  Tensor gathered = Tensor::empty({n, kRow});
+  Tensor reduced = rank_input(c->rank(), 3, DType::f64);
+  Tensor scattered = Tensor::empty({kRow});
+  WorkPtr gather = c->all_gather_async(mine, gathered);
+  WorkPtr reduce = c->all_reduce_async(reduced, Op::Sum);
+  WorkPtr scatter = c->reduce_scatter_async(gathered, scattered, Op::Mean);
+  scatter->wait();
+  reduce->wait();
+  gather->wait();
+  for (int r = 0; r < n; ++r) {
+    INFO("slot " << r);
+    require_equal(gathered.select(0, r), rank_input(r, kRow, DType::f32));
+  }
+  // Every rank scatters the same gathered rows, so the mean of row r is rank r's input.
+  require_equal(scattered, rank_input(c->rank(), kRow, DType::f32));
+  require_equal(reduced, expected_reduction(all_ranks(n), 3, DType::f64, Op::Sum, 0));
+}
+
 TEST_CASE("send and recv pass tensors around the ring, small and large", "[cpu][dist]") {
   CommunicatorPtr c = comm();
   const int n = c->size();

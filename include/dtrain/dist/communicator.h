@@ -32,9 +32,10 @@
 // every rank throws the same dtrain::Error before any enters the collective, instead of
 // hanging or reducing mismatched buffers, e.g. "collective mismatch at call #17 on
 // communicator 'world': rank 0 called all_reduce(f32 [3], sum) but rank 1 called
-// all_reduce(f32 [4], sum)", and the communicator stays usable. Checked: all_reduce (and
-// _async), broadcast, all_gather, reduce_scatter, barrier and split, whose children are
-// checked too ("world.split(1)"). Not checked: point-to-point messages (two ranks).
+// all_reduce(f32 [4], sum)", and the communicator stays usable. Checked: all_reduce,
+// broadcast, all_gather, reduce_scatter (each with its _async form), barrier and split,
+// whose children are checked too ("world.split(1)"). Not checked: point-to-point messages
+// (two ranks).
 // - MPI: the exchange runs on the same MPI communicator just before the collective, on its
 //   communication thread, so an async collective stays async; a mismatch fails it from
 //   its wait().
@@ -151,9 +152,16 @@ class Communicator {
   virtual void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum) { all_reduce_async(t, op)->wait(); }
   virtual void broadcast(Tensor& t, int root) = 0;
   // out has shape (size(), *in.shape()); rank r's input lands in out[r].
-  virtual void all_gather(const Tensor& in, Tensor& out) = 0;
+  virtual WorkPtr all_gather_async(const Tensor& in, Tensor& out) = 0;
   // in has shape (size(), *out.shape()); rank r receives the reduction of every rank's in[r].
-  virtual void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::Sum) = 0;
+  virtual WorkPtr reduce_scatter_async(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::Sum) = 0;
+  // Blocking forms (virtual for the same reason as all_reduce). Asynchronous collectives
+  // of one communicator run in the order they were called, whatever their kind, so a
+  // sharded optimizer can queue a bucket's reduce-scatter behind the previous all-gather.
+  virtual void all_gather(const Tensor& in, Tensor& out) { all_gather_async(in, out)->wait(); }
+  virtual void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::Sum) {
+    reduce_scatter_async(in, out, op)->wait();
+  }
 
   // ---- point to point (see the ordering rules at the top) ----
   // The peer is another rank (or kAnySource for a receive); tags are >= 0 (or kAnyTag for

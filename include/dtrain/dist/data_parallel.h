@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 namespace dtrain::dist {
 
@@ -33,6 +34,9 @@ struct DataParallelOptions {
   std::size_t bucket_bytes = 4u << 20;  // gradient bytes per all-reduce
   bool overlap = true;                  // false: all-reduce every bucket in finish_gradient_sync()
   bool communicate = true;              // false: skip all-reduce (to measure its cost); replicas diverge
+  // What each full bucket goes through (gradient_exchange.h): "all_reduce" (the mean) or a
+  // registered kind.
+  std::string gradient_exchange = "all_reduce";
 };
 
 class DataParallel {

@@ -31,6 +31,7 @@
 #pragma once
 
 #include "dtrain/dist/data_parallel_strategy.h"
+#include "dtrain/dist/device_mesh.h"
 #include "dtrain/dist/pipeline_schedule.h"
 #include "dtrain/layers/sequential.h"
 
@@ -67,9 +68,14 @@ struct PipelineOptions {
 
 class PipelineStrategy final : public Strategy {
  public:
-  // Splits `world` into the pipeline (this rank's replica) and the stage's replicas; throws
-  // when its size is not a multiple of the stages or the schedule cannot run.
+  // Lays `world` out as the mesh dp=(size / stages) x pp=stages (device_mesh.h): the
+  // pipeline of this rank's replica, and the replicas of its stage; throws when the size is
+  // not a multiple of the stages or the schedule cannot run.
   PipelineStrategy(CommunicatorPtr world, Device device, PipelineOptions options);
+  // On a mesh built by the caller (dist::make_strategy): its "pp" dimension holds the
+  // stages (its size must equal options.stages) and its "dp" dimension, if any, the
+  // replicas; the mesh must cover the world in one block.
+  PipelineStrategy(std::shared_ptr<const DeviceMesh> mesh, Device device, PipelineOptions options);
   ~PipelineStrategy() override;
 
   std::string name() const override { return "pipeline"; }
@@ -103,6 +109,7 @@ class PipelineStrategy final : public Strategy {
   // model, so a checkpoint loads into another cut of the same layers.
   CheckpointRole checkpoint_role() const override;
 
+  const DeviceMesh& mesh() const { return *mesh_; }
   int stage() const { return stage_; }
   int replica() const { return replica_; }
   int replicas() const { return replicas_; }
@@ -134,7 +141,8 @@ class PipelineStrategy final : public Strategy {
   // replicas, the chunks and the executor.
   std::shared_ptr<nn::Module> build_stage(std::map<int, nn::ModulePtr> layers, int count);
 
-  CommunicatorPtr world_, pipe_, replicas_comm_;
+  std::shared_ptr<const DeviceMesh> mesh_;
+  CommunicatorPtr world_, pipe_, replicas_comm_;  // the mesh's world, "pp" and "dp" groups
   PipelineOptions options_;
   int stage_ = 0, replica_ = 0, replicas_ = 1;
   std::vector<int> cuts_;

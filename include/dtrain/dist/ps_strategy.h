@@ -17,6 +17,7 @@
 // staleness histogram ("staleness" in the metrics file).
 #pragma once
 
+#include "dtrain/dist/device_mesh.h"
 #include "dtrain/dist/parameter_server.h"
 #include "dtrain/dist/strategy.h"
 
@@ -24,9 +25,10 @@ namespace dtrain::dist {
 
 class ParameterServerStrategy final : public Strategy {
  public:
-  // `world`: every rank of the job (MPI). A model on a GPU trains there; its gradients and
-  // values travel through host memory.
-  ParameterServerStrategy(CommunicatorPtr world, PsOptions options, Device device = Device::cpu());
+  // `world`: every rank of the job (MPI), laid out as the mesh worker[dp=W] + ps[ps=S]
+  // (device_mesh.h). A model on a GPU trains there; its gradients and values travel through
+  // host memory.
+  ParameterServerStrategy(CommunicatorPtr world, Device device, PsOptions options);
   ~ParameterServerStrategy() override;
 
   std::string name() const override { return "parameter_server"; }
@@ -56,6 +58,7 @@ class ParameterServerStrategy final : public Strategy {
 
   // The parameter server, after prepare().
   ParameterServer& parameter_server();
+  const DeviceMesh& mesh() const { return mesh_; }
 
  protected:
   void forward_backward(const MicroBatch& batch, double weight, bool last, const StepConfig& config,
@@ -65,6 +68,7 @@ class ParameterServerStrategy final : public Strategy {
  private:
   CommunicatorPtr world_;
   PsOptions options_;
+  DeviceMesh mesh_;
   std::unique_ptr<ParameterServer> ps_;
   double lr_ = 0;  // of the step in progress
   // The chief: server 0's staleness counts since the start of the epoch, and of the run.

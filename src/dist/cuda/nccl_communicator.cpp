@@ -178,26 +178,26 @@ class NcclCommunicator final : public Communicator {
         ->wait();
   }
 
-  void all_gather(const Tensor& in, Tensor& out) override {
+  WorkPtr all_gather_async(const Tensor& in, Tensor& out) override {
     check_gpu_buffer(in, "all_gather", "in");
     check_gpu_buffer(out, "all_gather", "out");
     check_gather_shapes(in, out, size_, "all_gather");
-    work(collectives_, fmt::format("all_gather ({} bytes per rank)", in.nbytes()), [&](ncclComm_t c, cudaStream_t s) {
-      return ncclAllGather(in.raw_data(), out.raw_data(), count(in), nccl_type(in.dtype()), c, s);
-    })->wait();
+    return work(collectives_, fmt::format("all_gather ({} bytes per rank)", in.nbytes()),
+                [&](ncclComm_t c, cudaStream_t s) {
+                  return ncclAllGather(in.raw_data(), out.raw_data(), count(in), nccl_type(in.dtype()), c, s);
+                });
   }
 
-  void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
+  WorkPtr reduce_scatter_async(const Tensor& in, Tensor& out, ReduceOp op) override {
     check_gpu_buffer(in, "reduce_scatter", "in");
     check_gpu_buffer(out, "reduce_scatter", "out");
     check_scatter_shapes(in, out, size_, "reduce_scatter");
     check_reduction(in, op, "reduce_scatter");
-    work(collectives_, fmt::format("reduce_scatter ({}, {} bytes per rank)", reduce_op_name(op), out.nbytes()),
-         [&](ncclComm_t c, cudaStream_t s) {
-           return ncclReduceScatter(in.raw_data(), out.raw_data(), count(out), nccl_type(in.dtype()), nccl_op(op), c,
-                                    s);
-         })
-        ->wait();
+    return work(collectives_, fmt::format("reduce_scatter ({}, {} bytes per rank)", reduce_op_name(op), out.nbytes()),
+                [&](ncclComm_t c, cudaStream_t s) {
+                  return ncclReduceScatter(in.raw_data(), out.raw_data(), count(out), nccl_type(in.dtype()),
+                                           nccl_op(op), c, s);
+                });
   }
 
   // ---- point to point: on the messages' lane; tags are checked and reported, not sent ----

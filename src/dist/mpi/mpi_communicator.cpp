@@ -236,7 +236,17 @@ void MpiCommunicator::broadcast(Tensor& t, int root) {
            checked(body, CollectiveOp::Broadcast, &t, root));
 }
 
+WorkPtr MpiCommunicator::all_gather_async(const Tensor& in, Tensor& out) {
+  auto [info, body] = prepare_all_gather(in, out);
+  return thread("all_gather").submit(std::move(info), std::move(body));
+}
+
 void MpiCommunicator::all_gather(const Tensor& in, Tensor& out) {
+  auto [info, body] = prepare_all_gather(in, out);
+  thread("all_gather").run(std::move(info), std::move(body));
+}
+
+std::pair<OpInfo, std::function<void()>> MpiCommunicator::prepare_all_gather(const Tensor& in, const Tensor& out) {
   check_host_tensor(in, "all_gather", "in");
   check_host_tensor(out, "all_gather", "out");
   check_gather_shapes(in, out, size_, "all_gather");
@@ -246,10 +256,21 @@ void MpiCommunicator::all_gather(const Tensor& in, Tensor& out) {
     MPI_Datatype type = datatype(in.dtype());
     check(MPI_Allgather(in.raw_data(), count, type, out.raw_data(), count, type, comm), "MPI_Allgather");
   };
-  thread("all_gather").run({"all_gather", out.nbytes(), "all ranks"}, checked(body, CollectiveOp::AllGather, &in));
+  return {OpInfo{"all_gather", out.nbytes(), "all ranks"}, checked(body, CollectiveOp::AllGather, &in)};
+}
+
+WorkPtr MpiCommunicator::reduce_scatter_async(const Tensor& in, Tensor& out, ReduceOp op) {
+  auto [info, body] = prepare_reduce_scatter(in, out, op);
+  return thread("reduce_scatter").submit(std::move(info), std::move(body));
 }
 
 void MpiCommunicator::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) {
+  auto [info, body] = prepare_reduce_scatter(in, out, op);
+  thread("reduce_scatter").run(std::move(info), std::move(body));
+}
+
+std::pair<OpInfo, std::function<void()>> MpiCommunicator::prepare_reduce_scatter(const Tensor& in, const Tensor& out,
+                                                                                  ReduceOp op) {
   check_host_tensor(in, "reduce_scatter", "in");
   check_host_tensor(out, "reduce_scatter", "out");
   check_scatter_shapes(in, out, size_, "reduce_scatter");
@@ -261,9 +282,8 @@ void MpiCommunicator::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op)
           "MPI_Reduce_scatter_block");
     if (op == ReduceOp::Mean) divide(out.raw_data(), static_cast<std::size_t>(count), out.dtype(), ranks);
   };
-  thread("reduce_scatter")
-      .run({"reduce_scatter", in.nbytes(), "all ranks"},
-           checked(body, CollectiveOp::ReduceScatter, &in, -1, static_cast<int>(op)));
+  return {OpInfo{"reduce_scatter", in.nbytes(), "all ranks"},
+          checked(body, CollectiveOp::ReduceScatter, &in, -1, static_cast<int>(op))};
 }
 
 // ---- point to point -------------------------------------------------------------

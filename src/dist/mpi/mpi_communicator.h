@@ -52,7 +52,9 @@ class MpiCommunicator final : public Communicator, public Resource {
   WorkPtr all_reduce_async(Tensor& t, ReduceOp op) override;
   void all_reduce(Tensor& t, ReduceOp op) override;
   void broadcast(Tensor& t, int root) override;
+  WorkPtr all_gather_async(const Tensor& in, Tensor& out) override;
   void all_gather(const Tensor& in, Tensor& out) override;
+  WorkPtr reduce_scatter_async(const Tensor& in, Tensor& out, ReduceOp op) override;
   void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override;
   WorkPtr isend(const Tensor& t, int dst, int tag) override;
   RecvWorkPtr irecv(Tensor& t, int src, int tag) override;
@@ -92,6 +94,9 @@ class MpiCommunicator final : public Communicator, public Resource {
   CommThread& thread(const char* op);
   // Checks the arguments and returns what all_reduce runs on the comm thread.
   std::pair<OpInfo, std::function<void()>> prepare_all_reduce(const Tensor& t, ReduceOp op);
+  // The same for all_gather and reduce_scatter.
+  std::pair<OpInfo, std::function<void()>> prepare_all_gather(const Tensor& in, const Tensor& out);
+  std::pair<OpInfo, std::function<void()>> prepare_reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op);
   // `body` preceded by the check of its call (op, tensor, root, reduce op) when checking
   // is on; `body` itself otherwise.
   std::function<void()> checked(std::function<void()> body, CollectiveOp op, const Tensor* t = nullptr, int root = -1,
