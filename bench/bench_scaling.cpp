@@ -29,11 +29,7 @@
 #include "dtrain/core/parallel.h"
 #include "dtrain/core/trace.h"
 #include "dtrain/data/tensor_dataset.h"
-#include "dtrain/dist/data_parallel_strategy.h"
-#include "dtrain/dist/parameter_server.h"
-#include "dtrain/dist/pipeline_strategy.h"
-#include "dtrain/dist/ps_strategy.h"
-#include "dtrain/dist/strategy.h"
+#include "dtrain/dist/strategy_factory.h"
 #include "dtrain/optim/sgd.h"
 #include "dtrain/train/trainer.h"
 
@@ -94,16 +90,13 @@ std::int64_t worker_batch(const Config& c, const Case& k) {
   return k.strategy == "pipeline" ? global_batch(c, k) : global_batch(c, k) / k.workers();
 }
 
+// The case's strategy through the factory the trainers use (dtrain/dist/strategy_factory.h).
 std::shared_ptr<dist::Strategy> make_strategy(const Config& c, const Case& k, const dist::CommunicatorPtr& comm) {
-  if (k.ranks == 1) return std::make_shared<dist::LocalStrategy>();
-  if (k.strategy == "data_parallel") return std::make_shared<dist::DataParallelStrategy>(comm, Device::cpu());
-  if (k.strategy == "pipeline") {
-    return std::make_shared<dist::PipelineStrategy>(
-        comm, Device::cpu(), dist::PipelineOptions{.stages = k.ranks, .micro_batches = c.micro_batches});
-  }
-  dist::PsOptions options{.servers = 1};
-  dist::parse_ps_mode(k.strategy == "ps_sync" ? "sync" : "async", options);
-  return std::make_shared<dist::ParameterServerStrategy>(comm, Device::cpu(), options);
+  std::string spec = "local";
+  if (k.ranks > 1 && k.strategy == "data_parallel") spec = "dp";
+  if (k.ranks > 1 && k.strategy == "pipeline") spec = fmt::format("pp={},micro={}", k.ranks, c.micro_batches);
+  if (k.ranks > 1 && k.strategy.starts_with("ps_")) spec = k.strategy == "ps_sync" ? "ps=1,mode=sync" : "ps=1,mode=async";
+  return dist::make_strategy(spec, comm, Device::cpu());
 }
 
 // Buckets from the events of one traced update: the "bucket k ready" instants after the

@@ -4,7 +4,8 @@
 // dtrain-make-shards). JPEGs are decoded and augmented on loader threads (RandomResizedCrop
 // and flip for training, Resize + CenterCrop for evaluation), top-1 and top-5 accuracy are
 // evaluated sharded over the ranks. Launched by mpirun it trains data-parallel (NCCL on
-// GPUs), with the large-batch recipe: the learning rate scaled linearly with the global
+// GPUs), or as any strategy --parallel names (a pipeline: pp=2,micro=4; parameter servers:
+// ps=1,mode=async), with the large-batch recipe: the learning rate scaled linearly with the global
 // batch, warm-up then cosine decay, no weight decay on biases and batch-norm parameters,
 // label smoothing, and LARS or LAMB for very large batches.
 //
@@ -20,6 +21,7 @@
 // Errors (bad flags, missing or corrupt data under --bad-images fail) print one line naming
 // the file and exit non-zero; under mpirun a failing rank ends the whole job.
 #include "common/example_support.h"
+#include "common/parallel_flags.h"
 #include "dtrain/core/log.h"
 #include "dtrain/core/parallel.h"
 #include "dtrain/data/image_dataset.h"
@@ -82,6 +84,7 @@ struct Config {
   double target_accuracy = 0;
   int evaluations_per_epoch = 1;
   double timeout_s = 600;
+  examples::ParallelFlags parallel;
 };
 
 void add_flags(CLI::App& app, Config& c) {
@@ -150,6 +153,7 @@ void add_flags(CLI::App& app, Config& c) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--evals-per-epoch", c.evaluations_per_epoch, "evaluate this many times per epoch, evenly spaced")
       ->check(CLI::Range(1, 1000))->capture_default_str();
+  examples::add_parallel_flags(app, c.parallel);
   app.add_option("--timeout", c.timeout_s, "seconds a collective may wait for the other ranks before the job is aborted")
       ->check(CLI::PositiveNumber)->capture_default_str();
 }
@@ -248,7 +252,10 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
 
   const Device device = c.device == "cuda" ? dist::rank_cuda_device() : Device::parse(c.device);
   const std::optional<DType> autocast = examples::autocast_type(c.precision);
-  auto strategy = dist::default_strategy(comm, device);  // data-parallel under mpirun (NCCL on GPUs)
+  // Data parallel under mpirun (NCCL on GPUs) unless --parallel says otherwise.
+  auto strategy = examples::make_strategy(c.parallel, comm, device,
+                                          {.example_shape = {3, size, size}, .batch_size = c.batch_size,
+                                           .accumulate = c.accumulate});
   std::shared_ptr<nn::Module> whole = make_model(c.model, splits.classes);
   const std::int64_t parameters = whole->num_parameters();
   auto model = strategy->prepare(std::move(whole));
@@ -286,6 +293,9 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
                splits.test ? splits.test->size() : 0, splits.source, comm->size(), num_threads(), c.loader_threads,
                c.batch_size, c.optimizer, lr, base_lr, kBaseBatch, device.is_cuda() ? "cuda" : "cpu",
                autocast ? ", " + c.precision + " autocast" : "");
+    if (const std::string layout = examples::describe_layout(*strategy, comm->size()); !layout.empty()) {
+      fmt::print("{}\n", layout);
+    }
     std::fflush(stdout);
   }
   const train::FitResult result = trainer.fit(*optimizer, schedule.get());

@@ -1,20 +1,20 @@
 // train_mnist: trains an MLP or the LeNet-style CNN on MNIST-format data (Fashion-MNIST
 // from Debian's dataset-fashion-mnist package by default) and reports test accuracy.
 // Launched by mpirun it trains data-parallel: the global batch is split across ranks,
-// each rank reads its own shard, gradients are averaged, evaluation is sharded. With
-// --pipeline-stages K the model is cut into K stages on consecutive ranks, fed
-// --micro-batches M per batch, and the ranks form K x (ranks / K) grid: the stages of
-// each pipeline, and data-parallel replicas of each stage. With --strategy ps the last
-// --num-ps ranks are parameter servers and the others workers (--ps-mode sync, async or
-// ssp:K), or the roles come from a TF_CONFIG-style --cluster file / DTRAIN_CLUSTER.
+// each rank reads its own shard, gradients are averaged, evaluation is sharded. --parallel
+// takes any strategy's spec (dist::make_strategy): pp=K,micro=M cuts the model into K
+// stages on consecutive ranks fed M micro-batches per batch, the ranks forming a dp x pp
+// grid; ps=S,mode=sync|async|ssp:K makes the last S ranks parameter servers (or the roles
+// come from a TF_CONFIG-style --cluster file / DTRAIN_CLUSTER). The older flags
+// (--pipeline-stages, --strategy ps, --num-ps, --ps-mode, ...) remain as aliases.
 //
 //   build/examples/train_mnist --model cnn --epochs 3
 //   mpirun -np 2 build/examples/train_mnist --model cnn --epochs 3
 //   mpirun -np 8 build/examples/train_mnist --device cuda --precision bf16   # a GPU per rank, NCCL
 //   # 2 stages x 2 data-parallel replicas:
-//   mpirun -np 4 build/examples/train_mnist --model mlp --hidden 512,512,512,512 --pipeline-stages 2 --micro-batches 8
+//   mpirun -np 4 build/examples/train_mnist --model mlp --hidden 512,512,512,512 --parallel pp=2,micro=8
 //   # 2 workers and 1 parameter server, asynchronous updates:
-//   mpirun -np 3 build/examples/train_mnist --strategy ps --num-ps 1 --ps-mode async
+//   mpirun -np 3 build/examples/train_mnist --parallel ps=1,mode=async
 //
 // --precision bf16|f16 runs forward under autocast (16-bit products, f32 everything else;
 // f16 with dynamic loss scaling); on the CPU the 16-bit products are emulated exactly.
@@ -22,26 +22,21 @@
 // Errors (bad flags, missing or corrupt data) print one line and exit non-zero; under
 // mpirun a failing rank ends the whole job with its message.
 #include "common/example_support.h"
+#include "common/parallel_flags.h"
 #include "dtrain/core/log.h"
 #include "dtrain/core/parallel.h"
 #include "dtrain/data/mnist.h"
 #include "dtrain/data/subset.h"
 #include "dtrain/dist/nccl.h"
-#include "dtrain/dist/cluster_spec.h"
-#include "dtrain/dist/pipeline_strategy.h"
-#include "dtrain/dist/ps_strategy.h"
 #include "dtrain/dist/strategy.h"
 #include "dtrain/layers/models.h"
 #include "dtrain/train/trainer.h"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
-#include <optional>
 #include <thread>
 
 namespace {
@@ -78,17 +73,7 @@ struct Config {
   double target_accuracy = 0;  // 0: train every epoch; else stop once test accuracy reaches it
   std::string device = "cpu";
   std::string precision = "fp32";
-  int pipeline_stages = 1;  // 1: no pipeline
-  int micro_batches = 4;
-  std::string pipeline_schedule = "1f1b";
-  int virtual_stages = 2;  // interleaved only
-  std::vector<int> pipeline_cuts;
-  std::string pipeline_balance = "params";
-  bool recompute = false;
-  std::string strategy = "auto";
-  int num_ps = 0;  // 0: 1, or the cluster spec's
-  std::string ps_mode = "async";
-  std::string cluster;  // a cluster spec file
+  examples::ParallelFlags parallel;
   int straggler_delay_ms = 0;
   int straggler_rank = 1;
 };
@@ -136,32 +121,7 @@ void add_flags(CLI::App& app, Config& c) {
   app.add_option("--precision", c.precision, "fp32, or bf16/f16 products under autocast (f16 with loss scaling)")
       ->check(CLI::IsMember({"fp32", "bf16", "f16"}))
       ->capture_default_str();
-  app.add_option("--pipeline-stages", c.pipeline_stages,
-                 "cut the model into this many stages on consecutive ranks (the rank count must be a multiple; "
-                 "ranks / stages data-parallel replicas of each stage)")
-      ->check(CLI::Range(1, 1024))->capture_default_str();
-  app.add_option("--micro-batches", c.micro_batches, "pipeline: micro-batches per batch of each pipeline")
-      ->check(CLI::Range(1, 1 << 16))->capture_default_str();
-  app.add_option("--pipeline-schedule", c.pipeline_schedule, "pipeline: gpipe, 1f1b or interleaved")
-      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}))->capture_default_str();
-  app.add_option("--virtual-stages", c.virtual_stages, "pipeline, interleaved schedule: model chunks per rank")
-      ->check(CLI::Range(2, 64))->capture_default_str();
-  app.add_option("--pipeline-cuts", c.pipeline_cuts,
-                 "pipeline: layer indices where stages (chunks) begin, comma-separated (default: balanced)")
-      ->delimiter(',');
-  app.add_option("--pipeline-balance", c.pipeline_balance,
-                 "pipeline, without --pipeline-cuts: balance stages by parameter count or by measured time")
-      ->check(CLI::IsMember({"params", "time"}))->capture_default_str();
-  app.add_flag("--recompute", c.recompute, "pipeline: keep only each stage's input, recompute its forward in backward");
-  app.add_option("--strategy", c.strategy,
-                 "auto (data parallel under mpirun; a pipeline with --pipeline-stages) or ps (parameter servers)")
-      ->check(CLI::IsMember({"auto", "ps"}))->capture_default_str();
-  app.add_option("--num-ps", c.num_ps, "ps: the number of server ranks (the last ones; default 1)")
-      ->check(CLI::Range(1, 1 << 16));
-  app.add_option("--ps-mode", c.ps_mode, "ps: sync, async or ssp:K (a worker waits when it would push a gradient more "
-                 "than K updates stale)")->capture_default_str();
-  app.add_option("--cluster", c.cluster, "ps: the roles as a TF_CONFIG-style JSON file {\"cluster\": {\"worker\": "
-                 "[...], \"ps\": [...]}} (or the DTRAIN_CLUSTER variable)");
+  examples::add_parallel_flags(app, c.parallel);
   app.add_option("--straggler-delay-ms", c.straggler_delay_ms,
                  "slow down one rank on purpose: it sleeps this long after each update (demonstrations, benchmarks)")
       ->check(CLI::Range(0, 1 << 20));
@@ -189,50 +149,11 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
 
   const Device device = c.device == "cuda" ? dist::rank_cuda_device() : Device::parse(c.device);
   const std::optional<DType> autocast = examples::autocast_type(c.precision);
-  std::shared_ptr<dist::Strategy> strategy;
-  std::shared_ptr<dist::PipelineStrategy> pipeline;
-  std::optional<dist::PsOptions> ps;
-  const char* cluster_env = std::getenv("DTRAIN_CLUSTER");
-  if (c.strategy == "ps" || !c.cluster.empty() || cluster_env) {
-    DTRAIN_CHECK(c.pipeline_stages == 1, "--strategy ps: parameter servers and --pipeline-stages do not combine");
-    ps.emplace();
-    dist::parse_ps_mode(c.ps_mode, *ps);
-    ps->servers = c.num_ps > 0 ? c.num_ps : 1;
-    if (!c.cluster.empty() || cluster_env) {
-      const std::string source = c.cluster.empty() ? std::string("DTRAIN_CLUSTER") : "--cluster '" + c.cluster + "'";
-      const dist::ClusterSpec spec = c.cluster.empty() ? dist::parse_cluster_spec(cluster_env, source, comm->size())
-                                                       : dist::read_cluster_spec(c.cluster, comm->size());
-      DTRAIN_CHECK(c.num_ps == 0 || c.num_ps == static_cast<int>(spec.ps.size()),
-                   "--num-ps {} contradicts {}, which lists {} ps", c.num_ps, source, spec.ps.size());
-      dist::check_cluster_hosts(spec, source, *comm);
-      ps->servers = static_cast<int>(spec.ps.size());
-    }
-    DTRAIN_CHECK(comm->size() > ps->servers,
-                 "--strategy ps: {} server(s) need at least one worker besides: launch with mpirun -np {} or more",
-                 ps->servers, ps->servers + 1);
-    strategy = std::make_shared<dist::ParameterServerStrategy>(comm, device, *ps);
-  } else if (c.pipeline_stages > 1) {
-    const auto schedule = dist::parse_schedule(c.pipeline_schedule);
-    dist::PipelineOptions options{
-        .stages = c.pipeline_stages,
-        .micro_batches = c.micro_batches,
-        .schedule = schedule,
-        .virtual_stages = schedule == dist::PipelineSchedule::Interleaved ? c.virtual_stages : 1,
-        .cuts = c.pipeline_cuts,
-        .balance = c.pipeline_balance == "time" ? dist::PipelineOptions::Balance::Time
-                                                : dist::PipelineOptions::Balance::Parameters,
-        .recompute = c.recompute};
-    if (options.balance == dist::PipelineOptions::Balance::Time) {
-      // Timed on one micro-batch of the shape training will use.
-      const std::int64_t replicas = std::max(comm->size() / c.pipeline_stages, 1);
-      const std::int64_t rows = std::max<std::int64_t>(c.batch_size / replicas / c.accumulate / c.micro_batches, 1);
-      options.profile_input = Tensor::zeros({rows, 1, 28, 28});
-    }
-    pipeline = std::make_shared<dist::PipelineStrategy>(comm, device, options);
-    strategy = pipeline;
-  } else {
-    strategy = dist::default_strategy(comm, device);  // data-parallel under mpirun (NCCL on GPUs)
-  }
+  // --parallel and its aliases (examples/common/parallel_flags.h); a pipeline balanced by
+  // time is timed on one micro-batch of 28x28 images.
+  auto strategy = examples::make_strategy(c.parallel, comm, device,
+                                          {.example_shape = {1, 28, 28}, .batch_size = c.batch_size,
+                                           .accumulate = c.accumulate});
   std::shared_ptr<nn::Module> whole = c.model == "mlp" ? nn::mlp(28 * 28, c.hidden, 10) : nn::lenet_cnn(1, 10);
   const std::int64_t parameters = whole->num_parameters();
   auto model = strategy->prepare(std::move(whole));  // a pipeline keeps this rank's stage
@@ -263,18 +184,8 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
                                               trainer.micro_batch_size())
                                 : "",
                c.optimizer, c.lr, device.is_cuda() ? "cuda" : "cpu", autocast ? ", " + c.precision + " autocast" : "");
-    if (ps) {
-      fmt::print("parameter servers: {} worker(s) (ranks 0-{}), {} server(s) (ranks {}-{}), mode {}\n",
-                 comm->size() - ps->servers, comm->size() - ps->servers - 1, ps->servers, comm->size() - ps->servers,
-                 comm->size() - 1, dist::ps_mode_name(*ps));
-    }
-    if (pipeline) {
-      fmt::print("pipeline: {} stages x {} replica(s), {} micro-batches per batch, schedule {}{}, cut at layers [{}]{}; "
-                 "this stage (the last) holds {} parameters\n",
-                 c.pipeline_stages, pipeline->replicas(), c.micro_batches, c.pipeline_schedule,
-                 c.pipeline_schedule == "interleaved" ? fmt::format(" ({} chunks per rank)", c.virtual_stages) : "",
-                 fmt::join(pipeline->cuts(), ", "), c.recompute ? ", recomputing activations" : "",
-                 model->num_parameters());
+    if (const std::string layout = examples::describe_layout(*strategy, comm->size()); !layout.empty()) {
+      fmt::print("{}\n", layout);
     }
     std::fflush(stdout);
   }

@@ -110,6 +110,7 @@ class PipelineStrategy final : public Strategy {
   CheckpointRole checkpoint_role() const override;
 
   const DeviceMesh& mesh() const { return *mesh_; }
+  const PipelineOptions& options() const { return options_; }
   int stage() const { return stage_; }
   int replica() const { return replica_; }
   int replicas() const { return replicas_; }

@@ -59,6 +59,7 @@ class ParameterServerStrategy final : public Strategy {
   // The parameter server, after prepare().
   ParameterServer& parameter_server();
   const DeviceMesh& mesh() const { return mesh_; }
+  const PsOptions& options() const { return options_; }
 
  protected:
   void forward_backward(const MicroBatch& batch, double weight, bool last, const StepConfig& config,
