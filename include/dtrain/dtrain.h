@@ -81,6 +81,8 @@
 #include "dtrain/dist/communicator.h"
 #include "dtrain/dist/data_parallel.h"
 #include "dtrain/dist/data_parallel_strategy.h"
+#include "dtrain/dist/device_mesh.h"
+#include "dtrain/dist/gradient_exchange.h"
 #include "dtrain/dist/nccl.h"
 #include "dtrain/dist/parameter_server.h"
 #include "dtrain/dist/pipeline_partition.h"
@@ -88,6 +90,7 @@
 #include "dtrain/dist/pipeline_strategy.h"
 #include "dtrain/dist/ps_strategy.h"
 #include "dtrain/dist/strategy.h"
+#include "dtrain/dist/strategy_factory.h"
 #include "dtrain/dist/sync_batch_norm.h"
 
 #include "dtrain/checkpoint/atomic_file.h"
