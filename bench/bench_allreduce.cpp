@@ -17,7 +17,7 @@
 // The first line (the first JSON object with --json) describes the machine, including the
 // memory bandwidth the ranks saw at the start, since the cores may be shared.
 #include "dtrain/core/environment.h"
-#include "dtrain/dist/communicator.h"
+#include "dtrain/dist/comm/communicator.h"
 
 #include "bench_machine.h"
 

@@ -16,7 +16,7 @@
 // gradients were averaged).
 #include "dtrain/core/environment.h"
 #include "dtrain/core/parallel.h"
-#include "dtrain/dist/data_parallel.h"
+#include "dtrain/dist/data_parallel/data_parallel.h"
 #include "dtrain/optim/sgd.h"
 
 #include "bench_models.h"

@@ -24,7 +24,7 @@
 // must reproduce the unpipelined model's loss on that batch, or the bench fails.
 #include "dtrain/autograd/functions.h"
 #include "dtrain/core/parallel.h"
-#include "dtrain/dist/pipeline_strategy.h"
+#include "dtrain/dist/pipeline/pipeline_strategy.h"
 #include "dtrain/optim/sgd.h"
 #include "dtrain/tensor/memory_stats.h"
 

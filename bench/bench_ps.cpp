@@ -24,7 +24,7 @@
 #include "dtrain/core/parallel.h"
 #include "dtrain/data/mnist.h"
 #include "dtrain/data/subset.h"
-#include "dtrain/dist/ps_strategy.h"
+#include "dtrain/dist/ps/ps_strategy.h"
 #include "dtrain/layers/models.h"
 #include "dtrain/optim/lr_schedule.h"
 #include "dtrain/optim/sgd.h"

@@ -29,7 +29,7 @@
 #include "dtrain/core/parallel.h"
 #include "dtrain/core/trace.h"
 #include "dtrain/data/tensor_dataset.h"
-#include "dtrain/dist/strategy_factory.h"
+#include "dtrain/dist/core/strategy_factory.h"
 #include "dtrain/optim/sgd.h"
 #include "dtrain/train/trainer.h"
 
@@ -90,12 +90,13 @@ std::int64_t worker_batch(const Config& c, const Case& k) {
   return k.strategy == "pipeline" ? global_batch(c, k) : global_batch(c, k) / k.workers();
 }
 
-// The case's strategy through the factory the trainers use (dtrain/dist/strategy_factory.h).
+// The case's strategy through the factory the trainers use (dtrain/dist/core/strategy_factory.h).
 std::shared_ptr<dist::Strategy> make_strategy(const Config& c, const Case& k, const dist::CommunicatorPtr& comm) {
   std::string spec = "local";
   if (k.ranks > 1 && k.strategy == "data_parallel") spec = "dp";
   if (k.ranks > 1 && k.strategy == "pipeline") spec = fmt::format("pp={},micro={}", k.ranks, c.micro_batches);
-  if (k.ranks > 1 && k.strategy.starts_with("ps_")) spec = k.strategy == "ps_sync" ? "ps=1,mode=sync" : "ps=1,mode=async";
+  if (k.ranks > 1 && k.strategy.starts_with("ps_"))
+    spec = k.strategy == "ps_sync" ? "ps=1,mode=sync" : "ps=1,mode=async";
   return dist::make_strategy(spec, comm, Device::cpu());
 }
 
@@ -140,7 +141,7 @@ Figures run_case(const Config& c, const Case& k, const dist::CommunicatorPtr& co
   const std::int64_t per_update = global_batch(c, k);
   const auto [x, y] = bench::synthetic_batch(m, per_update * (c.warmup + c.steps), 7);
   auto data = std::make_shared<data::TensorDataset>(x, y);
-  const std::int64_t trainer_batch = strategy->hands_out_batches() ? worker_batch(c, k) : per_update;
+  const std::int64_t trainer_batch = strategy->capabilities().dispenser ? worker_batch(c, k) : per_update;
   train::Trainer trainer(strategy, {.train = data, .batch_size = trainer_batch, .seed = 1}, {.verbose = false});
 
   std::vector<double> step, compute, comm_s, data_s, forward, backward, optimizer;
@@ -177,15 +178,23 @@ Figures run_case(const Config& c, const Case& k, const dist::CommunicatorPtr& co
   Figures f;
   if (!step.empty()) {
     const bench::Stats s = bench::stats(step);
-    f = {s.median_ms, s.min_ms, s.max_ms, 1e3 * median_of(compute), 1e3 * median_of(comm_s), 1e3 * median_of(data_s),
-         1e3 * median_of(forward), 1e3 * median_of(backward), 1e3 * median_of(optimizer), {}};
+    f = {s.median_ms,
+         s.min_ms,
+         s.max_ms,
+         1e3 * median_of(compute),
+         1e3 * median_of(comm_s),
+         1e3 * median_of(data_s),
+         1e3 * median_of(forward),
+         1e3 * median_of(backward),
+         1e3 * median_of(optimizer),
+         {}};
   }
   // One rank's figures, so that they add up: the rank with the most compute (the slowest
   // stage of a pipeline, the busiest replica), with the longest median step of all ranks.
   constexpr std::int64_t kFields = 9;
   Tensor all = Tensor::zeros({comm->size(), kFields}, {DType::f64});
-  const double mine[kFields] = {f.step, f.step_min, f.step_max, f.compute, f.comm, f.data, f.forward, f.backward,
-                                f.optimizer};
+  const double mine[kFields] = {f.step, f.step_min, f.step_max, f.compute,  f.comm,
+                                f.data, f.forward,  f.backward, f.optimizer};
   std::copy(mine, mine + kFields, all.data<double>() + comm->rank() * kFields);
   comm->all_reduce(all, dist::ReduceOp::Sum);
   const std::vector<double> v = all.to_vector<double>();
@@ -206,9 +215,10 @@ void print_header(const Config& c, int world) {
     fmt::print("{}\n", nlohmann::ordered_json{{"bench", "scaling"}, {"machine", bench::machine_description()}}.dump());
     return;
   }
-  fmt::print("bench_scaling: {}, {} steps after {} warm-up, weak batch {} per worker, strong global batch {}, up to {} "
-             "rank(s) x {} thread(s); {}\n",
-             c.model, c.steps, c.warmup, c.batch, c.global_batch, world, num_threads(), bench::machine_description());
+  fmt::print(
+      "bench_scaling: {}, {} steps after {} warm-up, weak batch {} per worker, strong global batch {}, up to {} "
+      "rank(s) x {} thread(s); {}\n",
+      c.model, c.steps, c.warmup, c.batch, c.global_batch, world, num_threads(), bench::machine_description());
   fmt::print("{:<14}{:<7}{:>6}{:>8}{:>10}{:>11}{:>10}{:>12}{:>11}{:>9}{:>8}\n", "strategy", "mode", "ranks", "batch",
              "step ms", "samples/s", "effic.", "compute ms", "exp. comm", "share", "note");
 }
@@ -309,7 +319,9 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::IsMember({"data_parallel", "pipeline", "ps_sync", "ps_async"}))
       ->capture_default_str();
-  app.add_option("--modes", c.modes, "weak, strong")->delimiter(',')->check(CLI::IsMember({"weak", "strong"}))
+  app.add_option("--modes", c.modes, "weak, strong")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"weak", "strong"}))
       ->capture_default_str();
   app.add_option("--model", c.model, "mlp, cnn or resnet18_cifar")
       ->check(CLI::IsMember({"mlp", "cnn", "resnet18_cifar"}))

@@ -60,8 +60,10 @@ ImageFolderIndex index_split(const fs::path& dir, const std::vector<std::string>
   ImageFolderIndex index = dtrain::data::index_image_folder(dir, classes);
   if (!index.empty_classes.empty()) {
     const std::string names = fmt::format("'{}'", fmt::join(index.empty_classes, "', '"));
-    DTRAIN_CHECK(allow_empty, "'{}': class folder(s) {} hold no files (--allow-empty-classes keeps them as classes "
-                 "without samples)", dir.string(), names);
+    DTRAIN_CHECK(allow_empty,
+                 "'{}': class folder(s) {} hold no files (--allow-empty-classes keeps them as classes "
+                 "without samples)",
+                 dir.string(), names);
     fmt::print("{}: class folder(s) {} hold no files\n", dir.string(), names);
   }
   DTRAIN_CHECK(!index.entries.empty(), "'{}' holds no files", dir.string());
@@ -141,8 +143,7 @@ int main(int argc, char** argv) {
   Config c;
   app.add_option("SRC", c.src, "the tree to pack: SRC/train and/or SRC/val, each holding one folder per class")
       ->required();
-  app.add_option("OUT", c.out, "where to write OUT/train and OUT/val (which must not already hold shards)")
-      ->required();
+  app.add_option("OUT", c.out, "where to write OUT/train and OUT/val (which must not already hold shards)")->required();
   app.add_option("--shard-size", c.shard_size, "largest shard, e.g. 256MB, 1GB, 64MiB (a larger sample gets its own)")
       ->capture_default_str();
   app.add_option("--seed", c.seed, "seed of the training samples' order")->capture_default_str();

@@ -28,8 +28,8 @@
 #include "dtrain/data/sharded_images.h"
 #include "dtrain/data/subset.h"
 #include "dtrain/data/tensor_dataset.h"
-#include "dtrain/dist/nccl.h"
-#include "dtrain/dist/strategy.h"
+#include "dtrain/dist/comm/nccl.h"
+#include "dtrain/dist/core/strategy.h"
 #include "dtrain/layers/models.h"
 #include "dtrain/tensor/ops.h"
 #include "dtrain/train/trainer.h"
@@ -45,26 +45,19 @@ namespace {
 using namespace dtrain;
 namespace fs = std::filesystem;
 
-// The learning rates below are for this global batch; --lr scales linearly from it.
+// The default learning rates below are for this global batch, scaled linearly from it.
 constexpr std::int64_t kBaseBatch = 256;
 
 struct Config {
-  std::string data;      // class folders
-  std::string shards;    // tar shards
+  std::string data;    // class folders
+  std::string shards;  // tar shards
   bool synthetic = false;
   std::int64_t classes = 1000;  // --synthetic only
   std::string model = "resnet50";
   int image_size = 0;  // 0: 224, or 32 for resnet20
-  int epochs = 90;
-  std::int64_t batch_size = 256;
-  int accumulate = 1;
-  std::string optimizer = "sgd";
-  double lr = 0;  // per kBaseBatch samples; 0: the optimizer's default
-  double momentum = 0.9;
-  double weight_decay = -1;  // -1: 5e-4 for resnet20, 1e-4 otherwise
-  double warmup_epochs = 5;
+  examples::RunFlags run{.epochs = 90, .batch_size = 256, .timeout_s = 600};
+  examples::OptimizerFlags opt{.warmup_epochs = 5};  // weight decay unset: 5e-4 for resnet20, 1e-4 otherwise
   double label_smoothing = 0.1;
-  double clip_grad_norm = 0;
   double min_crop_scale = 0.08;
   double eval_crop_fraction = 0.875;
   std::vector<float> mean = {0.485f, 0.456f, 0.406f};
@@ -72,90 +65,70 @@ struct Config {
   std::string bad_images = "fail";
   std::int64_t shuffle_buffer = 2000;
   int loader_threads = 2;
-  std::string device = "cpu";
-  std::string precision = "fp32";
-  std::uint64_t seed = 1;
-  int threads = 0;
-  std::string metrics;
-  train::CheckpointOptions checkpoint;
-  examples::ReportingFlags reporting;
   std::int64_t limit_train = 0;
   std::int64_t limit_test = 0;
-  double target_accuracy = 0;
-  int evaluations_per_epoch = 1;
-  double timeout_s = 600;
   examples::ParallelFlags parallel;
 };
 
 void add_flags(CLI::App& app, Config& c) {
   auto* data = app.add_option("--data", c.data, "ImageFolder root: DIR/train/<class>/*.jpg and DIR/val/<class>/*.jpg");
-  auto* shards = app.add_option("--shards", c.shards, "tar shards: DIR/train/*.tar and DIR/val/*.tar (dtrain-make-shards)");
-  auto* synthetic = app.add_flag("--synthetic", c.synthetic, "random inputs of the model's size: throughput without data");
+  auto* shards =
+      app.add_option("--shards", c.shards, "tar shards: DIR/train/*.tar and DIR/val/*.tar (dtrain-make-shards)");
+  auto* synthetic =
+      app.add_flag("--synthetic", c.synthetic, "random inputs of the model's size: throughput without data");
   data->excludes(shards)->excludes(synthetic);
   shards->excludes(synthetic);
-  app.add_option("--classes", c.classes, "--synthetic: the number of classes")->check(CLI::Range(2, 1 << 20))
+  app.add_option("--classes", c.classes, "--synthetic: the number of classes")
+      ->check(CLI::Range(2, 1 << 20))
       ->capture_default_str();
   app.add_option("--model", c.model, "resnet18, resnet50 (ImageNet stem) or resnet20 (CIFAR-style, small images)")
-      ->check(CLI::IsMember({"resnet18", "resnet50", "resnet20"}))->capture_default_str();
+      ->check(CLI::IsMember({"resnet18", "resnet50", "resnet20"}))
+      ->capture_default_str();
   app.add_option("--image-size", c.image_size, "training and evaluation crop size (default 224; 32 for resnet20)")
       ->check(CLI::Range(8, 4096));
-  app.add_option("--epochs", c.epochs, "passes over the training set")->check(CLI::Range(1, 10000))->capture_default_str();
-  app.add_option("--batch-size", c.batch_size, "global samples per optimizer update (split across ranks and --accumulate)")
-      ->check(CLI::Range(1, 1 << 24))->capture_default_str();
-  app.add_option("--accumulate", c.accumulate, "micro-batches per optimizer update (gradient accumulation)")
-      ->check(CLI::Range(1, 1 << 16))->capture_default_str();
-  app.add_option("--optimizer", c.optimizer, "sgd (Nesterov momentum), lars, lamb or adamw")
-      ->check(CLI::IsMember({"sgd", "lars", "lamb", "adamw"}))->capture_default_str();
-  app.add_option("--lr", c.lr, fmt::format("peak learning rate for a global batch of {}, scaled linearly with "
-                                           "--batch-size (default: sgd 0.1, lars 1.0, lamb 0.004, adamw 0.001)",
-                                           kBaseBatch))
-      ->check(CLI::PositiveNumber);
-  app.add_option("--momentum", c.momentum, "sgd and lars momentum")->check(CLI::Range(0.0, 0.999))->capture_default_str();
-  app.add_option("--weight-decay", c.weight_decay,
-                 "weight decay, never on biases and batch-norm parameters (default 5e-4 for resnet20, else 1e-4)")
-      ->check(CLI::Range(0.0, 1.0));
-  app.add_option("--warmup-epochs", c.warmup_epochs, "linear warm-up length in epochs, then cosine decay")
-      ->check(CLI::Range(0.0, 1000.0))->capture_default_str();
+  examples::add_run_flags(app, c.run, "initialization, shuffling and augmentation");
+  examples::add_optimizer_flags(app, c.opt, {"sgd", "lars", "lamb", "adamw"},
+                                fmt::format("default: per {} samples sgd 0.1, lars 1.0, lamb 0.004, adamw 0.001, "
+                                            "scaled linearly; weight decay 5e-4 for resnet20, else 1e-4, never on "
+                                            "biases and batch-norm parameters",
+                                            kBaseBatch),
+                                false);
   app.add_option("--label-smoothing", c.label_smoothing, "label smoothing of the training loss")
-      ->check(CLI::Range(0.0, 0.99))->capture_default_str();
-  app.add_option("--clip-grad-norm", c.clip_grad_norm, "clip the gradients' global L2 norm to this (0: off)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(CLI::Range(0.0, 0.99))
+      ->capture_default_str();
   app.add_option("--min-crop-scale", c.min_crop_scale, "RandomResizedCrop's smallest area fraction")
-      ->check(CLI::Range(0.01, 1.0))->capture_default_str();
+      ->check(CLI::Range(0.01, 1.0))
+      ->capture_default_str();
   app.add_option("--eval-crop-fraction", c.eval_crop_fraction,
                  "evaluation: resize to image-size / this, then center crop image-size (1: no border cut away)")
-      ->check(CLI::Range(0.1, 1.0))->capture_default_str();
-  app.add_option("--mean", c.mean, "per-channel mean for normalization (R,G,B)")->delimiter(',')->expected(3)
+      ->check(CLI::Range(0.1, 1.0))
       ->capture_default_str();
-  app.add_option("--std", c.std, "per-channel standard deviation for normalization (R,G,B)")->delimiter(',')
-      ->expected(3)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--mean", c.mean, "per-channel mean for normalization (R,G,B)")
+      ->delimiter(',')
+      ->expected(3)
+      ->capture_default_str();
+  app.add_option("--std", c.std, "per-channel standard deviation for normalization (R,G,B)")
+      ->delimiter(',')
+      ->expected(3)
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--bad-images", c.bad_images,
                  "a corrupt, truncated or unreadable image: fail (an error naming it) or skip (counted per epoch)")
-      ->check(CLI::IsMember({"fail", "skip"}))->capture_default_str();
-  app.add_option("--shuffle-buffer", c.shuffle_buffer, "--shards: samples in each rank's shuffle buffer")
-      ->check(CLI::Range(1, 1 << 24))->capture_default_str();
-  app.add_option("--loader-threads", c.loader_threads, "threads per rank that read, decode and augment images")
-      ->check(CLI::Range(1, 256))->capture_default_str();
-  app.add_option("--device", c.device, "cpu, cuda (this rank's GPU: local rank mod device count) or cuda:N")
+      ->check(CLI::IsMember({"fail", "skip"}))
       ->capture_default_str();
-  app.add_option("--precision", c.precision, "fp32, or bf16/f16 products under autocast (f16 with loss scaling)")
-      ->check(CLI::IsMember({"fp32", "bf16", "f16"}))->capture_default_str();
-  app.add_option("--seed", c.seed, "seed for initialization, shuffling and augmentation")->capture_default_str();
-  app.add_option("--threads", c.threads, "intra-op threads (default: cores / local ranks)")->check(CLI::Range(1, 1024));
-  app.add_option("--metrics", c.metrics, "write metrics as JSON lines to this file");
-  examples::add_checkpoint_flags(app, c.checkpoint);
-  examples::add_reporting_flags(app, c.reporting);
-  app.add_option("--limit-train", c.limit_train, "train on N images only: evenly spaced over the class folders, the first N of the (shuffled) shards, or N random inputs with --synthetic")
+  app.add_option("--shuffle-buffer", c.shuffle_buffer, "--shards: samples in each rank's shuffle buffer")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  app.add_option("--loader-threads", c.loader_threads, "threads per rank that read, decode and augment images")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option("--limit-train", c.limit_train,
+                 "train on N images only: evenly spaced over the class folders, the first N of the (shuffled) shards, "
+                 "or N random inputs with --synthetic")
       ->check(CLI::PositiveNumber);
   app.add_option("--limit-test", c.limit_test, "evaluate on N validation images only (chosen as for --limit-train)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--target-accuracy", c.target_accuracy, "stop once top-1 test accuracy (a fraction) reaches this")
-      ->check(CLI::Range(0.0, 1.0));
-  app.add_option("--evals-per-epoch", c.evaluations_per_epoch, "evaluate this many times per epoch, evenly spaced")
-      ->check(CLI::Range(1, 1000))->capture_default_str();
   examples::add_parallel_flags(app, c.parallel);
-  app.add_option("--timeout", c.timeout_s, "seconds a collective may wait for the other ranks before the job is aborted")
-      ->check(CLI::PositiveNumber)->capture_default_str();
 }
 
 double default_lr(const std::string& optimizer) {
@@ -182,13 +155,13 @@ fs::path split_dir(const std::string& root, const char* flag, const char* split)
 // Random inputs and labels, generated once: a pool of batch-sized tensors that the
 // training set cycles through, so the loader costs next to nothing.
 Splits synthetic_splits(const Config& c, int size) {
-  const std::int64_t pool = std::min<std::int64_t>(std::max<std::int64_t>(c.batch_size, 64), 512);
+  const std::int64_t pool = std::min<std::int64_t>(std::max<std::int64_t>(c.run.batch_size, 64), 512);
   Tensor inputs = Tensor::empty({pool, 3, size, size});
   normal_(inputs);
   Tensor labels = Tensor::from_vector(std::vector<std::int64_t>(static_cast<std::size_t>(pool), 0), {pool});
   for (std::int64_t i = 0; i < pool; ++i) labels.data<std::int64_t>()[i] = i % c.classes;
   auto base = std::make_shared<data::TensorDataset>(inputs, labels);
-  const std::int64_t n = c.limit_train > 0 ? c.limit_train : 10 * c.batch_size;
+  const std::int64_t n = c.limit_train > 0 ? c.limit_train : 10 * c.run.batch_size;
   std::vector<std::int64_t> cycle(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) cycle[static_cast<std::size_t>(i)] = i % pool;
   return {std::make_shared<data::Subset>(base, std::move(cycle)), nullptr, c.classes, "synthetic inputs"};
@@ -204,7 +177,8 @@ std::shared_ptr<const data::Dataset> evenly_spaced(std::shared_ptr<const data::D
 
 Splits open_splits(const Config& c, int size) {
   if (c.synthetic) return synthetic_splits(c, size);
-  data::ImageDatasetOptions images{.transform = {}, .seed = c.seed, .bad_images = data::parse_bad_image_policy(c.bad_images)};
+  data::ImageDatasetOptions images{
+      .transform = {}, .seed = c.run.seed, .bad_images = data::parse_bad_image_policy(c.bad_images)};
   images.transform.size = size;
   images.transform.scale_min = c.min_crop_scale;
   images.transform.crop_fraction = c.eval_crop_fraction;
@@ -216,9 +190,9 @@ Splits open_splits(const Config& c, int size) {
   eval.transform.train = false;
   Splits s;
   if (!c.shards.empty()) {
-    auto train = data::ShardedImages::open(split_dir(c.shards, "--shards", "train"),
-                                           {.images = images, .shuffle_buffer = c.shuffle_buffer,
-                                            .max_samples = c.limit_train});
+    auto train =
+        data::ShardedImages::open(split_dir(c.shards, "--shards", "train"),
+                                  {.images = images, .shuffle_buffer = c.shuffle_buffer, .max_samples = c.limit_train});
     auto test = data::ShardedImages::open(split_dir(c.shards, "--shards", "val"),
                                           {.images = eval, .max_samples = c.limit_test}, train->classes());
     s = {train, test, static_cast<std::int64_t>(train->classes().size()), c.shards + " (tar shards)"};
@@ -240,59 +214,51 @@ std::shared_ptr<nn::Module> make_model(const std::string& name, std::int64_t cla
   return nn::resnet(name == "resnet18" ? 18 : 50, classes);
 }
 
-int run(Config c, const dist::CommunicatorPtr& comm) {
+int run(const Config& c, const dist::CommunicatorPtr& comm) {
+  const examples::RunFlags& r = c.run;
   logging::init(comm->rank(), comm->size());
-  if (c.threads > 0) set_num_threads(c.threads);
-  manual_seed(c.seed);  // the same initial model everywhere; DataParallel also broadcasts rank 0's
+  if (r.threads > 0) set_num_threads(r.threads);
+  manual_seed(r.seed);  // the same initial model everywhere; DataParallel also broadcasts rank 0's
   const int size = c.image_size > 0 ? c.image_size : c.model == "resnet20" ? 32 : 224;
-  if (c.weight_decay < 0) c.weight_decay = c.model == "resnet20" ? 5e-4 : 1e-4;
-  const double base_lr = c.lr > 0 ? c.lr : default_lr(c.optimizer);
-  const double lr = optim::linear_scaled_lr(base_lr, c.batch_size, kBaseBatch);
+  const double weight_decay = c.opt.weight_decay.value_or(c.model == "resnet20" ? 5e-4 : 1e-4);
+  const double lr = examples::peak_lr(c.opt, r.batch_size,
+                                      optim::linear_scaled_lr(default_lr(c.opt.optimizer), r.batch_size, kBaseBatch));
   const Splits splits = open_splits(c, size);
 
-  const Device device = c.device == "cuda" ? dist::rank_cuda_device() : Device::parse(c.device);
-  const std::optional<DType> autocast = examples::autocast_type(c.precision);
+  const Device device = examples::run_device(r);
   // Data parallel under mpirun (NCCL on GPUs) unless --parallel says otherwise.
-  auto strategy = examples::make_strategy(c.parallel, comm, device,
-                                          {.example_shape = {3, size, size}, .batch_size = c.batch_size,
-                                           .accumulate = c.accumulate});
+  auto strategy = examples::make_strategy(
+      c.parallel, comm, device,
+      {.example_shape = {3, size, size}, .batch_size = r.batch_size, .accumulate = r.accumulate});
   std::shared_ptr<nn::Module> whole = make_model(c.model, splits.classes);
   const std::int64_t parameters = whole->num_parameters();
   auto model = strategy->prepare(std::move(whole));
   auto optimizer = examples::make_optimizer(
-      {.name = c.optimizer, .lr = lr, .momentum = c.momentum, .weight_decay = c.weight_decay, .exclude_1d = true},
+      {.name = c.opt.optimizer, .lr = lr, .momentum = c.opt.momentum, .weight_decay = weight_decay, .exclude_1d = true},
       model->parameters());
+  train::TrainerOptions options = examples::trainer_options(r);
+  options.label_smoothing = c.label_smoothing;
+  options.top_k = splits.classes > 5 ? 5 : 0;
   train::Trainer trainer(strategy,
                          {.train = splits.train,
                           .test = splits.test,
-                          .batch_size = c.batch_size,
+                          .batch_size = r.batch_size,
                           .eval_batch_size = 100,
-                          .seed = c.seed,
+                          .seed = r.seed,
                           .workers = c.loader_threads},
-                         {.epochs = c.epochs,
-                          .accumulate = c.accumulate,
-                          .clip_grad_norm = c.clip_grad_norm,
-                          .label_smoothing = c.label_smoothing,
-                          .top_k = splits.classes > 5 ? 5 : 0,
-                          .autocast = autocast,
-                          .loss_scaler = {.enabled = c.precision == "f16"},
-                          .target_accuracy = c.target_accuracy,
-                          .evaluations_per_epoch = c.evaluations_per_epoch,
-                          .metrics = c.metrics,
-                          .checkpoint = c.checkpoint,
-                          .progress = c.reporting.progress,
-                          .trace = c.reporting.trace,
-                          .tensorboard = c.reporting.tensorboard});
-  auto schedule = examples::make_schedule(
-      {.name = "cosine", .lr = lr, .warmup_epochs = c.warmup_epochs, .epochs = c.epochs}, trainer.updates_per_epoch());
+                         options);
+  auto schedule =
+      examples::make_schedule({.name = "cosine", .lr = lr, .warmup_epochs = c.opt.warmup_epochs, .epochs = r.epochs},
+                              trainer.updates_per_epoch());
   if (strategy->reports()) {
-    fmt::print("train_imagenet: {} ({} parameters, {} classes) at {}x{}, {} train / {} val images from {}, "
-               "{} rank(s) x {} thread(s) + {} loader thread(s), global batch {}, {} lr {:g} (base {:g} per {}), "
-               "on {}{}\n",
-               c.model, parameters, splits.classes, size, size, splits.train->size(),
-               splits.test ? splits.test->size() : 0, splits.source, comm->size(), num_threads(), c.loader_threads,
-               c.batch_size, c.optimizer, lr, base_lr, kBaseBatch, device.is_cuda() ? "cuda" : "cpu",
-               autocast ? ", " + c.precision + " autocast" : "");
+    fmt::print(
+        "train_imagenet: {} ({} parameters, {} classes) at {}x{}, {} train / {} val images from {}, "
+        "{} rank(s) x {} thread(s) + {} loader thread(s), global batch {}, {} lr {:g} ({:g} per {}), "
+        "on {}{}\n",
+        c.model, parameters, splits.classes, size, size, splits.train->size(), splits.test ? splits.test->size() : 0,
+        splits.source, comm->size(), num_threads(), c.loader_threads, r.batch_size, c.opt.optimizer, lr,
+        lr * kBaseBatch / static_cast<double>(r.batch_size), kBaseBatch, device.is_cuda() ? "cuda" : "cpu",
+        options.autocast ? ", " + r.precision + " autocast" : "");
     if (const std::string layout = examples::describe_layout(*strategy, comm->size()); !layout.empty()) {
       fmt::print("{}\n", layout);
     }
@@ -307,9 +273,9 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
       training_s += e.seconds;
       waited_s += e.loader_wait_s;
     }
-    fmt::print("trained {} epoch(s) in {:.1f} s (training {:.0f} samples/s); the steps waited {:.1f} s for the loader\n",
-               result.epochs.size(), result.seconds, training_s > 0 ? static_cast<double>(samples) / training_s : 0,
-               waited_s);
+    fmt::print(
+        "trained {} epoch(s) in {:.1f} s (training {:.0f} samples/s); the steps waited {:.1f} s for the loader\n",
+        result.epochs.size(), result.seconds, training_s > 0 ? static_cast<double>(samples) / training_s : 0, waited_s);
   }
   return 0;
 }
@@ -322,6 +288,6 @@ int main(int argc, char** argv) {
   Config config;
   add_flags(app, config);
   CLI11_PARSE(app, argc, argv);
-  return dtrain::examples::run_example("train_imagenet", config.timeout_s,
+  return dtrain::examples::run_example("train_imagenet", config.run.timeout_s,
                                        [&](const dist::CommunicatorPtr& comm) { return run(config, comm); });
 }

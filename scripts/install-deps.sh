@@ -8,6 +8,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config ccache   # toolchain
   python3                                   # the include-layering check (tools/check_layering.py)
+  clang-format                              # the layout check (tools/check_format.sh, .clang-format)
   libeigen3-dev                             # f64 GEMM, small dense math
   libdnnl-dev ocl-icd-opencl-dev            # oneDNN: f32 conv and GEMM kernels (its CMake config wants OpenCL)
   libfmt-dev libspdlog-dev                  # formatting, logging

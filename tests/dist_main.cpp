@@ -1,6 +1,6 @@
 // Main for the dist tests: the same Catch2 session on every rank; the job fails when any
 // rank fails, and every rank reports it.
-#include "dtrain/dist/communicator.h"
+#include "dtrain/dist/comm/communicator.h"
 
 
 int dtrain_catch_run(int argc, char** argv);

@@ -1,12 +1,14 @@
 #include "common/example_support.h"
 
 #include "dtrain/core/error.h"
+#include "dtrain/dist/comm/nccl.h"
 #include "dtrain/optim/adam.h"
 #include "dtrain/optim/lamb.h"
 #include "dtrain/optim/lars.h"
 #include "dtrain/optim/sgd.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -26,7 +28,8 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& c, std::
   if (c.name == "lars") {
     return std::make_unique<optim::LARS>(
         std::move(params),
-        optim::LarsOptions{.lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay, .exclude_1d = c.exclude_1d});
+        optim::LarsOptions{
+            .lr = c.lr, .momentum = c.momentum, .weight_decay = c.weight_decay, .exclude_1d = c.exclude_1d});
   }
   if (c.name == "lamb") {
     return std::make_unique<optim::LAMB>(
@@ -49,23 +52,60 @@ std::shared_ptr<const optim::LrSchedule> make_schedule(const ScheduleConfig& c, 
   return std::make_shared<optim::WarmupLr>(main, warmup, 0.1);
 }
 
+void add_optimizer_flags(CLI::App& app, OptimizerFlags& f, const std::vector<std::string>& optimizers,
+                         const std::string& defaults, bool schedule_flag) {
+  app.add_option("--optimizer", f.optimizer, fmt::format("{}", fmt::join(optimizers, ", ")))
+      ->check(CLI::IsMember(optimizers))
+      ->capture_default_str();
+  auto* lr = app.add_option("--lr", f.lr, "peak learning rate, as used (" + defaults + ")")->check(CLI::PositiveNumber);
+  app.add_option("--lr-per-256", f.lr_per_256,
+                 "peak learning rate per 256 samples, scaled linearly with --batch-size (instead of --lr)")
+      ->check(CLI::PositiveNumber)
+      ->excludes(lr);
+  app.add_option("--momentum", f.momentum, "SGD (Nesterov) and LARS momentum")
+      ->check(CLI::Range(0.0, 0.999))
+      ->capture_default_str();
+  app.add_option("--weight-decay", f.weight_decay, "weight decay (decoupled for adamw; " + defaults + ")")
+      ->check(CLI::Range(0.0, 1.0));
+  if (schedule_flag) {
+    app.add_option("--schedule", f.schedule, "learning-rate schedule after the warm-up: cosine, step or constant")
+        ->check(CLI::IsMember({"cosine", "step", "constant"}))
+        ->capture_default_str();
+  }
+  app.add_option("--warmup-epochs", f.warmup_epochs, "linear warm-up length in epochs")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
+}
+
+double peak_lr(const OptimizerFlags& f, std::int64_t global_batch, double fallback) {
+  if (f.lr) return *f.lr;
+  if (f.lr_per_256) return optim::linear_scaled_lr(*f.lr_per_256, global_batch, 256);
+  return fallback;
+}
+
+namespace {
+
 void add_checkpoint_flags(CLI::App& app, train::CheckpointOptions& c) {
-  app.add_option("--checkpoint-dir", c.dir, "save checkpoints here, at the end of each epoch (and see --checkpoint-every)");
+  app.add_option("--checkpoint-dir", c.dir,
+                 "save checkpoints here, at the end of each epoch (and see --checkpoint-every)");
   app.add_option("--checkpoint-every", c.every, "also save every N updates (0: at epoch ends only)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--keep", c.keep, "keep the newest K checkpoints (0: all)")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--resume", c.resume,
-                 "continue from a checkpoint: auto (the latest in --checkpoint-dir, or start afresh when there is none) "
-                 "or a checkpoint directory");
+  app.add_option("--keep", c.keep, "keep the newest K checkpoints (0: all)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option(
+      "--resume", c.resume,
+      "continue from a checkpoint: auto (the latest in --checkpoint-dir, or start afresh when there is none) "
+      "or a checkpoint directory");
   app.add_flag("!--sync-checkpoint", c.async, "write checkpoints before training goes on (default: in the background)");
 }
 
-void add_reporting_flags(CLI::App& app, ReportingFlags& r) {
+void add_reporting_flags(CLI::App& app, RunFlags::Reporting& r) {
   const std::map<std::string, train::ProgressMode> modes{{"auto", train::ProgressMode::Auto},
-                                                          {"bar", train::ProgressMode::Bar},
-                                                          {"lines", train::ProgressMode::Lines},
-                                                          {"none", train::ProgressMode::None}};
+                                                         {"bar", train::ProgressMode::Bar},
+                                                         {"lines", train::ProgressMode::Lines},
+                                                         {"none", train::ProgressMode::None}};
   app.add_option("--progress", r.progress,
                  "auto (a bar on a terminal, lines when the output goes to a file, under mpirun too), bar, lines or "
                  "none")
@@ -92,6 +132,63 @@ void add_reporting_flags(CLI::App& app, ReportingFlags& r) {
   app.add_option("--tensorboard", r.tensorboard,
                  "write TensorBoard event files here (loss, accuracy, learning rate, samples/s, exposed "
                  "communication share; staleness for parameter servers)");
+}
+
+}  // namespace
+
+void add_run_flags(CLI::App& app, RunFlags& r, const std::string& seed_use) {
+  app.add_option("--epochs", r.epochs, "passes over the training set")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  app.add_option("--batch-size", r.batch_size,
+                 "global samples per optimizer update (split across ranks and --accumulate)")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  app.add_option("--accumulate", r.accumulate,
+                 "micro-batches per optimizer update (gradient accumulation; ranks communicate once per update)")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  app.add_option("--clip-grad-norm", r.clip_grad_norm, "clip the gradients' global L2 norm to this (0: off)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--device", r.device, "cpu, cuda (this rank's GPU: local rank mod device count) or cuda:N")
+      ->capture_default_str();
+  app.add_option("--precision", r.precision, "fp32, or bf16/f16 products under autocast (f16 with loss scaling)")
+      ->check(CLI::IsMember({"fp32", "bf16", "f16"}))
+      ->capture_default_str();
+  app.add_option("--seed", r.seed, "seed for " + seed_use)->capture_default_str();
+  app.add_option("--threads", r.threads, "intra-op threads (default: cores / local ranks)")->check(CLI::Range(1, 1024));
+  app.add_option("--metrics", r.metrics, "write metrics as JSON lines to this file");
+  app.add_option("--target-accuracy", r.target_accuracy,
+                 "stop after the first evaluation whose test accuracy (a fraction) reaches this; prints the time taken")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--evals-per-epoch", r.evaluations_per_epoch,
+                 "evaluate (and check --target-accuracy) this many times per epoch, evenly spaced")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_option("--timeout", r.timeout_s,
+                 "seconds a collective may wait for the other ranks before the job is aborted")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  add_checkpoint_flags(app, r.checkpoint);
+  add_reporting_flags(app, r.reporting);
+}
+
+Device run_device(const RunFlags& r) { return r.device == "cuda" ? dist::rank_cuda_device() : Device::parse(r.device); }
+
+train::TrainerOptions trainer_options(const RunFlags& r) {
+  return {.epochs = r.epochs,
+          .accumulate = r.accumulate,
+          .clip_grad_norm = r.clip_grad_norm,
+          .autocast = autocast_type(r.precision),
+          .loss_scaler = {.enabled = r.precision == "f16"},  // bf16 has f32's range
+          .target_accuracy = r.target_accuracy,
+          .evaluations_per_epoch = r.evaluations_per_epoch,
+          .metrics = r.metrics,
+          .checkpoint = r.checkpoint,
+          .progress = r.reporting.progress,
+          .trace = r.reporting.trace,
+          .tensorboard = r.reporting.tensorboard};
 }
 
 std::optional<DType> autocast_type(const std::string& precision) {

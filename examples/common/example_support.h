@@ -3,7 +3,7 @@
 // turns an error into one line and a non-zero exit.
 #pragma once
 
-#include "dtrain/dist/communicator.h"
+#include "dtrain/dist/comm/communicator.h"
 #include "dtrain/optim/lr_schedule.h"
 #include "dtrain/optim/optimizer.h"
 #include "dtrain/tensor/dtype.h"
@@ -12,6 +12,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
+
 #include <functional>
 #include <memory>
 #include <optional>
@@ -19,6 +21,57 @@
 #include <vector>
 
 namespace dtrain::examples {
+
+// What every trainer's run takes: its length and batch, the device and precision, the
+// seed, threads, where metrics go, when to stop, the collectives' timeout, checkpoints and
+// how progress shows. The program sets its defaults before add_run_flags.
+struct RunFlags {
+  int epochs = 1;
+  std::int64_t batch_size = 64;  // global, per update: split across ranks and accumulation steps
+  int accumulate = 1;
+  double clip_grad_norm = 0;  // 0: off
+  std::string device = "cpu";
+  std::string precision = "fp32";
+  std::uint64_t seed = 1;
+  int threads = 0;  // 0: dtrain's default (cores / local ranks)
+  std::string metrics;
+  double target_accuracy = 0;  // 0: every epoch; else stop once test accuracy reaches it
+  int evaluations_per_epoch = 1;
+  double timeout_s = 300;
+  train::CheckpointOptions checkpoint;
+  struct Reporting {
+    train::ProgressMode progress = train::ProgressMode::Auto;
+    train::TraceOptions trace = {};
+    std::filesystem::path tensorboard = {};
+  } reporting;
+};
+// `seed_use`: what the seed decides ("initialization and shuffling").
+void add_run_flags(CLI::App& app, RunFlags& r, const std::string& seed_use);
+// The device the flags name (cuda: this rank's GPU, local rank mod device count).
+Device run_device(const RunFlags& r);
+// The Trainer's options the flags describe (epochs, accumulation, clipping, precision with
+// loss scaling for f16, target, evaluations, metrics, checkpoints, progress, trace,
+// TensorBoard); the program adds its own.
+train::TrainerOptions trainer_options(const RunFlags& r);
+
+// The optimizer and learning-rate flags both trainers take, with one meaning of --lr: the
+// peak learning rate as used. --lr-per-256 gives it per 256 samples instead, scaled
+// linearly with the global batch (the linear scaling rule of large-batch training).
+struct OptimizerFlags {
+  std::string optimizer = "sgd";
+  std::optional<double> lr, lr_per_256;
+  double momentum = 0.9;
+  std::optional<double> weight_decay;  // unset: the program's default
+  std::string schedule = "cosine";     // cosine, step or constant
+  double warmup_epochs = 0;
+};
+// `optimizers`: the names the program offers; `defaults`: what the help says of the default
+// learning rates and weight decay.
+void add_optimizer_flags(CLI::App& app, OptimizerFlags& f, const std::vector<std::string>& optimizers,
+                         const std::string& defaults, bool schedule_flag);
+// The peak learning rate for `global_batch` samples per update: --lr, or --lr-per-256
+// scaled, or else `fallback` (the program's default).
+double peak_lr(const OptimizerFlags& f, std::int64_t global_batch, double fallback);
 
 struct OptimizerConfig {
   std::string name = "sgd";  // sgd, adam, adamw, lars or lamb
@@ -38,17 +91,6 @@ struct ScheduleConfig {
   int epochs = 1;
 };
 std::shared_ptr<const optim::LrSchedule> make_schedule(const ScheduleConfig& c, std::int64_t updates_per_epoch);
-
-// --checkpoint-dir, --checkpoint-every, --keep, --resume and --sync-checkpoint, into `c`.
-void add_checkpoint_flags(CLI::App& app, train::CheckpointOptions& c);
-
-// How a run shows itself: --progress, --trace FILE, --trace-steps A-B and --tensorboard DIR.
-struct ReportingFlags {
-  train::ProgressMode progress = train::ProgressMode::Auto;
-  train::TraceOptions trace = {};
-  std::filesystem::path tensorboard = {};
-};
-void add_reporting_flags(CLI::App& app, ReportingFlags& r);
 
 // "fp32" -> none, "bf16" / "f16" -> the autocast type.
 std::optional<DType> autocast_type(const std::string& precision);

@@ -1,9 +1,9 @@
 #include "common/parallel_flags.h"
 
 #include "dtrain/core/error.h"
-#include "dtrain/dist/cluster_spec.h"
-#include "dtrain/dist/pipeline_strategy.h"
-#include "dtrain/dist/ps_strategy.h"
+#include "dtrain/dist/core/cluster_spec.h"
+#include "dtrain/dist/pipeline/pipeline_strategy.h"
+#include "dtrain/dist/ps/ps_strategy.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -15,8 +15,9 @@ namespace dtrain::examples {
 void add_parallel_flags(CLI::App& app, ParallelFlags& p) {
   app.add_option("--parallel", p.spec,
                  "how the job is distributed, e.g. dp, pp=2,micro=8,schedule=1f1b, pp=2,dp=2, ps=1,mode=async "
-                 "(keys: dtrain/dist/strategy_factory.h; default: data parallel under mpirun)");
-  app.add_option("--pipeline-stages", p.pipeline_stages, "alias of pp=K: cut the model into K stages on consecutive "
+                 "(keys: dtrain/dist/core/strategy_factory.h; default: data parallel under mpirun)");
+  app.add_option("--pipeline-stages", p.pipeline_stages,
+                 "alias of pp=K: cut the model into K stages on consecutive "
                  "ranks (ranks / K data-parallel replicas of each stage; 1: no pipeline)")
       ->check(CLI::Range(1, 1024));
   app.add_option("--micro-batches", p.micro_batches, "alias of micro=M: pipeline micro-batches per batch (default 4)")
@@ -32,16 +33,19 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& p) {
       ->check(CLI::IsMember({"params", "time"}));
   app.add_flag("--recompute", p.recompute, "alias of recompute: keep only each stage's input, recompute its forward");
   app.add_option("--strategy", p.strategy, "alias: ps is --parallel ps (parameter servers); auto follows --parallel")
-      ->check(CLI::IsMember({"auto", "ps"}))->capture_default_str();
+      ->check(CLI::IsMember({"auto", "ps"}))
+      ->capture_default_str();
   app.add_option("--num-ps", p.num_ps, "alias of ps=S: the number of server ranks (the last ones; default 1)")
       ->check(CLI::Range(1, 1 << 16));
-  app.add_option("--ps-mode", p.ps_mode, "alias of mode=: sync, async (default) or ssp:K (a worker waits when it would "
+  app.add_option("--ps-mode", p.ps_mode,
+                 "alias of mode=: sync, async (default) or ssp:K (a worker waits when it would "
                  "push a gradient more than K updates stale)");
-  app.add_option("--cluster", p.cluster, "parameter-server roles as a TF_CONFIG-style JSON file {\"cluster\": "
+  app.add_option("--cluster", p.cluster,
+                 "parameter-server roles as a TF_CONFIG-style JSON file {\"cluster\": "
                  "{\"worker\": [...], \"ps\": [...]}} (or the DTRAIN_CLUSTER variable): sets ps=<its ps tasks>");
 }
 
-std::string parallel_spec(const ParallelFlags& p, const dist::Communicator& world) {
+std::string parallel_spec(const ParallelFlags& p, dist::Communicator& world) {
   std::vector<std::string> items;
   if (!p.spec.empty()) items.push_back(p.spec);
   if (p.pipeline_stages && *p.pipeline_stages > 1) items.push_back(fmt::format("pp={}", *p.pipeline_stages));
@@ -58,8 +62,10 @@ std::string parallel_spec(const ParallelFlags& p, const dist::Communicator& worl
     const std::string source = p.cluster.empty() ? std::string("DTRAIN_CLUSTER") : "--cluster '" + p.cluster + "'";
     const dist::ClusterSpec spec = p.cluster.empty() ? dist::parse_cluster_spec(cluster_env, source, world.size())
                                                      : dist::read_cluster_spec(p.cluster, world.size());
-    DTRAIN_CHECK(!p.num_ps || *p.num_ps == static_cast<int>(spec.ps.size()), "--num-ps {} contradicts {}, which lists "
-                 "{} ps", *p.num_ps, source, spec.ps.size());
+    DTRAIN_CHECK(!p.num_ps || *p.num_ps == static_cast<int>(spec.ps.size()),
+                 "--num-ps {} contradicts {}, which lists "
+                 "{} ps",
+                 *p.num_ps, source, spec.ps.size());
     dist::check_cluster_hosts(spec, source, world);
     servers = static_cast<int>(spec.ps.size());
   }
@@ -82,12 +88,12 @@ std::string describe_layout(const dist::Strategy& strategy, int world_size) {
   if (const auto* pipeline = dynamic_cast<const dist::PipelineStrategy*>(&strategy)) {
     const dist::PipelineOptions& o = pipeline->options();
     const bool interleaved = o.schedule == dist::PipelineSchedule::Interleaved;
-    return fmt::format("pipeline: {} stages x {} replica(s), {} micro-batches per batch, schedule {}{}, cut at layers "
-                       "[{}]{}; this stage (the last) holds {} parameters",
-                       o.stages, pipeline->replicas(), o.micro_batches, dist::schedule_name(o.schedule),
-                       interleaved ? fmt::format(" ({} chunks per rank)", o.virtual_stages) : "",
-                       fmt::join(pipeline->cuts(), ", "), o.recompute ? ", recomputing activations" : "",
-                       pipeline->module().num_parameters());
+    return fmt::format(
+        "pipeline: {} stages x {} replica(s), {} micro-batches per batch, schedule {}{}, cut at layers "
+        "[{}]{}; this stage (the last) holds {} parameters",
+        o.stages, pipeline->replicas(), o.micro_batches, dist::schedule_name(o.schedule),
+        interleaved ? fmt::format(" ({} chunks per rank)", o.virtual_stages) : "", fmt::join(pipeline->cuts(), ", "),
+        o.recompute ? ", recomputing activations" : "", pipeline->module().num_parameters());
   }
   return "";
 }

@@ -1,12 +1,12 @@
 // How an example trainer is distributed: --parallel SPEC (dist::make_strategy's spec,
-// dtrain/dist/strategy_factory.h), and the older flags, kept as aliases that add keys to
+// dtrain/dist/core/strategy_factory.h), and the older flags, kept as aliases that add keys to
 // the spec (--pipeline-stages K is pp=K, --strategy ps is ps, --num-ps S is ps=S,
 // --ps-mode M is mode=M, ...). A key given both ways is an error naming it. Later options
 // (gradient compression, sharding) are spec keys or kinds, not new flags.
 #pragma once
 
-#include "dtrain/dist/strategy.h"
-#include "dtrain/dist/strategy_factory.h"
+#include "dtrain/dist/core/strategy.h"
+#include "dtrain/dist/core/strategy_factory.h"
 
 #include <CLI/CLI.hpp>
 
@@ -33,7 +33,7 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& p);
 
 // The spec the flags describe ("" for the default: data parallel under mpirun), after
 // reading and checking the cluster file or variable against `world`.
-std::string parallel_spec(const ParallelFlags& p, const dist::Communicator& world);
+std::string parallel_spec(const ParallelFlags& p, dist::Communicator& world);
 
 // The strategy of the flags (collective). `hints`: for a pipeline balanced by time.
 std::shared_ptr<dist::Strategy> make_strategy(const ParallelFlags& p, const dist::CommunicatorPtr& world, Device device,

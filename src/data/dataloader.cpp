@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -16,15 +17,18 @@ namespace dtrain::data {
 
 static_assert(std::input_iterator<DataLoader::Iterator>);
 
-// One pass over an epoch. Batch b is claimed by one worker (in increasing b), built, and
-// parked in slots_[b % window]; the consumer takes batch pos_ from its slot. A worker may
-// claim b only while b < taken_ + window, so at most `window` batches exist ahead of the
-// one the consumer holds, and a slot is always empty when its next batch arrives.
+// One pass over an epoch. The batch at position p of the pass is claimed by one worker (in
+// increasing p), built, and parked in slots_[p % window]; the consumer takes position pos_
+// from its slot. A worker may claim p only while p < taken_ + window, so at most `window`
+// batches exist ahead of the one the consumer holds, and a slot is always empty when its
+// next batch arrives. Position p is batch p of the epoch, except in a claimed pass, where
+// claim_() names the batch (one call at a time, in position order) and the first nullopt
+// marks the end.
 class DataLoader::Pass {
  public:
   Pass(std::shared_ptr<const Dataset> dataset, std::vector<std::int64_t> indices, std::int64_t epoch,
        std::int64_t batch_size, std::int64_t num_batches, std::int64_t first, int window, int workers,
-       bool pin_memory, std::shared_ptr<std::atomic<std::int64_t>> waited_ns)
+       bool pin_memory, std::shared_ptr<std::atomic<std::int64_t>> waited_ns, BatchClaim claim = {})
       : dataset_(std::move(dataset)),
         waited_ns_(std::move(waited_ns)),
         indices_(std::move(indices)),
@@ -32,11 +36,13 @@ class DataLoader::Pass {
         batch_size_(batch_size),
         pin_memory_(pin_memory),
         num_batches_(num_batches),
+        claim_(std::move(claim)),
+        end_(claim_ ? std::numeric_limits<std::int64_t>::max() : num_batches),
         slots_(static_cast<std::size_t>(window)),
         next_claim_(first),
         taken_(first),
         pos_(first) {
-    const auto threads = std::min<std::int64_t>(workers, num_batches_ - first);
+    const auto threads = claim_ ? workers : std::min<std::int64_t>(workers, num_batches_ - first);
     try {
       for (std::int64_t i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
     } catch (...) {
@@ -48,7 +54,14 @@ class DataLoader::Pass {
   Pass(const Pass&) = delete;
   Pass& operator=(const Pass&) = delete;
 
-  bool done() const { return pos_ >= num_batches_; }
+  // Whether the consumer is past the last batch. A claimed pass learns where it ends only
+  // when a claim says so: this waits until position pos_ holds a batch or is the end.
+  bool done() {
+    if (!claim_ || has_current_) return pos_ >= end_;
+    std::unique_lock lock(mu_);
+    wait_for_slot(lock);
+    return pos_ >= end_;
+  }
 
   Batch& current() {
     check_usable("dereference");
@@ -56,12 +69,17 @@ class DataLoader::Pass {
     return current_;
   }
 
+  std::int64_t current_number() {
+    current();
+    return current_number_;
+  }
+
   void advance() {
     check_usable("increment");
     if (!has_current_) take();  // a skipped batch still frees its slot (and reports its error)
     current_ = Batch{};
     has_current_ = false;
-    if (++pos_ == num_batches_) shutdown();
+    if (++pos_ == end_ && !claim_) shutdown();  // a claimed pass's workers stop at its end
   }
 
   // Called by DataLoader::begin() on the pass it replaces.
@@ -73,6 +91,7 @@ class DataLoader::Pass {
  private:
   struct Slot {
     std::optional<Batch> batch;
+    std::int64_t number = -1;
     std::exception_ptr error;
     bool ready = false;
   };
@@ -80,7 +99,18 @@ class DataLoader::Pass {
   void check_usable(const char* what) {
     DTRAIN_CHECK(!superseded_, "DataLoader: cannot {} an iterator whose pass was replaced by a later begin()", what);
     if (error_) std::rethrow_exception(error_);
-    DTRAIN_CHECK(pos_ < num_batches_, "DataLoader: cannot {} the end iterator", what);
+    DTRAIN_CHECK(!done(), "DataLoader: cannot {} the end iterator", what);
+  }
+
+  // Waits (counted as the consumer's wait) until position pos_'s slot is filled or the
+  // pass ends before it. The caller holds mu_.
+  void wait_for_slot(std::unique_lock<std::mutex>& lock) {
+    Slot& s = slots_[static_cast<std::size_t>(pos_) % slots_.size()];
+    if (s.ready || pos_ >= end_) return;
+    const auto start = std::chrono::steady_clock::now();
+    ready_cv_.wait(lock, [&] { return s.ready || pos_ >= end_; });
+    *waited_ns_ +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
   }
 
   // Moves batch pos_ out of its slot, waiting for it; rethrows the worker's error.
@@ -88,13 +118,8 @@ class DataLoader::Pass {
     Slot slot;
     {
       std::unique_lock lock(mu_);
+      wait_for_slot(lock);
       Slot& s = slots_[static_cast<std::size_t>(pos_) % slots_.size()];
-      if (!s.ready) {
-        const auto start = std::chrono::steady_clock::now();
-        ready_cv_.wait(lock, [&] { return s.ready; });
-        *waited_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
-                           .count();
-      }
       slot = std::move(s);
       s = Slot{};
       ++taken_;
@@ -106,36 +131,82 @@ class DataLoader::Pass {
       std::rethrow_exception(error_);
     }
     current_ = std::move(*slot.batch);
+    current_number_ = slot.number;
     has_current_ = true;
+  }
+
+  // The next position with room in the window, or nullopt when the pass stops or ends.
+  std::optional<std::int64_t> next_position(std::unique_lock<std::mutex>& lock) {
+    const auto window = static_cast<std::int64_t>(slots_.size());
+    claim_cv_.wait(lock, [&] { return stopping_ || next_claim_ >= end_ || next_claim_ < taken_ + window; });
+    if (stopping_ || next_claim_ >= end_) return std::nullopt;
+    return next_claim_;
+  }
+
+  // The batch number at position p of a claimed pass, from claim_(); nullopt at its end
+  // (recorded). Serialized by claim_mu_, so positions are claimed in order.
+  std::optional<std::int64_t> claim_batch(std::int64_t p) {
+    const std::optional<std::int64_t> b = claim_();
+    DTRAIN_CHECK(!b || (*b >= 0 && *b < num_batches_), "DataLoader: the claim returned batch {}, outside the epoch's "
+                 "{} batches", *b, num_batches_);
+    if (!b) {
+      {
+        std::lock_guard lock(mu_);
+        end_ = p;
+      }
+      ready_cv_.notify_all();
+      claim_cv_.notify_all();
+    }
+    return b;
   }
 
   void work() {
     const auto window = static_cast<std::int64_t>(slots_.size());
     for (;;) {
-      std::int64_t b;
-      {
-        std::unique_lock lock(mu_);
-        claim_cv_.wait(lock, [&] { return stopping_ || next_claim_ >= num_batches_ || next_claim_ < taken_ + window; });
-        if (stopping_ || next_claim_ >= num_batches_) return;
-        b = next_claim_++;
-      }
+      std::int64_t p = 0, b = 0;
       Slot result;
-      try {
-        const auto first = indices_.begin() + b * batch_size_;
-        const auto last = indices_.begin() + std::min<std::int64_t>((b + 1) * batch_size_, std::ssize(indices_));
-        result.batch = dataset_->get_epoch_batch(std::vector<std::int64_t>(first, last), epoch_);
-        if (pin_memory_) {  // on this worker, so the consumer's upload can start at once
-          result.batch->inputs = result.batch->inputs.pin_memory();
-          result.batch->targets = result.batch->targets.pin_memory();
+      if (claim_) {
+        std::lock_guard claiming(claim_mu_);
+        {
+          std::unique_lock lock(mu_);
+          const std::optional<std::int64_t> next = next_position(lock);
+          if (!next) return;
+          p = *next;
         }
-      } catch (...) {
-        result.error = std::current_exception();
+        try {
+          const std::optional<std::int64_t> claimed = claim_batch(p);
+          if (!claimed) return;
+          b = *claimed;
+        } catch (...) {
+          result.error = std::current_exception();
+        }
+        std::lock_guard lock(mu_);
+        next_claim_ = p + 1;
+      } else {
+        std::unique_lock lock(mu_);
+        const std::optional<std::int64_t> next = next_position(lock);
+        if (!next) return;
+        p = b = next_claim_++;
       }
+      if (!result.error) {
+        try {
+          const auto first = indices_.begin() + b * batch_size_;
+          const auto last = indices_.begin() + std::min<std::int64_t>((b + 1) * batch_size_, std::ssize(indices_));
+          result.batch = dataset_->get_epoch_batch(std::vector<std::int64_t>(first, last), epoch_);
+          if (pin_memory_) {  // on this worker, so the consumer's upload can start at once
+            result.batch->inputs = result.batch->inputs.pin_memory();
+            result.batch->targets = result.batch->targets.pin_memory();
+          }
+        } catch (...) {
+          result.error = std::current_exception();
+        }
+      }
+      result.number = b;
       result.ready = true;
       const bool failed = result.error != nullptr;
       {
         std::lock_guard lock(mu_);
-        slots_[static_cast<std::size_t>(b % window)] = std::move(result);
+        slots_[static_cast<std::size_t>(p % window)] = std::move(result);
         // Later batches would never be delivered; the earlier ones are already claimed.
         if (failed) stopping_ = true;
       }
@@ -162,10 +233,13 @@ class DataLoader::Pass {
   const std::int64_t batch_size_;
   const bool pin_memory_;
   const std::int64_t num_batches_;
+  const BatchClaim claim_;  // empty: position p is batch p
+  std::mutex claim_mu_;     // one claim at a time
 
   std::mutex mu_;
   std::condition_variable claim_cv_;  // workers wait for room in the window (or stop)
-  std::condition_variable ready_cv_;  // the consumer waits for its slot to fill
+  std::condition_variable ready_cv_;  // the consumer waits for its slot to fill (or the end)
+  std::int64_t end_;                  // guarded by mu_: the first position past the pass
   std::vector<Slot> slots_;           // guarded by mu_
   std::int64_t next_claim_ = 0;       // guarded by mu_
   std::int64_t taken_ = 0;            // guarded by mu_
@@ -175,6 +249,7 @@ class DataLoader::Pass {
   std::int64_t pos_ = 0;
   bool has_current_ = false;
   Batch current_;
+  std::int64_t current_number_ = -1;
   std::exception_ptr error_;
   bool superseded_ = false;
   std::vector<std::thread> threads_;
@@ -228,6 +303,25 @@ DataLoader::Iterator DataLoader::begin_at(std::int64_t first_batch) {
                                      options_.pin_memory, waited_ns_);
   active_ = pass;
   return Iterator(std::move(pass));
+}
+
+DataLoader::Iterator DataLoader::begin_claimed(BatchClaim claim) {
+  DTRAIN_CHECK(claim != nullptr, "DataLoader::begin_claimed: no claim function given");
+  if (auto previous = active_.lock()) previous->supersede();
+  std::vector<std::int64_t> indices = sampler_->indices(epoch_);
+  DTRAIN_CHECK(std::ssize(indices) == sampler_->size(),
+               "DataLoader: the sampler returned {} indices for epoch {} but its size() is {}", indices.size(), epoch_,
+               sampler_->size());
+  auto pass = std::make_shared<Pass>(dataset_, std::move(indices), epoch_, options_.batch_size, num_batches(), 0,
+                                     std::max(options_.prefetch_batches, options_.workers), options_.workers,
+                                     options_.pin_memory, waited_ns_, std::move(claim));
+  active_ = pass;
+  return Iterator(std::move(pass));
+}
+
+std::int64_t DataLoader::Iterator::batch_number() const {
+  DTRAIN_CHECK(pass_, "DataLoader: the end iterator has no batch number");
+  return pass_->current_number();
 }
 
 Batch& DataLoader::Iterator::operator*() const {

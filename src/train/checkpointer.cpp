@@ -39,7 +39,9 @@ std::string utc_now() {
 }
 
 // A copy in host memory that later steps cannot change.
-Tensor host_copy(const Tensor& t) { return t.device().is_cpu() ? t.contiguous().clone() : t.to(Device::cpu()).contiguous(); }
+Tensor host_copy(const Tensor& t) {
+  return t.device().is_cpu() ? t.contiguous().clone() : t.to(Device::cpu()).contiguous();
+}
 
 // Copies `tensors` into host memory in place, reusing the previous snapshot's buffers where
 // the shapes match (fresh memory is paid for in page faults, which would double the time
@@ -97,8 +99,8 @@ std::string part_file(const char* kind, const std::string& part) {
   return part == "model" ? fmt::format("{}.safetensors", kind) : fmt::format("{}-{}.safetensors", kind, part);
 }
 
-// Entries named "<parameter>[begin:end]<suffix>" (a flat element range, as parameter
-// servers save their shares) joined into "<parameter><suffix>" of the parameter's shape;
+// Entries named "<parameter>[begin:end]<suffix>" (a flat element range, as ranks that
+// hold shares of a parameter save them) joined into "<parameter><suffix>" of the parameter's shape;
 // the ranges must cover it exactly. Other entries pass through.
 NamedTensors join_ranges(const NamedTensors& tensors, const nn::Module& module, const std::string& origin) {
   std::unordered_map<std::string, Shape> shapes;
@@ -135,7 +137,8 @@ NamedTensors join_ranges(const NamedTensors& tensors, const nn::Module& module, 
       at = r.end;
       pieces.push_back(r.t);
     }
-    DTRAIN_CHECK(at == numel, "{}: the saved ranges of '{}{}' end at element {} of {}", origin, name, suffix, at, numel);
+    DTRAIN_CHECK(at == numel, "{}: the saved ranges of '{}{}' end at element {} of {}", origin, name, suffix, at,
+                 numel);
     out.emplace_back(name + suffix, cat(pieces, 0).reshape(shape));
   }
   return out;
@@ -180,14 +183,14 @@ void load_named_optimizer_state(optim::Optimizer& optimizer, const nn::Module& m
   std::set<std::string> counters;
   for (const auto& [key, t] : tensors) {
     if (key == "lr" || key == "steps") {
-      // Every part of a pipeline saves them alike: the first is taken.
+      // Every part of the model saves them alike: the first is taken.
       if (counters.insert(key).second) state.emplace_back(key, t);
       continue;
     }
     const auto slash = key.rfind('/');
     if (slash == std::string::npos || key.rfind(kScalerPrefix, 0) == 0) continue;
     const auto it = index.find(key.substr(0, slash));
-    if (it == index.end()) continue;  // another stage's parameter
+    if (it == index.end()) continue;  // another part's parameter
     const std::string what = key.substr(slash + 1);
     if (what == "updates") {
       DTRAIN_CHECK(t.numel() == 1, "{}: '{}' must hold one count", origin, key);
@@ -235,17 +238,21 @@ struct Checkpointer::Writer {
 };
 
 Checkpointer::Checkpointer(CheckpointOptions options, dist::Strategy& strategy)
-    : options_(std::move(options)), strategy_(strategy), role_(strategy.checkpoint_role()),
+    : options_(std::move(options)),
+      strategy_(strategy),
+      plan_(strategy.checkpoint_plan()),
       writer_(std::make_unique<Writer>()) {
   DTRAIN_CHECK(options_.every >= 0, "checkpoint: every must be >= 0 (0: at epoch ends only), got {}", options_.every);
   DTRAIN_CHECK(options_.keep >= 0, "checkpoint: keep must be >= 0 (0: all), got {}", options_.keep);
-  DTRAIN_CHECK(options_.resume.empty() || options_.resume == "auto" || !options_.dir.empty() ||
-                   fs::exists(options_.resume),
-               "checkpoint: --resume {}: no such checkpoint", options_.resume);
-  DTRAIN_CHECK(options_.resume != "auto" || !options_.dir.empty(), "checkpoint: --resume auto needs a checkpoint directory");
-  DTRAIN_CHECK(options_.every == 0 || role_.step_saves,
-               "checkpoint: this {} job can save only at the end of an epoch, where its ranks meet (asynchronous "
-               "parameter servers): drop --checkpoint-every", strategy_.name());
+  DTRAIN_CHECK(
+      options_.resume.empty() || options_.resume == "auto" || !options_.dir.empty() || fs::exists(options_.resume),
+      "checkpoint: --resume {}: no such checkpoint", options_.resume);
+  DTRAIN_CHECK(options_.resume != "auto" || !options_.dir.empty(),
+               "checkpoint: --resume auto needs a checkpoint directory");
+  DTRAIN_CHECK(options_.every == 0 || plan_.step_saves,
+               "checkpoint: this {} job can save only at the end of an epoch, where its ranks meet: drop "
+               "--checkpoint-every",
+               strategy_.name());
 }
 
 Checkpointer::~Checkpointer() {
@@ -270,13 +277,13 @@ void Checkpointer::save(const optim::Optimizer& optimizer, const optim::LossScal
                    position.step_in_epoch <= position.updates_per_epoch && position.epochs >= 1 &&
                    position.batch_size >= 1 && position.global_step >= 0,
                "checkpoint: impossible training position (epoch {}, update {} of {}, {} epochs, batch {}, step {})",
-               position.epoch, position.step_in_epoch, position.updates_per_epoch, position.epochs,
-               position.batch_size, position.global_step);
+               position.epoch, position.step_in_epoch, position.updates_per_epoch, position.epochs, position.batch_size,
+               position.global_step);
   const auto start_time = Clock::now();
   const checkpoint::CheckpointStore store(options_.dir);
   // Rank 0 clears what crashed saves left before any rank starts this one (the collective
   // below orders it before the others' writes).
-  if (role_.rank == 0 && !cleaned_) {
+  if (plan_.rank == 0 && !cleaned_) {
     store.remove_incomplete();
     cleaned_ = true;
   }
@@ -286,8 +293,8 @@ void Checkpointer::save(const optim::Optimizer& optimizer, const optim::LossScal
   s.step = step;
   // The live tensors: a synchronous save writes them before training changes them; an
   // asynchronous one copies them into host memory first.
-  if (!role_.part.empty()) s.model = strategy_.module().state_dict();
-  if (!role_.part.empty() && role_.saves_optimizer) {
+  if (!plan_.part.empty()) s.model = strategy_.module().state_dict();
+  if (!plan_.part.empty() && plan_.saves_optimizer) {
     s.optimizer = name_entries(optimizer.state_view(), parameter_names(optimizer, strategy_.module()));
     for (auto& [name, t] : scaler.state()) s.optimizer.emplace_back(kScalerPrefix + name, t);
   }
@@ -296,26 +303,27 @@ void Checkpointer::save(const optim::Optimizer& optimizer, const optim::LossScal
     const std::size_t model_entries = all.size();
     all.insert(all.end(), std::make_move_iterator(s.optimizer.begin()), std::make_move_iterator(s.optimizer.end()));
     copy_into_host(all, writer_->pool);
-    s.model.assign(std::make_move_iterator(all.begin()), std::make_move_iterator(all.begin() + static_cast<std::ptrdiff_t>(model_entries)));
+    s.model.assign(std::make_move_iterator(all.begin()),
+                   std::make_move_iterator(all.begin() + static_cast<std::ptrdiff_t>(model_entries)));
     s.optimizer.assign(std::make_move_iterator(all.begin() + static_cast<std::ptrdiff_t>(model_entries)),
                        std::make_move_iterator(all.end()));
   }
   s.record = own_record();
   s.record.epoch_sums = epoch_sums;
-  if (role_.rank == 0) {
+  if (plan_.rank == 0) {
     s.manifest = {.created = utc_now(),
                   .model = model_summary,
                   .job = {.strategy = strategy_.name(),
-                          .world_size = role_.ranks,
-                          .stages = role_.stages,
-                          .replicas = role_.replicas,
-                          .servers = role_.servers},
+                          .world_size = plan_.ranks,
+                          .stages = plan_.stages,
+                          .replicas = plan_.replicas,
+                          .servers = plan_.servers},
                   .position = position,
                   .files = {}};
     s.manifest.position.global_step = step;
   }
   start(std::move(s));
-  strategy_.checkpoint_servers(step);
+  if (plan_.after_snapshot) plan_.after_snapshot(step);
   std::lock_guard lock(writer_->mu);
   writer_->times.held_s = seconds_since(start_time);
 }
@@ -323,7 +331,7 @@ void Checkpointer::save(const optim::Optimizer& optimizer, const optim::LossScal
 checkpoint::RankRecord Checkpointer::own_record() const {
   const Generator& gen = default_generator();
   checkpoint::RankRecord r;
-  r.rank = role_.rank;
+  r.rank = plan_.rank;
   r.rng_seed = gen.seed();
   r.rng_offset = gen.offset();
   return r;
@@ -367,19 +375,19 @@ void Checkpointer::write(const Snapshot& s) {
   try {
     fs::create_directories(dir);
     const auto write_part = [&](const char* kind, const NamedTensors& tensors, const checkpoint::Metadata& metadata) {
-      checkpoint::AtomicFile f(dir / part_file(kind, role_.part));
+      checkpoint::AtomicFile f(dir / part_file(kind, plan_.part));
       checkpoint::write_safetensors(f, tensors, metadata);
       f.commit();
-      record.files.push_back({.name = f.target().filename().string(), .bytes = f.bytes(), .xxh3 = f.checksum(),
-                              .rank = role_.rank});
+      record.files.push_back(
+          {.name = f.target().filename().string(), .bytes = f.bytes(), .xxh3 = f.checksum(), .rank = plan_.rank});
       bytes += f.bytes();
     };
     if (!s.model.empty()) write_part("model", s.model, {{"format", "pt"}});
-    fault::maybe_kill_in_save(role_.rank, s.fault_save);
+    fault::maybe_kill_in_save(plan_.rank, s.fault_save);
     if (!s.optimizer.empty()) write_part("optimizer", s.optimizer, {});
-    checkpoint::write_file_atomically(dir / fmt::format("rank-{}.json", role_.rank), record.to_json());
-    if (role_.rank == 0) {
-      const std::vector<checkpoint::RankRecord> records = store.wait_for_ranks(s.step, role_.ranks, writer_->cancel);
+    checkpoint::write_file_atomically(dir / fmt::format("rank-{}.json", plan_.rank), record.to_json());
+    if (plan_.rank == 0) {
+      const std::vector<checkpoint::RankRecord> records = store.wait_for_ranks(s.step, plan_.ranks, writer_->cancel);
       checkpoint::Manifest manifest = s.manifest;
       for (const checkpoint::RankRecord& r : records) {
         manifest.files.insert(manifest.files.end(), r.files.begin(), r.files.end());
@@ -387,8 +395,8 @@ void Checkpointer::write(const Snapshot& s) {
         const std::vector<std::uint8_t> text = checkpoint::read_file_bytes(path);
         checkpoint::Checksum sum;
         sum.update(text.data(), text.size());
-        manifest.files.push_back({.name = path.filename().string(), .bytes = text.size(), .xxh3 = sum.hex(),
-                                  .rank = r.rank});
+        manifest.files.push_back(
+            {.name = path.filename().string(), .bytes = text.size(), .xxh3 = sum.hex(), .rank = r.rank});
       }
       const fs::path saved = store.commit(s.step, manifest, options_.keep);
       spdlog::info("checkpoint {} saved ({:.1f} MB, {:.2f} s)", saved.string(), static_cast<double>(bytes) / 1e6,
@@ -400,10 +408,10 @@ void Checkpointer::write(const Snapshot& s) {
   } catch (const std::exception& e) {
     // The others must not wait for this rank: its record says it failed. The previous
     // checkpoint is untouched (nothing is renamed until every rank is done).
-    writer_->error = fmt::format("checkpoint {} failed on rank {}: {}", store.name_of(s.step), role_.rank, e.what());
+    writer_->error = fmt::format("checkpoint {} failed on rank {}: {}", store.name_of(s.step), plan_.rank, e.what());
     record.error = e.what();
     try {
-      checkpoint::write_file_atomically(dir / fmt::format("rank-{}.json", role_.rank), record.to_json());
+      checkpoint::write_file_atomically(dir / fmt::format("rank-{}.json", plan_.rank), record.to_json());
     } catch (const std::exception&) {
       // A disk too full for the record too: rank 0 waits until the job ends.
     }
@@ -418,13 +426,14 @@ std::int64_t Checkpointer::finish_and_agree(std::int64_t step) {
   writer_->error.clear();
   // Every rank learns whether any rank's save failed, and all stop together; and the
   // checkpoint takes rank 0's step (asynchronous workers count their own updates).
-  Tensor t = Tensor::from_vector<double>({error.empty() ? 0.0 : 1.0, role_.rank == 0 ? static_cast<double>(step) : 0.0},
-                                         {2});
+  Tensor t =
+      Tensor::from_vector<double>({error.empty() ? 0.0 : 1.0, plan_.rank == 0 ? static_cast<double>(step) : 0.0}, {2});
   strategy_.reduce_sums(t);
   const std::vector<double> v = t.to_vector<double>();
   if (!error.empty()) DTRAIN_FAIL("{}", error);
-  DTRAIN_CHECK(v[0] == 0, "a checkpoint save failed on another rank (see its message); the previous checkpoint "
-                          "is intact");
+  DTRAIN_CHECK(v[0] == 0,
+               "a checkpoint save failed on another rank (see its message); the previous checkpoint "
+               "is intact");
   return static_cast<std::int64_t>(v[1]);
 }
 
@@ -472,7 +481,8 @@ std::optional<Restored> Checkpointer::restore(optim::Optimizer& optimizer, optim
   DTRAIN_CHECK(present > 0 || mine.empty(),
                "checkpoint {} holds a different model: none of this model's {} tensors (first '{}') are in {}, which "
                "hold '{}'... (saved from: {})",
-               dir.string(), mine.size(), mine.front().first, files, found.empty() ? "" : found.begin()->first, m.model);
+               dir.string(), mine.size(), mine.front().first, files, found.empty() ? "" : found.begin()->first,
+               m.model);
   nn::StateDict load;
   for (const auto& [name, t] : mine) {
     const auto it = found.find(name);
@@ -483,13 +493,16 @@ std::optional<Restored> Checkpointer::restore(optim::Optimizer& optimizer, optim
                  dir.string(), name, shape_str(saved.shape()), it->second.second, shape_str(t.shape()));
     load.emplace_back(name, saved);
   }
-  // Outside a pipeline the module is the whole model: a tensor it lacks means another model.
-  if (role_.stages == 1 && m.job.stages == 1) {
+  // A module that is the whole model, restored from whole models: a tensor it lacks means
+  // another model (a part's missing tensors are the other parts').
+  if (plan_.whole_model && m.job.stages == 1) {
     std::set<std::string> names;
     for (const auto& [name, t] : mine) names.insert(name);
     for (const auto& [name, entry] : found) {
-      DTRAIN_CHECK(names.count(name), "checkpoint {}: {} holds tensor '{}', which this model does not have (a different "
-                   "model? saved from: {})", dir.string(), entry.second, name, m.model);
+      DTRAIN_CHECK(names.count(name),
+                   "checkpoint {}: {} holds tensor '{}', which this model does not have (a different "
+                   "model? saved from: {})",
+                   dir.string(), entry.second, name, m.model);
     }
   }
   module.load_state_dict(load);
@@ -507,8 +520,9 @@ std::optional<Restored> Checkpointer::restore(optim::Optimizer& optimizer, optim
 
   // This rank's record; on another number of ranks the generator continues from the
   // record of rank (r mod saved ranks), and the epoch's sums start afresh.
-  const bool same_shape = m.job.world_size == role_.ranks && m.job.stages == role_.stages;
-  const int from = role_.rank % m.job.world_size;
+  const bool same_shape = m.job.world_size == plan_.ranks && m.job.stages == plan_.stages &&
+                          m.job.replicas == plan_.replicas && m.job.servers == plan_.servers;
+  const int from = plan_.rank % m.job.world_size;
   const checkpoint::FileRecord* rf = c.find(fmt::format("rank-{}.json", from));
   DTRAIN_CHECK(rf != nullptr, "checkpoint {}: the manifest lists no rank-{}.json", dir.string(), from);
   const std::vector<std::uint8_t> text = c.read_verified(*rf);

@@ -87,8 +87,8 @@ std::string Progress::render(bool terminal) const {
     if (filled < kWidth) bar.append(1, '>').append(static_cast<std::size_t>(kWidth - filled - 1), ' ');
     bar.append("] ");
   }
-  return fmt::format("{} {}{}/{} loss {:.4f}  {:.0f} samples/s  elapsed {}  ETA {}", label_, bar, step_, total_,
-                     loss_, samples_per_second(), format_duration(elapsed), format_duration(eta));
+  return fmt::format("{} {}{}/{} loss {:.4f}  {:.0f} samples/s  elapsed {}  ETA {}", label_, bar, step_, total_, loss_,
+                     samples_per_second(), format_duration(elapsed), format_duration(eta));
 }
 
 void Progress::update(std::int64_t step, double loss, std::int64_t samples) {

@@ -64,8 +64,8 @@ TensorBoardWriter::TensorBoardWriter(const std::filesystem::path& dir, std::stri
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   DTRAIN_CHECK(!error, "TensorBoard directory '{}': cannot create it ({})", dir.string(), error.message());
-  auto seconds = std::chrono::duration_cast<std::chrono::seconds>(
-                     std::chrono::system_clock::now().time_since_epoch()).count();
+  auto seconds =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::string name = fmt::format("events.out.tfevents.{}.{}", seconds, hostname());
   if (!suffix.empty()) name += fmt::format(".{}", suffix);
   path_ = dir / name;

@@ -6,40 +6,53 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace dtrain::train {
+namespace {
+
+// A metric's name as the epoch line shows it: "top5_accuracy" -> "top5 accuracy".
+std::string label_of(std::string name) {
+  std::replace(name.begin(), name.end(), '_', ' ');
+  return name;
+}
+
+}  // namespace
 
 void Trainer::report(const EpochSummary& s) const {
   if (!strategy_->reports()) return;
   if (options_.verbose) {
-    std::string test = test_loader_ ? fmt::format(", test loss {:.4f}, test accuracy {:.2f}%", s.test_loss,
-                                                  100 * s.test_accuracy)
-                                    : "";
-    if (test_loader_ && options_.top_k > 1) test += fmt::format(", top-{} {:.2f}%", options_.top_k, 100 * s.test_top_k_accuracy);
-    std::string notes =
-        s.replica_divergence ? fmt::format(", replica max diff {:.3g}", *s.replica_divergence) : "";
+    // "test loss L, test accuracy A%, top5 accuracy B%": each metric by its name.
+    std::string test = test_loader_ ? fmt::format(", test loss {:.4f}", s.test_loss) : "";
+    for (std::size_t m = 0; m < s.test_metrics.size(); ++m) {
+      test += fmt::format(", {}{} {:.2f}%", m == 0 ? "test " : "", label_of(s.test_metrics[m].first),
+                          100 * s.test_metrics[m].second);
+    }
+    std::string notes = s.replica_divergence ? fmt::format(", replica max diff {:.3g}", *s.replica_divergence) : "";
     if (!s.strategy_report.text.empty()) notes += ", " + s.strategy_report.text;
     if (s.bad_samples_skipped > 0) notes += fmt::format(", {} bad sample(s) skipped", s.bad_samples_skipped);
     if (s.loader_wait_s >= 0.05) notes += fmt::format(", waited {:.1f} s for data", s.loader_wait_s);
     if (train_config_.scaler && s.nonfinite_updates > 0) {
       notes += fmt::format(", {} update(s) skipped for inf/NaN (loss scale {:g})", s.nonfinite_updates,
-                              scaler_.scale_value());
+                           scaler_.scale_value());
     }
-    fmt::print(options_.out, "epoch {}/{}: train loss {:.4f}, train accuracy {:.2f}%{}, {:.0f} samples/s, {:.1f} s{}\n",
-               s.epoch, options_.epochs, s.train_loss, 100 * s.train_accuracy, test, s.samples_per_s, s.seconds,
-               notes);
+    const std::string train =
+        metrics_fns_.empty()
+            ? ""
+            : fmt::format(", train {} {:.2f}%", label_of(metrics_fns_.front().name), 100 * s.train_accuracy);
+    fmt::print(options_.out, "epoch {}/{}: train loss {:.4f}{}{}, {:.0f} samples/s, {:.1f} s{}\n", s.epoch,
+               options_.epochs, s.train_loss, train, test, s.samples_per_s, s.seconds, notes);
     std::fflush(options_.out);
   }
   if (!metrics_ && !tensorboard_) return;
-  std::vector<std::pair<std::string, double>> values{{"epoch", s.epoch},
-                                                     {"train_loss", s.train_loss},
-                                                     {"train_accuracy", s.train_accuracy}};
-  if (test_loader_) values.insert(values.end(), {{"test_loss", s.test_loss}, {"test_accuracy", s.test_accuracy}});
-  if (test_loader_ && options_.top_k > 1) values.emplace_back(fmt::format("test_top{}_accuracy", options_.top_k), s.test_top_k_accuracy);
+  std::vector<std::pair<std::string, double>> values{{"epoch", s.epoch}, {"train_loss", s.train_loss}};
+  if (!metrics_fns_.empty()) values.emplace_back("train_" + metrics_fns_.front().name, s.train_accuracy);
+  if (test_loader_) values.emplace_back("test_loss", s.test_loss);
+  for (const auto& [name, value] : s.test_metrics) values.emplace_back("test_" + name, value);
   values.insert(values.end(), {{"bad_samples_skipped", static_cast<double>(s.bad_samples_skipped)},
                                {"loader_wait_s", s.loader_wait_s}});
   values.insert(values.end(), {{"samples_per_s", s.samples_per_s}, {"seconds", s.seconds}});

@@ -61,7 +61,7 @@ void Trainer::report_time(const std::vector<EpochSummary>& epochs) const {
     return fmt::format("{:8.2f} {:>6}", part, whole > 0 ? fmt::format("{:.1f}%", 100 * part / whole) : "-");
   };
   fmt::print(options_.out, "where the training time went on rank {} (seconds, share of the epoch):\n",
-             strategy_->checkpoint_role().rank);
+             strategy_->rank());
   fmt::print(options_.out, "{:>5} {:>9}  {:>15}  {:>15}  {:>15}  {:>15}\n", "epoch", "training", "compute",
              "exposed comm", "data wait", "other");
   for (const EpochSummary& e : epochs) {
@@ -88,18 +88,18 @@ void Trainer::write_trace() {
   trace::stop_recording();
   trace_pending_ = false;
   trace_written_ = true;
-  const dist::Strategy::CheckpointRole role = strategy_->checkpoint_role();
+  const int rank = strategy_->rank(), ranks = strategy_->ranks();
   // The ranks leave a collective together: times count from there, less the longest time
   // any rank has been recording, so that every event lies after 0 and the tracks line up.
   over_ranks(*strategy_, {0.0});
   const auto synced = Clock::now();
-  std::vector<double> leads(static_cast<std::size_t>(role.ranks), 0.0);
-  leads[static_cast<std::size_t>(role.rank)] = std::chrono::duration<double>(synced - trace_started_).count();
+  std::vector<double> leads(static_cast<std::size_t>(ranks), 0.0);
+  leads[static_cast<std::size_t>(rank)] = std::chrono::duration<double>(synced - trace_started_).count();
   leads = over_ranks(*strategy_, leads);
   const auto lead = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(*std::max_element(leads.begin(), leads.end())));
   const std::vector<std::string> events =
-      gather_text(*strategy_, role.rank, role.ranks, trace::chrome_events(role.rank, synced - lead));
+      gather_text(*strategy_, rank, ranks, trace::chrome_events(rank, synced - lead));
   if (!strategy_->reports()) return;
   std::ofstream file(options_.trace.file, std::ios::trunc);
   file << trace::chrome_document(events, "rank");

@@ -7,8 +7,8 @@
 #include "support/test_support.h"
 
 #include "dtrain/autograd/functions.h"
-#include "dtrain/dist/data_parallel.h"
-#include "dtrain/dist/nccl.h"
+#include "dtrain/dist/data_parallel/data_parallel.h"
+#include "dtrain/dist/comm/nccl.h"
 #include "dtrain/layers/layers.h"
 #include "dtrain/optim/sgd.h"
 

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <numeric>
 #include <optional>
+#include <stdexcept>
 #include <thread>
 
 using namespace dtrain;
@@ -247,4 +248,57 @@ TEST_CASE("DataLoader feeds MNIST batches in sampler order", "[cpu][data]") {
     }
   }
   CHECK(pos == n);
+}
+
+// A claimed pass: batches in the order the claim names them, prefetched no further ahead
+// than the window, one claim at a time, ending at the first nullopt.
+TEST_CASE("DataLoader::begin_claimed delivers the claimed batches in claim order", "[cpu][data]") {
+  for (int workers : {1, 3}) {
+    INFO(workers << " worker(s)");
+    auto dataset = std::make_shared<IndexDataset>(20, -1, /*jitter=*/true);
+    DataLoader loader(dataset, {.batch_size = 4, .prefetch_batches = 2, .workers = workers});
+    const std::vector<std::int64_t> order{3, 0, 4, 1};  // of the 5 batches; batch 2 goes to "another rank"
+    std::atomic<std::size_t> next{0};
+    std::atomic<int> in_claim{0}, overlapped{0};
+    auto claim = [&]() -> std::optional<std::int64_t> {
+      if (in_claim.fetch_add(1) != 0) ++overlapped;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      const std::size_t k = next.fetch_add(1);
+      --in_claim;
+      if (k >= order.size()) return std::nullopt;
+      return order[k];
+    };
+    std::vector<std::int64_t> numbers, firsts;
+    auto it = loader.begin_claimed(claim);
+    // Before the consumer takes anything the workers claim no further than the window (the
+    // pause only gives them the chance to claim more).
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    CHECK(next.load() <= static_cast<std::size_t>(std::max(2, workers)));
+    for (; it != loader.end(); ++it) {
+      numbers.push_back(it.batch_number());
+      firsts.push_back(it->targets.to_vector<std::int64_t>().front());
+    }
+    CHECK(numbers == order);
+    CHECK(firsts == std::vector<std::int64_t>{12, 0, 16, 4});
+    CHECK(overlapped.load() == 0);
+  }
+}
+
+TEST_CASE("DataLoader::begin_claimed rethrows a claim's error at its batch and refuses bad numbers", "[cpu][data]") {
+  auto dataset = std::make_shared<IndexDataset>(8);
+  DataLoader loader(dataset, {.batch_size = 2, .workers = 2});
+  int calls = 0;
+  auto it = loader.begin_claimed([&]() -> std::optional<std::int64_t> {
+    if (++calls == 2) throw std::runtime_error("server 0 is gone");
+    return 1;
+  });
+  CHECK(it.batch_number() == 1);
+  ++it;
+  CHECK_THROWS_WITH(*it, Catch::Contains("server 0 is gone"));
+
+  auto bad = loader.begin_claimed([]() -> std::optional<std::int64_t> { return 4; });  // 4 batches: 0-3
+  CHECK_THROWS_WITH(*bad, Catch::Contains("the claim returned batch 4, outside the epoch's 4 batches"));
+  auto none = loader.begin_claimed([]() -> std::optional<std::int64_t> { return std::nullopt; });
+  CHECK(none == loader.end());
+  CHECK_THROWS_WITH(loader.begin_claimed(nullptr), Catch::Contains("no claim function"));
 }

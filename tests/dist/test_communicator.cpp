@@ -4,7 +4,7 @@
 // result. All collectives of a test run before its checks, so that a failing check on one
 // rank cannot leave the others waiting in a collective.
 #include "dtrain/core/environment.h"
-#include "dtrain/dist/communicator.h"
+#include "dtrain/dist/comm/communicator.h"
 #include "support/test_support.h"
 
 #include <algorithm>
@@ -220,9 +220,9 @@ TEST_CASE("all_gather_async and reduce_scatter_async run in call order beside al
   Tensor gathered = Tensor::empty({n, kRow});
   Tensor reduced = rank_input(c->rank(), 3, DType::f64);
   Tensor scattered = Tensor::empty({kRow});
-  WorkPtr gather = c->all_gather_async(mine, gathered);
-  WorkPtr reduce = c->all_reduce_async(reduced, Op::Sum);
-  WorkPtr scatter = c->reduce_scatter_async(gathered, scattered, Op::Mean);
+  dist::WorkPtr gather = c->all_gather_async(mine, gathered);
+  dist::WorkPtr reduce = c->all_reduce_async(reduced, Op::Sum);
+  dist::WorkPtr scatter = c->reduce_scatter_async(gathered, scattered, Op::Mean);
   scatter->wait();
   reduce->wait();
   gather->wait();

@@ -7,11 +7,11 @@
 // Tolerance: parameters after 3 SGD steps (lr 0.1, momentum 0.9) in f32 agree to 1e-5
 // absolute; the only differences are the order of floating-point sums (the mean over
 // W slices, then over ranks, against one mean over the batch).
-#include "dist/reducer.h"
+#include "dist/data_parallel/reducer.h"
 #include "dtrain/core/environment.h"
-#include "dtrain/dist/data_parallel.h"
-#include "dtrain/dist/nccl.h"
-#include "dtrain/dist/sync_batch_norm.h"
+#include "dtrain/dist/data_parallel/data_parallel.h"
+#include "dtrain/dist/comm/nccl.h"
+#include "dtrain/dist/data_parallel/sync_batch_norm.h"
 #include "dtrain/layers/layers.h"
 #include "dtrain/optim/sgd.h"
 #include "support/test_support.h"
@@ -64,9 +64,7 @@ Batch make_batch(const Shape& example_shape, std::int64_t rows, std::uint64_t se
   return {random_tensor(shape, seed), Tensor::from_vector(labels, {rows})};
 }
 
-optim::SGD make_sgd(const nn::Module& model) {
-  return optim::SGD(model.parameters(), {.lr = 0.1, .momentum = 0.9});
-}
+optim::SGD make_sgd(const nn::Module& model) { return optim::SGD(model.parameters(), {.lr = 0.1, .momentum = 0.9}); }
 
 Variable loss_on(nn::Module& model, const Batch& b) { return cross_entropy(model(Variable(b.x)), b.y); }
 Variable loss_through(dist::DataParallel& ddp, const Batch& b) {
@@ -314,8 +312,8 @@ TEST_CASE("DataParallel rejects a second backward before finish_gradient_sync", 
     message = e.message();
   }
   ddp.finish_gradient_sync();  // the first step still completes on every rank
-  CHECK_THAT(message, Catch::Contains("got a second gradient before finish_gradient_sync") &&
-                          Catch::Contains("no_sync"));
+  CHECK_THAT(message,
+             Catch::Contains("got a second gradient before finish_gradient_sync") && Catch::Contains("no_sync"));
 }
 
 TEST_CASE("DataParallel names the first parameter that differs between ranks", "[cpu][dist]") {

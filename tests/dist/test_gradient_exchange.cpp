@@ -3,8 +3,8 @@
 // the same reducer as the default. At any world size (1, 2, 4 ranks): it sees every bucket,
 // and its parameters after 3 SGD steps equal the default all-reduce's to 1e-6 (the f32
 // mean against the f64 mean rounded to f32).
-#include "dtrain/dist/data_parallel.h"
-#include "dtrain/dist/gradient_exchange.h"
+#include "dtrain/dist/data_parallel/data_parallel.h"
+#include "dtrain/dist/data_parallel/gradient_exchange.h"
 #include "dtrain/layers/models.h"
 #include "dtrain/optim/sgd.h"
 #include "support/test_support.h"
@@ -44,7 +44,8 @@ class F64Mean final : public dist::GradientExchange {
 };
 
 const bool registered = [] {
-  dist::register_gradient_exchange("f64_mean", [](const dist::CommunicatorPtr& c) { return std::make_unique<F64Mean>(c); });
+  dist::register_gradient_exchange("f64_mean",
+                                   [](const dist::CommunicatorPtr& c) { return std::make_unique<F64Mean>(c); });
   return true;
 }();
 
@@ -91,8 +92,8 @@ TEST_CASE("gradient exchange: a kind registered by the test trains as the defaul
 
 TEST_CASE("gradient exchange: an unknown kind is refused with the known ones", "[cpu][dist]") {
   auto world = dist::world();
-  CHECK_THROWS_WITH(dist::make_gradient_exchange("nope", world), Contains("gradient exchange 'nope': no such kind") &&
-                                                                    Contains("all_reduce"));
+  CHECK_THROWS_WITH(dist::make_gradient_exchange("nope", world),
+                    Contains("gradient exchange 'nope': no such kind") && Contains("all_reduce"));
   const auto names = dist::gradient_exchange_names();
   CHECK(std::find(names.begin(), names.end(), "all_reduce") != names.end());
   manual_seed(5);

@@ -1,8 +1,8 @@
 // Hosts given by the caller (CommunicatorOptions::host_id, DTRAIN_HOST_ID) instead of the
 // ones MPI finds: how emulated hosts on one machine (bench/netns/) reach the hierarchical
 // all-reduce. The MPI cases need mpirun with an even number of ranks.
-#include "dist/communicator_options.h"
-#include "dist/mpi/host_groups.h"
+#include "dist/comm/communicator_options.h"
+#include "dist/comm/mpi/host_groups.h"
 #include "support/test_support.h"
 
 #include <mpi.h>

@@ -2,8 +2,8 @@
 // uses: 4 KB chunks (many generations through both buffers of every slot) and a fake host
 // layout that splits the ranks into two "hosts", to exercise the hierarchical scheme
 // (host reduce, ring among leaders, host broadcast) on one machine. Needs mpirun.
-#include "dist/mpi/ring_allreduce.h"
-#include "dist/mpi/shm_allreduce.h"
+#include "dist/comm/mpi/ring_allreduce.h"
+#include "dist/comm/mpi/shm_allreduce.h"
 #include "support/test_support.h"
 
 #include <mpi.h>

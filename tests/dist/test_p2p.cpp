@@ -2,7 +2,7 @@
 // communicator: no peer, but a batch to itself) and 2 or 4 under mpirun. As in
 // test_communicator.cpp, every message of a test is exchanged before its checks, so that a
 // failing check on one rank cannot leave another waiting.
-#include "dtrain/dist/communicator.h"
+#include "dtrain/dist/comm/communicator.h"
 #include "support/test_support.h"
 
 #include <algorithm>
@@ -13,10 +13,10 @@
 
 using namespace dtrain;
 using namespace std::chrono_literals;
-using dist::CommunicatorPtr;
-using dist::P2POp;
 using Catch::Matchers::Contains;
 using Catch::Matchers::Matches;
+using dist::CommunicatorPtr;
+using dist::P2POp;
 
 namespace {
 
@@ -162,8 +162,7 @@ TEST_CASE("a posted receive takes its message while nobody waits on it", "[cpu][
   if (c->rank() == 1) require_equal(inbox, payload(0, 3, kLength));
 }
 
-TEST_CASE("a receive from one rank and a later one from kAnySource take that rank's messages in order",
-          "[cpu][dist]") {
+TEST_CASE("a receive from one rank and a later one from kAnySource take that rank's messages in order", "[cpu][dist]") {
   // Rank 0 posts irecv(from 1) and then irecv(from any rank), both with tag 0; rank 1 sends
   // two tag-0 messages. The first receive must take the first message, whether the
   // messages arrive after the receives are posted or were already there when they were.
@@ -302,8 +301,8 @@ TEST_CASE("point-to-point refuses bad peers, tags and tensors naming the operati
 TEST_CASE("under OnTimeout::Throw an irecv whose sender never comes fails with the timeout", "[cpu][dist]") {
   CommunicatorPtr c = comm();
   if (c->size() == 1) return;  // a single rank has nothing to wait for
-  CommunicatorPtr fragile = dist::world(
-      {.timeout = 1s, .all_reduce = dist::AllReduceAlgorithm::Mpi, .on_timeout = dist::OnTimeout::Throw});
+  CommunicatorPtr fragile =
+      dist::world({.timeout = 1s, .all_reduce = dist::AllReduceAlgorithm::Mpi, .on_timeout = dist::OnTimeout::Throw});
   std::string error, later;
   double waited = 0;
   if (c->rank() == 0) {
@@ -329,8 +328,8 @@ TEST_CASE("a receive nobody waits on outlives the timeout: its clock starts at i
   // not timed while nobody waits on it, so it takes its message after the timeout.
   CommunicatorPtr c = comm();
   if (c->size() == 1) return;
-  CommunicatorPtr fragile = dist::world(
-      {.timeout = 1s, .all_reduce = dist::AllReduceAlgorithm::Mpi, .on_timeout = dist::OnTimeout::Throw});
+  CommunicatorPtr fragile =
+      dist::world({.timeout = 1s, .all_reduce = dist::AllReduceAlgorithm::Mpi, .on_timeout = dist::OnTimeout::Throw});
   Tensor inbox = Tensor::zeros({4});
   const Tensor letter = Tensor::full({4}, 3.0);
   std::string error;
@@ -361,8 +360,8 @@ TEST_CASE("wait_any returns the message that completes first and does not time o
                Contains("wait_any: the local backend has no wait for any of several messages"));
     return;
   }
-  CommunicatorPtr fragile = dist::world(
-      {.timeout = 1s, .all_reduce = dist::AllReduceAlgorithm::Mpi, .on_timeout = dist::OnTimeout::Throw});
+  CommunicatorPtr fragile =
+      dist::world({.timeout = 1s, .all_reduce = dist::AllReduceAlgorithm::Mpi, .on_timeout = dist::OnTimeout::Throw});
   std::vector<int> order;  // the senders, in the order wait_any returned their messages
   std::vector<Tensor> inboxes(static_cast<std::size_t>(c->size()), Tensor::zeros({2}));
   Tensor later = Tensor::zeros({2});
@@ -411,8 +410,8 @@ TEST_CASE("under OnTimeout::Throw a stalled all-reduce fails its wait() and the 
   // it then ends, and its communicator can be shut down).
   CommunicatorPtr c = comm();
   if (c->size() == 1) return;
-  CommunicatorPtr fragile = dist::world(
-      {.timeout = 1s, .all_reduce = dist::AllReduceAlgorithm::Mpi, .on_timeout = dist::OnTimeout::Throw});
+  CommunicatorPtr fragile =
+      dist::world({.timeout = 1s, .all_reduce = dist::AllReduceAlgorithm::Mpi, .on_timeout = dist::OnTimeout::Throw});
   Tensor t = Tensor::ones({4});
   std::string error, later;
   double waited = 0;

@@ -7,9 +7,9 @@
 // Tolerance: parameters after 5 SGD steps (lr 0.1, momentum 0.9, weight decay 1e-3) in
 // f32 agree to 1e-5 absolute; the only differences are the order of the sums (the mean of
 // W row-slices' gradients against one mean over the batch).
-#include "dist/ps_layout.h"
-#include "dtrain/dist/cluster_spec.h"
-#include "dtrain/dist/parameter_server.h"
+#include "dist/ps/ps_layout.h"
+#include "dtrain/dist/core/cluster_spec.h"
+#include "dtrain/dist/ps/parameter_server.h"
 #include "dtrain/layers/models.h"
 #include "dtrain/optim/sgd.h"
 #include "support/test_support.h"
@@ -88,7 +88,8 @@ TEST_CASE("ps layout: the servers' pieces cover every parameter element exactly 
       }
     }
   }
-  CHECK_THROWS_WITH(dist::ps_layout({2, 1}, 4, 4, 64), Catch::Contains("4 servers for a model of 3 parameter elements"));
+  CHECK_THROWS_WITH(dist::ps_layout({2, 1}, 4, 4, 64),
+                    Catch::Contains("4 servers for a model of 3 parameter elements"));
 }
 
 TEST_CASE("ps modes parse from sync, async and ssp:K", "[cpu][dist]") {
@@ -234,7 +235,8 @@ TEST_CASE("ps async hands every batch of an epoch to exactly one worker", "[mpi]
     return;
   }
   constexpr std::int64_t kBatches = 37;
-  const ClaimRun run = run_claims({.mode = dist::PsMode::Async, .servers = 1}, kBatches, 0, std::chrono::milliseconds(1));
+  const ClaimRun run =
+      run_claims({.mode = dist::PsMode::Async, .servers = 1}, kBatches, 0, std::chrono::milliseconds(1));
   // Each batch's takers, counted over the ranks (servers add zeros).
   Tensor counts = Tensor::zeros({2, kBatches}, {DType::f64});
   for (std::size_t e = 0; e < run.taken.size(); ++e) {

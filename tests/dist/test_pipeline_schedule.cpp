@@ -8,8 +8,8 @@
 //    from p. Every plan must run to the end without two ranks waiting on each other.
 // Plus what each schedule promises: every forward and backward once, backward after
 // forward, and at most K - s micro-batches alive on stage s under 1F1B.
-#include "dtrain/dist/pipeline_partition.h"
-#include "dtrain/dist/pipeline_schedule.h"
+#include "dtrain/dist/pipeline/pipeline_partition.h"
+#include "dtrain/dist/pipeline/pipeline_schedule.h"
 #include "support/test_support.h"
 
 #include <map>
@@ -119,7 +119,8 @@ bool runs_under_nccl(const std::vector<std::vector<Batch>>& plan) {
         const int rr = static_cast<int>(r), k = order[r][at[r]][i];
         const auto key = b[i].send ? std::tuple{rr, b[i].peer, k} : std::tuple{b[i].peer, rr, k};
         if (done.count(key)) continue;
-        const bool partner = b[i].send ? posted(b[i].peer, rr, b[i].peer, k, false) : posted(b[i].peer, b[i].peer, rr, k, true);
+        const bool partner =
+            b[i].send ? posted(b[i].peer, rr, b[i].peer, k, false) : posted(b[i].peer, b[i].peer, rr, k, true);
         if (partner) done.insert(key);
         else all = false;
       }

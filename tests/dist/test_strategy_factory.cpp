@@ -2,9 +2,9 @@
 // which mesh, the errors for specs that cannot run, and a strategy defined by this test
 // alone (one class and one registration line) that the Trainer runs unchanged.
 #include "dtrain/data/tensor_dataset.h"
-#include "dtrain/dist/pipeline_strategy.h"
-#include "dtrain/dist/ps_strategy.h"
-#include "dtrain/dist/strategy_factory.h"
+#include "dtrain/dist/pipeline/pipeline_strategy.h"
+#include "dtrain/dist/ps/ps_strategy.h"
+#include "dtrain/dist/core/strategy_factory.h"
 #include "dtrain/layers/models.h"
 #include "dtrain/optim/sgd.h"
 #include "dtrain/train/trainer.h"
@@ -19,7 +19,7 @@ namespace {
 // strategy the library does not have): the small core is all it overrides.
 class IndependentReplicas final : public dist::Strategy {
  public:
-  IndependentReplicas(dist::CommunicatorPtr world, Device device) : Strategy(device), world_(std::move(world)) {}
+  IndependentReplicas(dist::CommunicatorPtr world, Device device) : Strategy(device, std::move(world)) {}
   std::string name() const override { return "independent"; }
   std::shared_ptr<nn::Module> prepare(std::shared_ptr<nn::Module> model) override {
     model->to(device_);
@@ -29,16 +29,12 @@ class IndependentReplicas final : public dist::Strategy {
   Shard data_shard() const override { return {world_->rank(), world_->size()}; }
   bool reports() const override { return world_->rank() == 0; }
   void reduce_sums(Tensor& sums) override { world_->all_reduce(sums, dist::ReduceOp::Sum); }
-
- private:
-  dist::CommunicatorPtr world_;
 };
 
 const bool registered = [] {
-  dist::register_strategy("independent", [](dist::StrategySpec&, const dist::CommunicatorPtr& world, Device device,
-                                            const dist::StrategyHints&) {
-    return std::make_shared<IndependentReplicas>(world, device);
-  });
+  dist::register_strategy(
+      "independent", [](dist::StrategySpec&, const dist::CommunicatorPtr& world, Device device,
+                        const dist::StrategyHints&) { return std::make_shared<IndependentReplicas>(world, device); });
   return true;
 }();
 
@@ -125,6 +121,6 @@ TEST_CASE("make_strategy: a strategy registered by the test trains under the Tra
                          {.epochs = 1, .verbose = false});
   const train::FitResult fit = trainer.fit(sgd);
   REQUIRE(fit.epochs.size() == 1);
-  CHECK(fit.epochs[0].samples == n);          // every rank's shard, summed by reduce_sums
+  CHECK(fit.epochs[0].samples == n);  // every rank's shard, summed by reduce_sums
   CHECK(fit.epochs[0].updates == n / 8 / world->size());
 }

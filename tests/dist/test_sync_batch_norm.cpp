@@ -1,7 +1,7 @@
 // SyncBatchNorm on rank r's slice of a global batch against BatchNorm on the whole batch,
 // computed on every rank. Ranks hold different batch sizes (rank r has r + 2 rows), at
 // any world size.
-#include "dtrain/dist/sync_batch_norm.h"
+#include "dtrain/dist/data_parallel/sync_batch_norm.h"
 #include "dtrain/layers/layers.h"
 #include "support/test_support.h"
 
@@ -87,8 +87,8 @@ TEST_CASE("convert_sync_batch_norm replaces every BatchNorm in the tree and keep
   bn2->running_mean.fill_(0.5);
   bn1->running_var.fill_(2.0);
   bn2->bias.set_requires_grad(false);
-  auto head = std::make_shared<nn::Sequential>(
-      std::initializer_list<nn::ModulePtr>{std::make_shared<nn::Linear>(4, 3), bn1});
+  auto head =
+      std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{std::make_shared<nn::Linear>(4, 3), bn1});
   nn::Sequential model{std::make_shared<nn::Conv2d>(1, 4, 3), bn2, std::make_shared<nn::ReLU>(), head};
   model.eval();
   const nn::StateDict before = model.state_dict();

@@ -5,7 +5,7 @@
 // it waits for and aborts the job. When rank 1 dies, mpirun may notice and end the job
 // first. Either way the job exits non-zero within seconds. Run by ctest (dist.dead_rank,
 // dist.stalled_rank).
-#include "dtrain/dist/communicator.h"
+#include "dtrain/dist/comm/communicator.h"
 
 #include <chrono>
 #include <cstdlib>

@@ -7,7 +7,7 @@
 // mpirun ends the job first on seeing rank 1 die). Run by ctest (dist.pipeline_dead_stage,
 // dist.pipeline_stalled_stage).
 #include "dtrain/autograd/functions.h"
-#include "dtrain/dist/pipeline_strategy.h"
+#include "dtrain/dist/pipeline/pipeline_strategy.h"
 #include "dtrain/layers/models.h"
 #include "dtrain/optim/sgd.h"
 

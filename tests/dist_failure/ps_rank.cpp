@@ -4,7 +4,7 @@
 // The others must not hang: mpirun ends the job when it sees the exit, or a worker's
 // watchdog (DTRAIN_TIMEOUT) names the message and the rank it waits for. Either way the
 // job exits non-zero within seconds. Run by ctest (dist.ps_dead_server, dist.ps_dead_worker).
-#include "dtrain/dist/parameter_server.h"
+#include "dtrain/dist/ps/parameter_server.h"
 #include "dtrain/layers/models.h"
 #include "dtrain/optim/sgd.h"
 

@@ -141,7 +141,7 @@ TEST_CASE("A finished run resumed with more epochs trains the new ones and says 
 TEST_CASE("A save that fails (a full disk) stops training and leaves the previous checkpoint whole",
           "[train][checkpoint][cpu]") {
   test::TempDir dir;
-  struct rlimit old_limit{};
+  struct rlimit old_limit {};
   getrlimit(RLIMIT_FSIZE, &old_limit);
   const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
   auto strategy = model(5);
@@ -166,7 +166,8 @@ TEST_CASE("A save that fails (a full disk) stops training and leaves the previou
   REQUIRE(resumed.result.epochs.size() == 2);
 }
 
-TEST_CASE("Resuming refuses another model, a changed batch size and a corrupt file by name", "[train][checkpoint][cpu]") {
+TEST_CASE("Resuming refuses another model, a changed batch size and a corrupt file by name",
+          "[train][checkpoint][cpu]") {
   test::TempDir dir;
   train_run(5, 1, {.dir = dir / "ckpt"});
   const fs::path saved = dir / "ckpt" / "step-000000013";
@@ -176,8 +177,9 @@ TEST_CASE("Resuming refuses another model, a changed batch size and a corrupt fi
                            {.epochs = 2, .verbose = false, .checkpoint = {.resume = saved.string()}});
     trainer.fit(sgd);
   };
-  REQUIRE_THROWS_WITH(resume_into(model(1, 8)), Catch::Contains("tensor '0.weight' has shape [16, 4] in model.safetensors, "
-                                                                "this model's is [8, 4]"));
+  REQUIRE_THROWS_WITH(resume_into(model(1, 8)),
+                      Catch::Contains("tensor '0.weight' has shape [16, 4] in model.safetensors, "
+                                      "this model's is [8, 4]"));
   // One layer more: its tensor is named as missing.
   auto longer = model(1);
   auto& layers = dynamic_cast<nn::Sequential&>(longer->module());
@@ -194,6 +196,6 @@ TEST_CASE("Resuming refuses another model, a changed batch size and a corrupt fi
   f.seekp(-3, std::ios::end);
   f.put('\x7f');
   f.close();
-  REQUIRE_THROWS_WITH(resume_into(model(1)), Catch::Contains("optimizer.safetensors has checksum") &&
-                                                 Catch::Contains("corrupt"));
+  REQUIRE_THROWS_WITH(resume_into(model(1)),
+                      Catch::Contains("optimizer.safetensors has checksum") && Catch::Contains("corrupt"));
 }

@@ -211,8 +211,8 @@ TEST_CASE("tensorboard: the writer fails naming a directory it cannot create", "
   REQUIRE_THROWS_MATCHES(train::TensorBoardWriter(dir), Error,
                          Catch::Matchers::Predicate<Error>(
                              [&](const Error& e) {
-                               return e.message().find("TensorBoard directory '" + dir.string() + "': cannot create it") !=
-                                      std::string::npos;
+                               return e.message().find("TensorBoard directory '" + dir.string() +
+                                                       "': cannot create it") != std::string::npos;
                              },
                              "names the directory"));
 }

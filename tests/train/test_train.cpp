@@ -5,6 +5,7 @@
 #include "dtrain/autograd/autocast.h"
 #include "dtrain/data/distributed_sampler.h"
 #include "dtrain/data/tensor_dataset.h"
+#include "dtrain/layers/linear.h"
 #include "dtrain/layers/models.h"
 #include "dtrain/optim/sgd.h"
 #include "dtrain/train/metrics_log.h"
@@ -58,8 +59,7 @@ TEST_CASE("Trainer with the Local strategy takes exactly the updates of a plain 
   const optim::CosineLr schedule(0.1, 32);
   auto strategy = local_mlp(5);
   optim::SGD sgd = make_sgd(*strategy);
-  train::Trainer trainer(strategy, {.train = train_set, .batch_size = 32, .seed = 7},
-                         {.epochs = 2, .verbose = false});
+  train::Trainer trainer(strategy, {.train = train_set, .batch_size = 32, .seed = 7}, {.epochs = 2, .verbose = false});
   REQUIRE(trainer.updates_per_epoch() == 16);
   const train::FitResult r = trainer.fit(sgd, &schedule);
 
@@ -118,7 +118,8 @@ TEST_CASE("Trainer learns, evaluates, stops at the target and calls back", "[tra
   auto strategy = local_mlp(5);
   optim::SGD sgd = make_sgd(*strategy);
   std::FILE* out = std::fopen((dir / "out.txt").c_str(), "w+");
-  train::Trainer trainer(strategy, {.train = blobs(512, 1), .test = blobs(256, 2), .batch_size = 32, .eval_batch_size = 100},
+  train::Trainer trainer(strategy,
+                         {.train = blobs(512, 1), .test = blobs(256, 2), .batch_size = 32, .eval_batch_size = 100},
                          {.epochs = 5, .target_accuracy = 0.9, .metrics = dir / "m.jsonl", .out = out});
   std::int64_t steps = 0, last_global = 0;
   int epochs_seen = 0;
@@ -163,9 +164,9 @@ TEST_CASE("Trainer evaluates inside epochs and stops there once the target is re
     auto strategy = local_mlp(5);
     optim::SGD sgd = make_sgd(*strategy);
     std::FILE* out = std::fopen((dir / "out.txt").c_str(), "w+");
-    train::Trainer trainer(strategy, {.train = blobs(512, 1), .test = blobs(256, 2), .batch_size = 32},
-                           {.epochs = 2, .target_accuracy = target, .evaluations_per_epoch = 4,
-                            .metrics = dir / "m.jsonl", .out = out});
+    train::Trainer trainer(
+        strategy, {.train = blobs(512, 1), .test = blobs(256, 2), .batch_size = 32},
+        {.epochs = 2, .target_accuracy = target, .evaluations_per_epoch = 4, .metrics = dir / "m.jsonl", .out = out});
     std::int64_t steps = 0;
     trainer.on_step_end([&](const train::StepEvent&) { ++steps; });
     const train::FitResult r = trainer.fit(sgd);
@@ -318,4 +319,53 @@ TEST_CASE("Progress modes: a bar on request, lines in a file, nothing for none",
   CHECK(std::count(lines.begin(), lines.end(), '\n') == 3);  // one per update (interval 0)
   CHECK(lines.find('\r') == std::string::npos);
   CHECK(run(train::ProgressMode::None).empty());
+}
+
+// Regression: y = x0 - 2 x1 + 0.5, learnt by a linear layer with mean squared error.
+TEST_CASE("Trainer takes a loss and metrics of one's own (regression by MSE)", "[train][cpu]") {
+  test::TempDir dir;
+  const std::int64_t n = 256;
+  Generator gen(3);
+  Tensor x = Tensor::empty({n, 2});
+  normal_(x, 0, 1, &gen);
+  Tensor y = add(sub(x.narrow(1, 0, 1), mul(x.narrow(1, 1, 1), 2.0)), 0.5).contiguous();
+  auto set = std::make_shared<data::TensorDataset>(x, y);
+  manual_seed(4);
+  auto strategy = std::make_shared<dist::LocalStrategy>();
+  strategy->prepare(std::make_shared<nn::Linear>(2, 1));
+  optim::SGD sgd(strategy->module().parameters(), {.lr = 0.05, .momentum = 0.9});
+  const train::Metric close{"within_0.1", [](const Tensor& out, const Tensor& target) {
+                              return sum(lt(abs(sub(out, target)), Tensor::scalar(0.1)).to(DType::i64));
+                            }};
+  std::FILE* out = std::fopen((dir / "out.txt").c_str(), "w+");
+  train::Trainer trainer(strategy, {.train = set, .test = set, .batch_size = 32},
+                         {.epochs = 10,
+                          .loss = [](const Variable& o, const Tensor& t) { return mse_loss(o, Variable(t)); },
+                          .eval_metrics = std::vector<train::Metric>{close},
+                          .metrics = dir / "m.jsonl",
+                          .out = out});
+  const train::FitResult r = trainer.fit(sgd);
+  std::fclose(out);
+  CHECK(r.epochs.back().test_loss < 1e-2);  // from about 5 for the untrained layer
+  CHECK(r.test_accuracy == 1.0);  // every prediction within 0.1
+  REQUIRE(r.epochs.back().test_metrics.size() == 1);
+  CHECK(r.epochs.back().test_metrics[0].first == "within_0.1");
+  std::ifstream printed(dir / "out.txt");
+  std::string text((std::istreambuf_iterator<char>(printed)), std::istreambuf_iterator<char>());
+  CHECK_THAT(text, Catch::Contains("test within 0.1 100.00%"));
+  CHECK_THAT(text, !Catch::Contains("test accuracy"));
+  std::ifstream metrics(dir / "m.jsonl");
+  std::string line;
+  REQUIRE(std::getline(metrics, line));
+  CHECK(nlohmann::json::parse(line).contains("test_within_0.1"));
+
+  // The loss alone: no metric to count, so no target accuracy either.
+  train::Trainer bare(strategy, {.train = set, .batch_size = 32},
+                      {.loss = [](const Variable& o, const Tensor& t) { return mse_loss(o, Variable(t)); },
+                       .eval_metrics = std::vector<train::Metric>{},
+                       .verbose = false});
+  CHECK(bare.fit(sgd).epochs.at(0).train_loss < 1e-2);
+  CHECK_THROWS_WITH(train::Trainer(strategy, {.train = set, .test = set, .batch_size = 32},
+                                   {.eval_metrics = std::vector<train::Metric>{}, .target_accuracy = 0.5}),
+                    Catch::Contains("needs a metric to reach it"));
 }

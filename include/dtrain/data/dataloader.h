@@ -15,6 +15,11 @@
 // is destroyed (so breaking out of a loop is clean) or when begin() starts a new pass.
 // A pass holds what it reads (dataset, indices), so its iterators may outlive the loader.
 // One consumer thread per loader.
+//
+// Batches handed out at run time (a parameter server's asynchronous workers, where a fast
+// rank takes more of the epoch): begin_claimed(claim) numbers the batches by asking
+// `claim`, from the workers, one call at a time and no further ahead than the window, so
+// the claimed batches are decoded and prefetched like any others.
 #pragma once
 
 #include "dtrain/data/dataset.h"
@@ -23,8 +28,10 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <iterator>
 #include <memory>
+#include <optional>
 
 namespace dtrain::data {
 
@@ -82,6 +89,9 @@ class DataLoader {
     void operator++(int) { ++*this; }
     // Two iterators are equal when both are at the end or they are the same pass.
     friend bool operator==(const Iterator& a, const Iterator& b);
+    // The number of the batch *this is (its position in the epoch's order of batches);
+    // waits for it as dereferencing does.
+    std::int64_t batch_number() const;
 
    private:
     friend class DataLoader;
@@ -96,6 +106,14 @@ class DataLoader {
   // A pass that starts at batch `first_batch` of the epoch (in [0, num_batches()]), as a
   // run resumed from a checkpoint taken inside the epoch continues it.
   Iterator begin_at(std::int64_t first_batch);
+  // A pass whose batches are chosen while it runs: `claim` returns the number of the next
+  // batch to deliver (batch b holds the sampler's indices [b * batch_size, (b + 1) *
+  // batch_size) of the epoch, b in [0, num_batches())), or nullopt when there are no more;
+  // the pass ends there. It is called on the workers' threads, never two at once, and its
+  // exception is rethrown to the consumer at the batch it was claiming. batch_number()
+  // tells which batch the consumer holds.
+  using BatchClaim = std::function<std::optional<std::int64_t>()>;
+  Iterator begin_claimed(BatchClaim claim);
   Iterator end() { return Iterator(); }
 
  private:

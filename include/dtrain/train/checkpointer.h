@@ -3,7 +3,7 @@
 //
 // A save, at a step boundary on every rank (collective):
 //  1. waits for the previous save to finish, and agrees with the other ranks that it did;
-//  2. snapshots, into host memory: this rank's part of the model (Strategy::checkpoint_role),
+//  2. snapshots, into host memory: this rank's part of the model (Strategy::checkpoint_plan),
 //     the optimizer's state by parameter name, the loss scaler, the training position, the
 //     default random-number generator and the Trainer's epoch sums;
 //  3. writes the snapshot on a background thread (or at once with async = false) into the
@@ -20,7 +20,7 @@
 
 #include "dtrain/checkpoint/manifest.h"
 #include "dtrain/checkpoint/safetensors.h"
-#include "dtrain/dist/strategy.h"
+#include "dtrain/dist/core/strategy.h"
 #include "dtrain/optim/loss_scaler.h"
 
 #include <atomic>
@@ -52,8 +52,8 @@ struct Restored {
 
 // Timings of the last save, for benchmarks and the log.
 struct SaveTimes {
-  double held_s = 0;   // the caller waited: agreement and snapshot (plus the write when not async)
-  double write_s = 0;  // the background write, commit included (rank 0)
+  double held_s = 0;        // the caller waited: agreement and snapshot (plus the write when not async)
+  double write_s = 0;       // the background write, commit included (rank 0)
   std::uint64_t bytes = 0;  // written by this rank
 };
 
@@ -67,7 +67,7 @@ class Checkpointer {
   Checkpointer& operator=(const Checkpointer&) = delete;
 
   const CheckpointOptions& options() const { return options_; }
-  int rank() const { return role_.rank; }  // this rank among the job's (Strategy::checkpoint_role)
+  int rank() const { return plan_.rank; }  // this rank among the job's (Strategy::checkpoint_plan)
 
   // Saves at `position` (collective). `model_summary` goes into the manifest for messages.
   void save(const optim::Optimizer& optimizer, const optim::LossScaler& scaler,
@@ -77,7 +77,7 @@ class Checkpointer {
   // (collective); throws naming the failure otherwise.
   void finish();
   // On a rank that serves (a parameter server): writes its share of the checkpoint of
-  // `step` in the background (Strategy::SaveShare). Errors go into its record, for rank 0.
+  // `step` in the background (dist::ServerLoop::SaveShare). Errors go into its record, for rank 0.
   void save_share(std::int64_t step, checkpoint::NamedTensors share);
   // Loads the checkpoint options.resume names into the strategy's module, `optimizer`,
   // `scaler` and the default generator; nullopt when there is nothing to resume ("" or
@@ -98,7 +98,7 @@ class Checkpointer {
 
   CheckpointOptions options_;
   dist::Strategy& strategy_;
-  dist::Strategy::CheckpointRole role_;
+  dist::CheckpointPlan plan_;
   std::unique_ptr<Writer> writer_;
   bool cleaned_ = false;  // rank 0 removed what crashed saves left
 };

@@ -28,7 +28,7 @@
 
 #include "dtrain/core/trace.h"
 #include "dtrain/data/dataloader.h"
-#include "dtrain/dist/strategy.h"
+#include "dtrain/dist/core/strategy.h"
 #include "dtrain/optim/loss_scaler.h"
 #include "dtrain/optim/lr_schedule.h"
 #include "dtrain/train/checkpointer.h"
@@ -48,6 +48,7 @@
 namespace dtrain::train {
 
 class TensorBoardWriter;
+struct UpdateBatches;
 
 struct TrainerData {
   std::shared_ptr<const data::Dataset> train = nullptr;
@@ -72,14 +73,29 @@ struct TraceOptions {
 // "A-B" or "A" (global updates, 1-based) into first and last; throws naming the expectation.
 void parse_trace_steps(std::string_view text, TraceOptions& options);
 
+// What evaluation (and the training line) counts besides the loss: a metric counts the
+// outputs of a batch it takes as right (an i64 scalar on the outputs' device), reported as
+// a fraction of the samples.
+struct Metric {
+  std::string name;  // "accuracy", "top5_accuracy", ...: "test_<name>" in the metrics file
+  dist::CorrectFn count;
+};
+
 struct TrainerOptions {
   int epochs = 1;
-  int accumulate = 1;  // micro-batches per optimizer update (gradient accumulation)
-  double clip_grad_norm = 0;    // > 0: clip the gradients' global L2 norm to this
+  int accumulate = 1;          // micro-batches per optimizer update (gradient accumulation)
+  double clip_grad_norm = 0;   // > 0: clip the gradients' global L2 norm to this
   double label_smoothing = 0;  // training loss only, in [0, 1)
   // > 1: evaluation also counts top-k accuracy (a sample is right when its label is among
   // the k highest logits; ImageNet reports k = 5).
   int top_k = 0;
+  // The loss of training and evaluation, averaged over a batch. Empty: cross-entropy (with
+  // label_smoothing in training only). For regression, e.g. mse_loss.
+  dist::LossFn loss = {};
+  // The metrics (see Metric); the first is "the" accuracy (epoch lines, target_accuracy).
+  // nullopt: top-1 accuracy ("accuracy"), and top-k ("top<k>_accuracy") with top_k > 1. An empty
+  // list: the loss alone (target_accuracy then has nothing to reach).
+  std::optional<std::vector<Metric>> eval_metrics = std::nullopt;
   std::optional<DType> autocast = std::nullopt;
   // Dynamic loss scaling (for f16); disabled by default.
   optim::LossScalerOptions loss_scaler = {.enabled = false};
@@ -90,7 +106,7 @@ struct TrainerOptions {
   // evenly spaced points inside each epoch (a line and an "evaluation" metrics event each),
   // so that time to accuracy is measured finer than epochs.
   int evaluations_per_epoch = 1;
-  bool check_replicas = false;  // report the replicas' largest difference after each epoch
+  bool check_replicas = false;         // report the replicas' largest difference after each epoch
   std::filesystem::path metrics = {};  // JSON lines, written by the reporting rank
   bool verbose = true;                 // progress and epoch lines on the reporting rank
   std::FILE* out = stdout;
@@ -109,18 +125,19 @@ struct TrainerOptions {
 
 // What one epoch did, as the reporting rank prints it.
 struct EpochSummary {
-  int epoch = 0;  // 1-based
+  int epoch = 0;              // 1-based
   double train_loss = 0;      // mean over every rank's updates with a finite loss
   double train_accuracy = 0;  // over every rank's training samples
   // Updates whose loss was inf or NaN, summed over the ranks: with a loss scaler, steps it
   // skipped (mixed precision overflow); without one the Trainer stops as diverged.
   std::int64_t nonfinite_updates = 0;
-  double test_loss = 0;       // over the whole test set (all shards)
-  double test_accuracy = 0;
-  double test_top_k_accuracy = 0;  // with TrainerOptions::top_k
-  std::int64_t samples = 0;   // over all ranks (a DistributedSampler's padding included)
-  std::int64_t updates = 0;   // this rank's
-  double samples_per_s = 0;   // over all shards
+  double test_loss = 0;      // over the whole test set (all shards)
+  double test_accuracy = 0;  // by the first metric
+  // Every metric's fraction, by name ("accuracy", "top5_accuracy", ...).
+  std::vector<std::pair<std::string, double>> test_metrics = {};
+  std::int64_t samples = 0;  // over all ranks (a DistributedSampler's padding included)
+  std::int64_t updates = 0;  // this rank's
+  double samples_per_s = 0;  // over all shards
   double seconds = 0;
   std::optional<double> replica_divergence = std::nullopt;
   // Training samples the dataset left out as unreadable this epoch, over all ranks.
@@ -128,7 +145,7 @@ struct EpochSummary {
   // Seconds the reporting rank's training step waited for its data loader this epoch: near
   // zero when the loader keeps ahead.
   double loader_wait_s = 0;
-  dist::Strategy::EpochReport strategy_report = {};  // e.g. a parameter server's staleness
+  dist::EpochReport strategy_report = {};  // the strategy's epoch hooks' (e.g. staleness)
   // Where the reporting rank's training seconds went (core/trace.h): compute (forward,
   // backward, optimizer), exposed communication (waiting for messages that the step needs)
   // and data wait; the rest of `seconds` is the loop's own work.
@@ -156,14 +173,14 @@ struct StepEvent {
 // Sums (not means) over every shard.
 struct EvalResult {
   double loss_sum = 0;
-  std::int64_t correct = 0;
-  std::int64_t correct_top_k = 0;  // with TrainerOptions::top_k
+  std::vector<std::int64_t> counts = {};  // per metric (TrainerOptions::eval_metrics)
   std::int64_t samples = 0;
   double loss() const { return samples ? loss_sum / static_cast<double>(samples) : 0; }
-  double accuracy() const { return samples ? static_cast<double>(correct) / static_cast<double>(samples) : 0; }
-  double top_k_accuracy() const {
-    return samples ? static_cast<double>(correct_top_k) / static_cast<double>(samples) : 0;
+  // Metric `m`'s fraction of the samples (0 without that metric).
+  double fraction(std::size_t m) const {
+    return samples && m < counts.size() ? static_cast<double>(counts[m]) / static_cast<double>(samples) : 0;
   }
+  double accuracy() const { return fraction(0); }
 };
 
 class Trainer {
@@ -175,7 +192,7 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  // Per rank; where batches are handed out, of all ranks together.
+  // Per rank; where batches are handed out (dist::BatchDispenser), of all ranks together.
   std::int64_t updates_per_epoch() const;
   std::int64_t micro_batch_size() const { return micro_batch_; }  // per rank
 
@@ -198,9 +215,25 @@ class Trainer {
   Checkpointer* checkpointer() { return checkpointer_.get(); }
 
  private:
+  struct Epoch;  // one epoch's running state (trainer_epoch.cpp)
+
+  // Checks the options against the data and the strategy; sets micro_batch_.
+  void check_options();
+  void make_loaders();
+  void make_outputs();  // metrics file, TensorBoard, timeline probe, checkpointer
+  void make_step_configs();
   // An epoch's training steps, with evaluations inside it as configured; stops early when
   // one of those reaches the target (its result in early_evaluation_).
   EpochSummary train_epoch(optim::Optimizer& optimizer, const optim::LrSchedule* schedule, int epoch);
+  // One update of `epoch` from `batches`: the step, its sums, progress, callbacks and a
+  // checkpoint when one is due.
+  void run_update(Epoch& e, UpdateBatches& batches);
+  // At the end of stretch `part` of the epoch (not the last): the strategy's ranks meet,
+  // all evaluate, and the next stretch starts unless the target was reached.
+  void evaluation_point(Epoch& e, int part);
+  EpochSummary summarize(Epoch& e);
+  // A rank that serves instead of training: until training is done.
+  void serve(dist::ServerLoop& server, optim::Optimizer& optimizer);
   // Loads options.checkpoint.resume (if any) and returns the first epoch to train.
   int resume(optim::Optimizer& optimizer);
   // A checkpoint at `position` (its epoch, its step_in_epoch), with this rank's epoch sums.
@@ -219,8 +252,10 @@ class Trainer {
   void write_trace();
 
   std::shared_ptr<dist::Strategy> strategy_;
+  dist::Capabilities caps_;  // the strategy's
   TrainerData data_;
   TrainerOptions options_;
+  std::vector<Metric> metrics_fns_;  // options.eval_metrics or the defaults
   std::int64_t micro_batch_ = 0;
   std::unique_ptr<data::DataLoader> train_loader_, test_loader_;
   std::unique_ptr<MetricsLog> metrics_;  // on the reporting rank, when options.metrics is set
@@ -233,11 +268,11 @@ class Trainer {
   std::optional<EvalResult> early_evaluation_;
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // on the reporting rank, when asked for
-  bool trace_pending_ = false;  // recorded, not yet written
+  bool trace_pending_ = false;                      // recorded, not yet written
   bool trace_written_ = false;
   std::chrono::steady_clock::time_point trace_started_;
   // Where the first epoch trained by fit() starts, after a resume: its first update, and
-  // this rank's epoch sums so far (RunningSums order).
+  // this rank's epoch sums so far (EpochSums::values order).
   std::int64_t resume_step_ = 0;
   std::vector<double> resume_sums_;
 };
@@ -248,5 +283,8 @@ Tensor count_correct(const Tensor& logits, const Tensor& labels);
 // Number of rows whose label's logit has fewer than k logits above it (top-k correct; a
 // tie counts in the label's favour), as an i64 scalar on the logits' device.
 Tensor count_top_k_correct(const Tensor& logits, const Tensor& labels, int k);
+// The Trainer's metrics when TrainerOptions::eval_metrics is not given: "accuracy"
+// (count_correct), and "top<k>_accuracy" (count_top_k_correct) when top_k > 1.
+std::vector<Metric> default_metrics(int top_k);
 
 }  // namespace dtrain::train

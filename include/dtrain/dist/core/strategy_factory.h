@@ -1,0 +1,86 @@
+// make_strategy: any distribution strategy from a short spec, the one place that turns a
+// job's shape into a Strategy (both example trainers and bench_scaling use it).
+//
+//   auto strategy = dist::make_strategy("pp=2,micro=8,schedule=1f1b", dist::world(), device);
+//
+// A spec is comma-separated items, `key=value` or a bare `key` (a flag, or a dimension that
+// takes every rank left). It names the job's dimensions and their options; the strategy is
+// the most specific kind it names: `ps` (parameter servers), then `pp` (a pipeline, with
+// data-parallel replicas when the world holds several pipelines), then `dp` or `local`; a
+// kind registered by the program outranks the built-in ones. "" is `dp` (`local` on one
+// rank). Every key must be used by the chosen kind; an unknown key, a bad value or a shape
+// that does not fit the world is an error naming the spec and the key.
+//
+// | spec (examples)                       | strategy                                              |
+// |---------------------------------------|-------------------------------------------------------|
+// | `dp`, `dp=4`                          | DataParallelStrategy over every rank (LocalStrategy on 1) |
+// | `local`                               | LocalStrategy (one rank)                              |
+// | `pp=2,micro=8,schedule=1f1b`          | PipelineStrategy, 2 stages x world/2 replicas         |
+// | `pp=2,dp=2,schedule=interleaved,virtual=2` | the same, the grid stated                        |
+// | `ps=1,mode=async`, `ps=2,mode=ssp:3`  | ParameterServerStrategy, the last ranks serve         |
+//
+// Keys: dp: `dp[=N]`, `bucket_mb=MB`, `exchange=KIND` (gradient_exchange.h), `sync_bn`,
+// `overlap=0|1`. pp: `pp=K`, `dp=D`, `micro=M`, `schedule=gpipe|1f1b|interleaved`,
+// `virtual=V`, `cuts=A:B:...` (layer indices), `balance=params|time`, `recompute`, and the
+// dp keys for the replicas. ps: `ps=S`, `mode=sync|async|ssp:K`, `bucket_mb=MB`.
+// Later capabilities take keys of their kind (`exchange=` for compression) or a kind of
+// their own (a sharded data-parallel strategy), registered below.
+#pragma once
+
+#include "dtrain/dist/core/strategy.h"
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+
+namespace dtrain::dist {
+
+// A parsed spec: its items in a map, read through typed getters that remember which keys
+// were read, so that the factory can refuse the ones no kind used.
+class StrategySpec {
+ public:
+  // Throws naming the item when one is empty or a key appears twice.
+  static StrategySpec parse(std::string_view text);
+
+  const std::string& text() const { return text_; }
+  bool has(const std::string& key) const { return items_.contains(key); }
+  // A bare key reads as "".
+  std::optional<std::string> text_of(const std::string& key);
+  // An integer >= `min` (throws naming the key otherwise); `fallback` when absent or bare.
+  int integer(const std::string& key, int fallback, int min = 1);
+  double number(const std::string& key, double fallback);
+  // A bare key, "1" or "true" is true; "0" or "false" false; absent: `fallback`.
+  bool flag(const std::string& key, bool fallback = false);
+  // Keys present but never read.
+  std::vector<std::string> unread() const;
+
+ private:
+  std::string text_;
+  std::map<std::string, std::string> items_;
+  std::set<std::string> read_;
+};
+
+// What a kind may need besides the spec: the shape of one example, the global batch and the
+// accumulation steps, from which a pipeline balanced by time (balance=time) builds its
+// profiling micro-batch.
+struct StrategyHints {
+  Shape example_shape = {};
+  std::int64_t batch_size = 0;
+  int accumulate = 1;
+};
+
+using StrategyFactory = std::function<std::shared_ptr<Strategy>(StrategySpec& spec, const CommunicatorPtr& world,
+                                                                Device device, const StrategyHints& hints)>;
+
+// Adds (or replaces) the kind `key`: a spec that names `key` builds it (above the built-in
+// kinds). Thread-safe.
+void register_strategy(const std::string& key, StrategyFactory factory);
+
+std::shared_ptr<Strategy> make_strategy(std::string_view spec, const CommunicatorPtr& world, Device device,
+                                        const StrategyHints& hints = {});
+
+}  // namespace dtrain::dist

@@ -1,0 +1,152 @@
+// PipelineStrategy: pipeline model parallelism, alone or in a grid with data parallelism.
+// A Sequential is cut into K stages of consecutive layers, one per rank; each batch is
+// split into M micro-batches that flow through the stages (activations forward, their
+// gradients backward, by non-blocking point-to-point messages) in the order of a schedule
+// (pipeline_schedule.h: GPipe, 1F1B, or interleaved 1F1B with V chunks per rank), so that
+// the stages work at once. The last stage computes the loss; gradients accumulate over the
+// micro-batches; each stage steps its own optimizer over its own parameters.
+//
+//   auto strategy = std::make_shared<dist::PipelineStrategy>(dist::world(), device,
+//       dist::PipelineOptions{.stages = 2, .micro_batches = 8});
+//   auto stage = strategy->prepare(nn::mlp(784, {512, 512, 512, 512}, 10));  // this rank's layers
+//   optim::SGD sgd(stage->parameters(), {...});                            // this stage's optimizer
+//   train::Trainer trainer(strategy, data, options);                        // as for any strategy
+//
+// Grid: a world of K x D ranks holds D pipelines (data-parallel replicas); rank r is stage
+// r mod K of replica r / K, so a pipeline's stages are neighbouring ranks. Each stage's
+// gradients are averaged over its D replicas by DataParallel's bucketed all-reduce, which
+// starts during the last backward pass of each chunk. Every stage of a replica reads the
+// replica's data shard (the first stage uses the inputs, the last the targets).
+//
+// Equivalence: the gradients are those of the mean loss over the whole batch, as without
+// the pipeline (each micro-batch's loss weighted by its share of the samples), so a
+// pipelined step equals the unpipelined one up to rounding. Except with BatchNorm: each
+// forward normalizes its own micro-batch (as under gradient accumulation) and the running
+// statistics are updated once per micro-batch; SyncBatchNorm (options.data_parallel)
+// normalizes a micro-batch over the D replicas of its stage.
+//
+// Clipping uses the global norm over every stage; with a loss scaler an inf or NaN on any
+// stage skips the step on all of them. The learning rate is the Trainer's per global
+// update, the same on every stage.
+#pragma once
+
+#include "dtrain/dist/data_parallel/data_parallel_strategy.h"
+#include "dtrain/dist/core/device_mesh.h"
+#include "dtrain/dist/pipeline/pipeline_schedule.h"
+#include "dtrain/layers/sequential.h"
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dtrain::dist {
+
+class PipelineExecutor;
+
+struct PipelineOptions {
+  int stages = 2;         // K; the world's size must be a multiple of it
+  int micro_batches = 4;  // M per batch; the per-rank batch must be divisible by it
+  PipelineSchedule schedule = PipelineSchedule::OneFOneB;
+  int virtual_stages = 1;  // V chunks per rank: >= 2 for Interleaved, 1 otherwise
+  // K x V - 1 layer indices where chunks begin (pipeline_partition.h); empty: balanced
+  // automatically. Must be the same on every rank (checked).
+  std::vector<int> cuts = {};
+  enum class Balance : std::uint8_t {
+    Parameters,  // equal parameter counts
+    Time,        // equal forward + backward time, profiled on `profile_input` by world rank 0
+  };
+  Balance balance = Balance::Parameters;
+  Tensor profile_input = {};  // Balance::Time: a batch of the model's input (e.g. one micro-batch)
+  // Keep only each chunk's input; recompute its forward in backward (from the same random
+  // numbers, so dropout agrees). BatchNorm's running statistics are then updated twice per
+  // micro-batch, as under PyTorch's activation checkpointing.
+  bool recompute = false;
+  DataParallelStrategyOptions data_parallel = {};  // among the replicas of each stage
+};
+
+class PipelineStrategy final : public Strategy {
+ public:
+  // Lays `world` out as the mesh dp=(size / stages) x pp=stages (device_mesh.h): the
+  // pipeline of this rank's replica, and the replicas of its stage; throws when the size is
+  // not a multiple of the stages or the schedule cannot run.
+  PipelineStrategy(CommunicatorPtr world, Device device, PipelineOptions options);
+  // On a mesh built by the caller (dist::make_strategy): its "pp" dimension holds the
+  // stages (its size must equal options.stages) and its "dp" dimension, if any, the
+  // replicas; the mesh must cover the world in one block.
+  PipelineStrategy(std::shared_ptr<const DeviceMesh> mesh, Device device, PipelineOptions options);
+  ~PipelineStrategy() override;
+
+  std::string name() const override { return "pipeline"; }
+  // `model` must be a Sequential (throws otherwise). Keeps this rank's layers (their state
+  // dict names stay those of the whole model, e.g. "7.weight") and drops the others;
+  // returns the stage, whose forward() is not to be called directly (train_step runs it).
+  // Collective over the world: checks that every rank cuts the same model the same way.
+  std::shared_ptr<nn::Module> prepare(std::shared_ptr<nn::Module> model) override;
+  // The same without ever building the whole model on one rank: `layer(i)` makes layer i
+  // of `layers` (the same layer on every rank, as Sequential's child i would be). Each
+  // layer is made with the default generator seeded with seed + i, so its initial values
+  // do not depend on which layers a rank builds (the caller's generator is restored).
+  // With cut points given, a rank builds only its own layers; balanced by parameters, it
+  // builds each layer once, one at a time, to count them, and keeps its own. Balancing by
+  // time needs prepare(). Collective over the world.
+  using LayerFactory = std::function<nn::ModulePtr(int index)>;
+  std::shared_ptr<nn::Module> prepare_layers(int layers, const LayerFactory& layer, std::uint64_t seed);
+  // The replica's shard; each micro-batch is split into the options' micro-batches.
+  Shard data_shard() const override { return {replica_, replicas_, options_.micro_batches}; }
+  // The last stage of replica 0: the only rank that sees the loss.
+  bool reports() const override { return replica_ == 0 && stage_ == options_.stages - 1; }
+  StepStats train_step(std::span<const MicroBatch> micro, optim::Optimizer& optimizer,
+                       const StepConfig& config) override;
+  EvalSums eval_step(const MicroBatch& batch, const StepConfig& config) override;
+  void reduce_sums(Tensor& sums) override;
+  // The replica check over every stage's replicas (none without data-parallel replicas).
+  Capabilities capabilities() override;
+  // Replica 0 of each stage writes "stage<k>", its layers under their indices in the whole
+  // model, so a checkpoint loads into another cut of the same layers.
+  CheckpointPlan checkpoint_plan() const override;
+
+  const DeviceMesh& mesh() const { return *mesh_; }
+  const PipelineOptions& options() const { return options_; }
+  int stage() const { return stage_; }
+  int replica() const { return replica_; }
+  int replicas() const { return replicas_; }
+  // Where every chunk begins (K x V - 1 layer indices), after prepare().
+  const std::vector<int>& cuts() const { return cuts_; }
+  // This rank's last train_step, in seconds (host clock: on a GPU, the time to queue the
+  // work): the whole step, in its forward and backward passes, and waiting for messages.
+  // The measured bubble is 1 - compute_s / step_s.
+  struct Timing {
+    double step_s = 0, compute_s = 0, wait_s = 0;
+  };
+  Timing last_timing() const { return timing_; }
+
+ protected:
+  // The pipeline's stages (a stage's replicas hold the same averaged gradients).
+  CommunicatorPtr model_parts() const override { return pipe_; }
+
+ private:
+  // The micro-batches of one step or evaluation: each batch split into M parts.
+  std::vector<MicroBatch> split(std::span<const MicroBatch> batches) const;
+  int parts() const;                                              // chunks over all ranks: K x V
+  std::pair<int, int> chunk_layers(int chunk, int layers) const;  // [begin, end) of virtual stage `chunk`
+  bool holds(int layer, int layers) const;                        // whether this rank's stage has it
+  void check_layer_count(int layers) const;
+  void check_stages_have_parameters(int layers, const std::vector<std::int64_t>& params,
+                                    const std::vector<std::string>& names) const;
+  // The stage from this rank's layers (by index in the model): DataParallel over the
+  // replicas, the chunks and the executor.
+  std::shared_ptr<nn::Module> build_stage(std::map<int, nn::ModulePtr> layers, int count);
+
+  std::shared_ptr<const DeviceMesh> mesh_;
+  CommunicatorPtr pipe_, replicas_comm_;  // the mesh's "pp" and "dp" groups
+  PipelineOptions options_;
+  int stage_ = 0, replica_ = 0, replicas_ = 1;
+  std::vector<int> cuts_;
+  std::unique_ptr<DataParallel> ddp_;  // with data-parallel replicas
+  std::unique_ptr<PipelineExecutor> executor_;
+  Timing timing_;
+};
+
+}  // namespace dtrain::dist

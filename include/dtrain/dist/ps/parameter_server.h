@@ -1,0 +1,174 @@
+// ParameterServer: training with parameter-server ranks, as tf.distribute's
+// ParameterServerStrategy or MXNet's kvstore dist_sync/dist_async. Of a job's ranks, the
+// first `workers` train (worker 0 is the chief: it evaluates and prints) and the last
+// `servers` own the parameters: each server holds an equal share of the flat parameter
+// vector (split by bytes; a parameter may straddle two servers) together with the
+// optimizer state for it, applies the gradients the workers push, and sends the updated
+// values back. A server is one thread waiting on its messages (sleeping when idle).
+//
+//   dist::ParameterServer ps(dist::world(), model, {.mode = dist::PsMode::Async, .servers = 1});
+//   optim::SGD sgd(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+//   if (ps.is_server()) { ps.serve(sgd); return; }  // until every worker has shut down
+//   ps.join();
+//   while (auto b = ps.claim_batch(epoch, batches)) {  // batch *b of the epoch's order
+//     sgd.zero_grad();
+//     ps.begin_push(sgd.lr());                         // backward pushes buckets as they fill
+//     cross_entropy(model->forward(x), y).backward();
+//     ps.finish_push();                                // the servers' fresh parameters
+//   }
+//   ps.leave();
+//   ps.sync_parameters();  // every worker: the parameters after every push
+//   ps.shutdown();
+//
+// Modes (see README, "Parameter servers"):
+// - Sync: each step the servers average one gradient from every worker and apply it: the
+//   update of all-reduce data parallelism with the same global batch. Workers read fixed
+//   shards of the data.
+// - Async: every push is applied when it arrives, each bucket on its own, and its updated
+//   values go straight back to the worker that pushed it; no worker waits for another.
+// - Ssp (bounded staleness, K): as async, but a worker receives fresh parameters (and so
+//   starts its next step) only when every gradient still being computed would be applied
+//   at most K updates after the values it was computed from.
+// In async and ssp modes, batches are handed out at run time (claim_batch, from server 0),
+// so a fast worker takes more of an epoch than a slow one; every batch is taken once.
+//
+// Staleness: of a gradient applied on a server, the number of other workers' pushes the
+// server applied between sending the values it was computed from and applying it (0 in
+// sync mode). Server 0 counts every push in a histogram (staleness()).
+//
+// Transport: MPI point-to-point over a communicator split from the one given (parameters
+// and gradients travel through host memory, so a model on a GPU works too, by copies).
+// Failure: a worker or server that dies ends the job (mpirun names it); a message that
+// outlives the communicator's timeout aborts the job naming the operation and peer. In
+// async and ssp modes a worker that stalls does not hold the others up until the end of the
+// epoch: server 0 reports it ("worker R has pushed nothing for S s").
+#pragma once
+
+#include "dtrain/dist/comm/communicator.h"
+#include "dtrain/layers/module.h"
+#include "dtrain/optim/optimizer.h"
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dtrain::dist {
+
+struct PsLayout;
+struct PsPiece;
+
+enum class PsMode : std::uint8_t { Sync, Async, Ssp };
+
+struct PsOptions {
+  PsMode mode = PsMode::Async;
+  int staleness = 0;                    // Ssp: the bound K >= 0
+  int servers = 1;                      // the last `servers` ranks; at least one worker must remain
+  std::size_t bucket_bytes = 1u << 20;  // gradient bytes per push message (at least)
+};
+
+// "sync", "async" or "ssp:K" (K >= 0) into options.mode and options.staleness; throws
+// naming the text otherwise.
+void parse_ps_mode(const std::string& text, PsOptions& options);
+std::string ps_mode_name(const PsOptions& options);
+
+// Staleness of the gradients applied on server 0: counts[k] gradients had staleness k,
+// the last entry counting those at least counts.size() - 1.
+struct StalenessStats {
+  std::vector<std::int64_t> counts;
+  std::int64_t max = 0;
+  std::int64_t total() const;
+  double mean() const;  // the last bin counted at its lower bound
+};
+
+// A server's share of a checkpoint: the optimizer state of the parameter elements it owns,
+// named "<parameter>[begin:end]/<buffer>" (a flat element range of the parameter),
+// "<parameter>/updates", "lr" and "steps". The tensors are copies, the callee's to keep.
+using PsSaveShare = std::function<void(std::int64_t step, optim::NamedTensors share)>;
+
+class ParameterServer {
+ public:
+  // Collective over `world` (MPI; at least 2 ranks): checks that every rank's model has
+  // the same parameters and buffers, gives all of them worker 0's values, and cuts the
+  // parameters into the servers' shards. The model's trainable parameters must share one
+  // floating dtype.
+  ParameterServer(CommunicatorPtr world, std::shared_ptr<nn::Module> model, PsOptions options);
+  ~ParameterServer();
+  ParameterServer(const ParameterServer&) = delete;
+  ParameterServer& operator=(const ParameterServer&) = delete;
+
+  bool is_server() const;
+  int workers() const { return workers_; }
+  int servers() const { return options_.servers; }
+  int worker_index() const;  // -1 on a server
+  const PsOptions& options() const { return options_; }
+  // The workers alone (for evaluation sums); null on a server.
+  const CommunicatorPtr& worker_group() const { return worker_group_; }
+
+  // ---- servers ----
+  // Serves until every worker has called shutdown(), updating this server's shard with an
+  // optimizer of `prototype`'s kind and options (Optimizer::rebind; the learning rate of
+  // each update comes with the gradient). The shard starts from the model's values and
+  // from the state `prototype` holds for them (a restored checkpoint's), cut to the shard.
+  // `save` takes this server's share when worker 0 asks (request_save).
+  void serve(const optim::Optimizer& prototype, PsSaveShare save = {});
+
+  // ---- workers ----
+  // Receives the parameters to start from (in ssp mode, once the bound allows).
+  void join();
+  // The next batch of `epoch` (0-based; the same on every worker) among `batches`, or
+  // nullopt when all have been handed out. Async and ssp modes.
+  std::optional<std::int64_t> claim_batch(std::int64_t epoch, std::int64_t batches);
+  // Arms the push of the gradients of the next backward at learning rate `lr`: each bucket
+  // is sent as soon as its gradients are complete, unless `deferred` (then finish_push
+  // sends them all, after the caller has checked or clipped them).
+  void begin_push(double lr, bool deferred = false);
+  // Sends what backward did not (gradients a parameter never received count as zero),
+  // and waits for the servers' updated parameters, which it copies into the model.
+  // `skip`: the servers do not apply this gradient (inf/NaN under a loss scaler), yet
+  // answer as for any push.
+  void finish_push(bool skip = false);
+  // No more pushes this epoch (after the last finish_push); join() starts the next.
+  void leave();
+  // Collective over the workers: once every worker has pushed its last gradient, each
+  // receives the servers' current parameters, so that all evaluate the same model.
+  void sync_parameters();
+  // Worker 0: server 0's histogram of the staleness of the gradients applied since the
+  // previous call.
+  StalenessStats staleness();
+  // Tells the servers that this worker is done; serve() returns when every worker is.
+  void shutdown();
+  // Worker 0: every server hands its share of the checkpoint of `step` to its save
+  // callback; returns when all have taken their copies (in sync mode no update can come in
+  // between, since worker 0 has not pushed the next step's gradient).
+  void request_save(std::int64_t step);
+
+ private:
+  class Worker;
+  void check_worker(const char* op) const;
+  // The state a server's optimizers start from, from the prototype's (per trainable
+  // parameter): none when the prototype has not stepped (a fresh run).
+  struct ServerState {
+    optim::NamedTensors scalars;                         // lr, steps
+    std::vector<std::int64_t> updates;                   // per parameter
+    std::map<std::string, std::vector<Tensor>> buffers;  // name -> per parameter
+  };
+  ServerState prototype_state(const optim::Optimizer& prototype) const;
+  optim::NamedTensors piece_state(const ServerState& proto, const PsPiece& piece) const;
+
+  CommunicatorPtr comm_;          // split from world: this object's messages alone
+  CommunicatorPtr worker_group_;  // the workers
+  std::shared_ptr<nn::Module> model_;
+  PsOptions options_;
+  int workers_ = 0;
+  std::unique_ptr<PsLayout> layout_;
+  std::unique_ptr<Worker> worker_;
+  std::vector<Variable> params_;  // trainable, registration order
+  std::vector<std::string> param_names_;
+  bool stopped_ = false;  // shut down (worker) or served (server)
+};
+
+}  // namespace dtrain::dist

@@ -1,0 +1,101 @@
+// The backend-independent parts of the communicator API: algorithm names, the choice
+// between MPI and the local group, ending the job, and the programs' error handling.
+#include "dtrain/dist/comm/communicator.h"
+
+#include "dist/comm/communicator_options.h"
+#include "dist/comm/local_communicator.h"
+#include "dist/comm/mpi_entry.h"
+#include "dtrain/core/environment.h"
+#include "dtrain/core/error.h"
+
+#include <fmt/format.h>
+
+#include <climits>
+#include <cstdio>
+#include <exception>
+
+namespace dtrain::dist {
+namespace {
+constexpr AllReduceAlgorithm kAlgorithms[] = {AllReduceAlgorithm::Auto, AllReduceAlgorithm::Mpi,
+                                              AllReduceAlgorithm::Ring, AllReduceAlgorithm::SharedMemory};
+
+// Variables that Open MPI's mpirun, MPICH/Hydra and Slurm (with PMI or PMIx) set in every
+// rank they start.
+bool launched_by_mpi_launcher() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK"}) {
+    if (env::get(name)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::size_t Communicator::wait_any(const std::vector<WorkPtr>&) {
+  DTRAIN_FAIL("wait_any: the {} backend has no wait for any of several messages (MPI has)", backend());
+}
+
+CommunicatorOptions detail::with_environment(CommunicatorOptions options) {
+  if (auto seconds = env::get_int("DTRAIN_TIMEOUT")) {
+    DTRAIN_CHECK(*seconds > 0 && *seconds <= 10'000'000, "DTRAIN_TIMEOUT={}: expected seconds in [1, 10000000]",
+                 *seconds);
+    options.timeout = std::chrono::seconds(*seconds);
+  }
+  if (auto check = env::get_int("DTRAIN_CHECK_COLLECTIVES")) {
+    DTRAIN_CHECK(*check == 0 || *check == 1, "DTRAIN_CHECK_COLLECTIVES={}: expected 0 or 1", *check);
+    options.check_collectives = *check == 1;
+  }
+  if (auto host = env::get_int("DTRAIN_HOST_ID")) {
+    DTRAIN_CHECK(*host >= 0 && *host <= INT_MAX, "DTRAIN_HOST_ID={}: expected a host number >= 0", *host);
+    options.host_id = static_cast<int>(*host);
+  }
+  return options;
+}
+
+const char* algorithm_name(AllReduceAlgorithm a) {
+  switch (a) {
+    case AllReduceAlgorithm::Auto: return "auto";
+    case AllReduceAlgorithm::Mpi: return "mpi";
+    case AllReduceAlgorithm::Ring: return "ring";
+    case AllReduceAlgorithm::SharedMemory: return "shm";
+  }
+  return "?";
+}
+
+AllReduceAlgorithm parse_algorithm(const std::string& name) {
+  for (AllReduceAlgorithm a : kAlgorithms) {
+    if (name == algorithm_name(a)) return a;
+  }
+  DTRAIN_FAIL("unknown all-reduce algorithm '{}' (expected auto, mpi, ring or shm)", name);
+}
+
+CommunicatorPtr world(const CommunicatorOptions& options) {
+  CommunicatorOptions resolved = detail::with_environment(options);
+  if (launched_by_mpi_launcher() || detail::mpi_running()) return detail::mpi_world(resolved);
+  return std::make_shared<LocalCommunicator>();
+}
+
+void abort_job(const std::string& message) {
+  int rank = detail::mpi_world_rank();
+  std::fprintf(stderr, "dtrain: rank %d: %s\n", rank < 0 ? 0 : rank, message.c_str());
+  std::fflush(stderr);
+  detail::abort_mpi_job(1);
+}
+
+int run_program(const char* program, const std::function<int(const CommunicatorPtr&)>& body,
+                const CommunicatorOptions& options) {
+  CommunicatorPtr comm;
+  std::string error;
+  try {
+    comm = world(options);
+    return body(comm);
+  } catch (const Error& e) {
+    error = e.message();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (comm && comm->size() > 1) abort_job(fmt::format("{}: error: {}", program, error));
+  fmt::print(stderr, "{}: error: {}\n", program, error);
+  return 1;
+}
+
+}  // namespace dtrain::dist

@@ -1,0 +1,16 @@
+// The options every backend applies: the caller's, with DTRAIN_TIMEOUT (seconds) over the
+// timeout, DTRAIN_CHECK_COLLECTIVES (0 or 1) over check_collectives and DTRAIN_HOST_ID
+// (>= 0) over host_id when they are set.
+#pragma once
+
+#include "dtrain/dist/comm/communicator.h"
+
+namespace dtrain::dist::detail {
+
+// Throws dtrain::Error naming DTRAIN_TIMEOUT when it is not a number of seconds in
+// [1, 10000000] (capped so that deadlines stay representable), or naming
+// DTRAIN_CHECK_COLLECTIVES when it is neither 0 nor 1, or naming DTRAIN_HOST_ID when it
+// is not an integer >= 0.
+CommunicatorOptions with_environment(CommunicatorOptions options);
+
+}  // namespace dtrain::dist::detail

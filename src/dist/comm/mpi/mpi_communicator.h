@@ -1,0 +1,129 @@
+// MpiCommunicator: the Communicator over an MPI communicator, for CPU tensors. Every
+// collective runs on the communicator's CommThread, under its watchdog; all_reduce runs
+// MPI_Allreduce, the ring or the shared-memory algorithm (Auto: choose_all_reduce).
+// Messages go through the P2pEngine instead, on the same MPI communicator (the ring and
+// shared-memory algorithms use duplicates of their own, and MPI's collectives never match
+// messages), issued at once rather than queued behind the collectives.
+//
+// Checking the collectives (CommunicatorOptions::check_collectives): each collective's body
+// on the CommThread first all-gathers the call's record on the same MPI communicator and
+// compares (CollectiveChecker), so the checks keep the collectives' order, and an async
+// collective stays async: a mismatch fails it from its wait(), on every rank, before any
+// rank has entered it.
+//
+// OnTimeout::Throw: a timeout in either part fails the other too, so the communicator
+// refuses every later call. Shutting a failed communicator down frees no MPI object (the
+// peers may be gone, and freeing is collective); a collective that still has not ended
+// one timeout later is left running with what it uses (its thread and the State), so the
+// bodies that run on the thread use only the State and what they captured by value,
+// never the communicator itself.
+#pragma once
+
+#include "dist/comm/collective_record.h"
+#include "dist/comm/comm_thread.h"
+#include "dist/comm/mpi/mpi_runtime.h"
+#include "dist/comm/mpi/p2p_engine.h"
+#include "dist/comm/mpi/ring_allreduce.h"
+#include "dist/comm/mpi/shm_allreduce.h"
+
+#include <mpi.h>
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dtrain::dist::mpi {
+
+class MpiCommunicator final : public Communicator, public Resource {
+ public:
+  // Takes ownership of `comm` (a fresh duplicate or split), which every member constructs
+  // together: the constructor is collective. `name` ("world") names it in the checks'
+  // messages.
+  MpiCommunicator(MPI_Comm comm, const CommunicatorOptions& options, std::string name);
+  ~MpiCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "mpi"; }
+
+  WorkPtr all_reduce_async(Tensor& t, ReduceOp op) override;
+  void all_reduce(Tensor& t, ReduceOp op) override;
+  void broadcast(Tensor& t, int root) override;
+  WorkPtr all_gather_async(const Tensor& in, Tensor& out) override;
+  void all_gather(const Tensor& in, Tensor& out) override;
+  WorkPtr reduce_scatter_async(const Tensor& in, Tensor& out, ReduceOp op) override;
+  void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override;
+  WorkPtr isend(const Tensor& t, int dst, int tag) override;
+  RecvWorkPtr irecv(Tensor& t, int src, int tag) override;
+  std::vector<WorkPtr> batch_isend_irecv(const std::vector<P2POp>& ops) override;
+  std::size_t wait_any(const std::vector<WorkPtr>& works) override;
+  void send(const Tensor& t, int dst, int tag) override;
+  void recv(Tensor& t, int src, int tag) override;
+  void barrier() override;
+  std::shared_ptr<Communicator> split(int color, int key) override;
+
+  // Stops the thread and frees the MPI objects (collective); later calls throw. Runs at
+  // destruction, or before MPI_Finalize for a communicator still alive at exit.
+  void shutdown() override;
+
+ private:
+  // What the comm thread's bodies use: it outlives the communicator when a stalled body
+  // is left running (see the failure note at the top).
+  struct State {
+    MPI_Comm comm = MPI_COMM_NULL;
+    MPI_Comm host = MPI_COMM_NULL;  // the ranks of comm that share this host's memory
+    int size = 1;
+    // Created on first use, on the comm thread (their constructors are collective). Only
+    // the shutdown body frees them and the communicators: otherwise they are left to
+    // MPI_Finalize (freeing is collective, and MPI may be finalized already).
+    std::unique_ptr<RingAllReduce> ring;
+    std::unique_ptr<ShmAllReduce> shm;
+    std::unique_ptr<CollectiveChecker> checker;  // when the collectives are checked
+    ~State();
+  };
+  // Lets the CommThread's timeout handler reach the P2pEngine until abandon() disarms it:
+  // a thread left to a stalled collective outlives the engine and the communicator.
+  struct TimeoutLink {
+    std::mutex mutex;
+    P2pEngine* p2p = nullptr;
+  };
+
+  CommThread& thread(const char* op);
+  // Checks the arguments and returns what all_reduce runs on the comm thread.
+  std::pair<OpInfo, std::function<void()>> prepare_all_reduce(const Tensor& t, ReduceOp op);
+  // The same for all_gather and reduce_scatter.
+  std::pair<OpInfo, std::function<void()>> prepare_all_gather(const Tensor& in, const Tensor& out);
+  std::pair<OpInfo, std::function<void()>> prepare_reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op);
+  // `body` preceded by the check of its call (op, tensor, root, reduce op) when checking
+  // is on; `body` itself otherwise.
+  std::function<void()> checked(std::function<void()> body, CollectiveOp op, const Tensor* t = nullptr, int root = -1,
+                                int reduce = -1) const;
+  static void all_reduce_now(State& state, const Tensor& t, ReduceOp op, AllReduceAlgorithm algorithm);
+  // Checks one message and describes it for the P2pEngine; `in_batch` allows this rank as
+  // the peer and refuses the wildcards.
+  P2pEngine::Message message(const char* op, P2POp::Kind kind, const Tensor& t, int peer, int tag, bool in_batch) const;
+  P2pEngine& p2p(const char* op);
+  // shutdown() of a failed communicator: stops what can be stopped, frees no MPI object.
+  void abandon();
+  std::string peer(int rank) const;  // "rank 3", as a rank of MPI_COMM_WORLD
+  std::string waiting_for(AllReduceAlgorithm algorithm) const;
+
+  // Left to a stalled body by abandon() (leaked, with the thread): the bodies hold it raw.
+  std::unique_ptr<State> state_;
+  std::shared_ptr<TimeoutLink> link_ = std::make_shared<TimeoutLink>();
+  int rank_ = 0;
+  int size_ = 1;
+  std::vector<int> world_ranks_;  // MPI_COMM_WORLD rank of each rank, for messages
+  std::string host_peers_;        // the other ranks on this host, for messages
+  bool single_host_ = true;
+  CommunicatorOptions options_;
+  std::string name_;
+  int tag_ub_ = 32767;  // MPI's largest tag here (MPI_TAG_UB; the standard's minimum until read)
+  std::unique_ptr<CommThread> thread_;
+  std::unique_ptr<P2pEngine> p2p_;
+};
+
+}  // namespace dtrain::dist::mpi

@@ -1,0 +1,33 @@
+// The MPI entry points of a build with MPI (see dist/comm/mpi_entry.h).
+#include "dist/comm/mpi_entry.h"
+
+#include "dist/comm/mpi/mpi_communicator.h"
+
+namespace dtrain::dist::detail {
+
+CommunicatorPtr mpi_world(const CommunicatorOptions& options) {
+  mpi::ensure_initialized();
+  MPI_Comm comm;
+  mpi::check(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "dist::world: MPI_Comm_dup");
+  return std::make_shared<mpi::MpiCommunicator>(comm, options, "world");
+}
+
+bool mpi_running() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized;
+}
+
+int mpi_world_rank() {
+  if (!mpi_running()) return -1;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+void abort_mpi_job(int code) {
+  if (mpi_running()) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+}  // namespace dtrain::dist::detail

@@ -1,0 +1,134 @@
+#include "dtrain/dist/core/device_mesh.h"
+
+#include "dtrain/core/error.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <set>
+
+namespace dtrain::dist {
+namespace {
+
+bool valid_name(const std::string& name) {
+  return !name.empty() &&
+         std::all_of(name.begin(), name.end(), [](char c) { return (c >= 'a' && c <= 'z') || c == '_'; });
+}
+
+std::string describe_dims(const std::vector<MeshDim>& dims) {
+  std::vector<std::string> parts;
+  for (const MeshDim& d : dims) parts.push_back(fmt::format("{}={}", d.name, d.size));
+  return fmt::format("{}", fmt::join(parts, " x "));
+}
+
+std::string describe_blocks(const std::vector<MeshBlock>& blocks) {
+  if (blocks.size() == 1) return describe_dims(blocks.front().dims);
+  std::vector<std::string> parts;
+  for (const MeshBlock& b : blocks) parts.push_back(fmt::format("{}[{}]", b.role, describe_dims(b.dims)));
+  return fmt::format("{}", fmt::join(parts, " + "));
+}
+
+constexpr long long kHuge = 1LL << 40;
+
+int block_size(const MeshBlock& b) {
+  int n = 1;
+  for (const MeshDim& d : b.dims) n *= d.size;
+  return n;
+}
+
+void check_shape(const std::vector<MeshBlock>& blocks, int world_size) {
+  DTRAIN_CHECK(!blocks.empty(), "device mesh: no blocks given");
+  std::set<std::string> roles;
+  long long total = 0;
+  for (const MeshBlock& b : blocks) {
+    DTRAIN_CHECK(valid_name(b.role), "device mesh: role '{}' must be a lowercase word (a-z, _)", b.role);
+    DTRAIN_CHECK(roles.insert(b.role).second, "device mesh {}: role '{}' appears twice", describe_blocks(blocks),
+                 b.role);
+    DTRAIN_CHECK(!b.dims.empty(), "device mesh: role '{}' has no dimensions", b.role);
+    std::set<std::string> names;
+    long long size = 1;
+    for (const MeshDim& d : b.dims) {
+      DTRAIN_CHECK(valid_name(d.name), "device mesh: dimension '{}' must be a lowercase word (a-z, _)", d.name);
+      DTRAIN_CHECK(names.insert(d.name).second, "device mesh {}: dimension '{}' appears twice in role '{}'",
+                   describe_blocks(blocks), d.name, b.role);
+      DTRAIN_CHECK(d.size >= 1, "device mesh {}: dimension '{}' must have size >= 1", describe_blocks(blocks), d.name);
+      // Saturated so that the product cannot overflow (it fails below either way).
+      size = size > kHuge / d.size ? kHuge : size * d.size;
+    }
+    total += size;
+  }
+  DTRAIN_CHECK(total == world_size,
+               "device mesh {} holds {} ranks, the job has {} (change the shape, or launch as "
+               "many ranks as it holds)",
+               describe_blocks(blocks), total, world_size);
+}
+
+}  // namespace
+
+DeviceMesh::DeviceMesh(CommunicatorPtr world, std::vector<MeshDim> dims)
+    : DeviceMesh(std::move(world), std::vector<MeshBlock>{{"train", std::move(dims)}}) {}
+
+DeviceMesh::DeviceMesh(CommunicatorPtr world, std::vector<MeshBlock> blocks)
+    : world_(std::move(world)), blocks_(std::move(blocks)) {
+  DTRAIN_CHECK(world_ != nullptr, "device mesh: no communicator given");
+  check_shape(blocks_, world_->size());
+  // This rank's block, and its position inside it.
+  int first = 0;
+  while (world_->rank() >= first + block_size(blocks_[block_])) first += block_size(blocks_[block_++]);
+  const int local = world_->rank() - first;
+  block_comm_ = blocks_.size() == 1 ? world_ : world_->split(static_cast<int>(block_), local);
+
+  const std::vector<MeshDim>& dims = blocks_[block_].dims;
+  coordinates_.resize(dims.size());
+  int rest = local;
+  for (std::size_t k = dims.size(); k-- > 0;) {
+    coordinates_[k] = rest % dims[k].size;
+    rest /= dims[k].size;
+  }
+  // group(k): same coordinates along every other dimension (the color), ordered along k.
+  for (std::size_t k = 0; k < dims.size(); ++k) {
+    int color = 0;
+    for (std::size_t j = 0; j < dims.size(); ++j) {
+      if (j != k) color = color * dims[j].size + coordinates_[j];
+    }
+    groups_.push_back(block_comm_->split(color, coordinates_[k]));
+  }
+}
+
+int DeviceMesh::role_size(std::string_view role) const {
+  for (const MeshBlock& b : blocks_) {
+    if (b.role == role) return block_size(b);
+  }
+  return 0;
+}
+
+int DeviceMesh::role_first_rank(std::string_view role) const {
+  int first = 0;
+  for (const MeshBlock& b : blocks_) {
+    if (b.role == role) return first;
+    first += block_size(b);
+  }
+  DTRAIN_FAIL("device mesh {}: no role '{}'", describe(), role);
+}
+
+bool DeviceMesh::has(std::string_view dim) const {
+  const auto& dims = blocks_[block_].dims;
+  return std::any_of(dims.begin(), dims.end(), [&](const MeshDim& d) { return d.name == dim; });
+}
+
+std::size_t DeviceMesh::index(std::string_view dim) const {
+  const auto& dims = blocks_[block_].dims;
+  for (std::size_t k = 0; k < dims.size(); ++k) {
+    if (dims[k].name == dim) return k;
+  }
+  DTRAIN_FAIL("device mesh {}: role '{}' has no dimension '{}'", describe(), role(), dim);
+}
+
+int DeviceMesh::size(std::string_view dim) const { return blocks_[block_].dims[index(dim)].size; }
+int DeviceMesh::coordinate(std::string_view dim) const { return coordinates_[index(dim)]; }
+const CommunicatorPtr& DeviceMesh::group(std::string_view dim) const { return groups_[index(dim)]; }
+
+std::string DeviceMesh::describe() const { return describe_blocks(blocks_); }
+
+}  // namespace dtrain::dist

@@ -1,0 +1,60 @@
+#include "dtrain/dist/data_parallel/data_parallel_strategy.h"
+
+#include "dtrain/dist/comm/nccl.h"
+#include "dtrain/dist/data_parallel/sync_batch_norm.h"
+
+namespace dtrain::dist {
+
+DataParallelStrategy::DataParallelStrategy(CommunicatorPtr comm, Device device, DataParallelStrategyOptions options)
+    : Strategy(device, comm), comm_(std::move(comm)), options_(std::move(options)) {}
+
+std::shared_ptr<nn::Module> DataParallelStrategy::prepare(std::shared_ptr<nn::Module> model) {
+  DTRAIN_CHECK(model != nullptr, "data_parallel strategy: prepare() needs a model");
+  DTRAIN_CHECK(ddp_ == nullptr, "data_parallel strategy: prepare() was already called");
+  model->to(device_);
+  CommunicatorPtr replicas = comm_;
+  if (options_.sync_batch_norm) {
+    // SyncBatchNorm all-reduces activations' statistics, so it needs the communicator that
+    // takes the model's tensors; DataParallel then shares it rather than build a second.
+    if (device_.is_cuda() && comm_->size() > 1) replicas = nccl_communicator(comm_, device_);
+    convert_sync_batch_norm(*model, replicas);
+  }
+  ddp_ = std::make_unique<DataParallel>(model, replicas, options_.data_parallel);
+  module_ = std::move(model);
+  return module_;
+}
+
+DataParallel& DataParallelStrategy::data_parallel() {
+  DTRAIN_CHECK(ddp_ != nullptr, "data_parallel strategy: prepare() the model first");
+  return *ddp_;
+}
+
+void DataParallelStrategy::forward_backward(const MicroBatch& batch, double weight, bool last, const StepConfig& config,
+                                            StepStats& stats) {
+  if (last) {
+    Strategy::forward_backward(batch, weight, last, config, stats);
+    return;
+  }
+  // Gradient accumulation: only the update's last backward communicates (the sum).
+  DataParallel::NoSyncGuard no_sync = data_parallel().no_sync();
+  Strategy::forward_backward(batch, weight, last, config, stats);
+}
+
+void DataParallelStrategy::exchange_gradients() { data_parallel().finish_gradient_sync(); }
+
+void DataParallelStrategy::reduce_sums(Tensor& sums) { comm_->all_reduce(sums, ReduceOp::Sum); }
+
+Capabilities DataParallelStrategy::capabilities() {
+  return {.replica_divergence = [this] { return data_parallel().check_replicas(); }};
+}
+
+CheckpointPlan DataParallelStrategy::checkpoint_plan() const {
+  // The replicas' parameters are identical: rank 0 saves for all (its buffers too; see the
+  // header).
+  return {.rank = comm_->rank(),
+          .ranks = comm_->size(),
+          .part = comm_->rank() == 0 ? "model" : "",
+          .replicas = comm_->size()};
+}
+
+}  // namespace dtrain::dist

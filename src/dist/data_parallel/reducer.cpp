@@ -1,0 +1,138 @@
+#include "dist/data_parallel/reducer.h"
+
+#include "dtrain/core/trace.h"
+
+#include <algorithm>
+#include <fmt/format.h>
+#include <map>
+#include <spdlog/spdlog.h>
+
+namespace dtrain::dist {
+
+std::vector<std::vector<std::size_t>> assign_buckets(const std::vector<BucketParam>& params, std::size_t bucket_bytes) {
+  std::vector<std::vector<std::size_t>> buckets;
+  struct Open {
+    std::vector<std::size_t> members;
+    std::size_t bytes = 0;
+  };
+  std::map<DType, Open> open;
+  for (std::size_t k = params.size(); k-- > 0;) {
+    Open& bucket = open[params[k].dtype];
+    bucket.members.push_back(k);
+    bucket.bytes += params[k].bytes;
+    if (bucket.bytes >= bucket_bytes) {
+      buckets.push_back(std::move(bucket.members));
+      bucket = Open{};
+    }
+  }
+  for (auto& [dtype, bucket] : open) {
+    if (!bucket.members.empty()) buckets.push_back(std::move(bucket.members));
+  }
+  // Indices descend along the walk, so "first in the walk" is "largest first index".
+  std::sort(buckets.begin(), buckets.end(), [](const auto& a, const auto& b) { return a.front() > b.front(); });
+  return buckets;
+}
+
+GradientReducer::GradientReducer(std::vector<std::pair<std::string, Variable>> params, GradientExchangePtr exchange,
+                                 const ReducerOptions& options, const bool& sync)
+    : exchange_(std::move(exchange)), communicate_(options.communicate), sync_(sync) {
+  std::vector<BucketParam> sizes;
+  for (const auto& [name, p] : params) sizes.push_back({p.dtype(), p.data().nbytes()});
+  const auto plan = assign_buckets(sizes, options.bucket_bytes);
+
+  // Slots in the plan's order, so that a bucket's slots are contiguous in its buffer.
+  slots_.reserve(params.size());
+  std::vector<BucketLayout> layouts;
+  for (std::size_t b = 0; b < plan.size(); ++b) {
+    std::int64_t numel = 0;
+    for (std::size_t k : plan[b]) numel += params[k].second.numel();
+    const Variable& first = params[plan[b].front()].second;
+    Bucket bucket;
+    bucket.buffer = Tensor::zeros({numel}, first.data().options());
+    bucket.slots = bucket.pending = plan[b].size();
+    BucketLayout layout{.dtype = first.dtype(), .numel = numel, .members = {}};
+    std::int64_t offset = 0;
+    for (std::size_t k : plan[b]) {
+      auto& [name, p] = params[k];
+      layout.members.push_back({name, p.shape(), offset});
+      Tensor view = bucket.buffer.narrow(0, offset, p.numel()).view(p.shape());
+      offset += p.numel();
+      slots_.push_back(Slot{std::move(name), std::move(p), b, std::move(view)});
+    }
+    buckets_.push_back(std::move(bucket));
+    layouts.push_back(std::move(layout));
+  }
+  exchange_->plan(layouts);
+  if (options.overlap) {
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      slots_[i].param.register_grad_hook([this, i](Variable&) { on_grad_ready(i); });
+    }
+  }
+}
+
+GradientReducer::~GradientReducer() {
+  for (auto& slot : slots_) slot.param.clear_grad_hooks();
+  for (auto& bucket : buckets_) {
+    if (!bucket.work) continue;
+    try {
+      bucket.work->wait();
+    } catch (const std::exception& e) {
+      spdlog::error("gradient reducer: an exchange ({}) failed while shutting down: {}", exchange_->name(), e.what());
+    }
+  }
+}
+
+void GradientReducer::on_grad_ready(std::size_t i) {
+  if (!sync_) return;  // no_sync(): the gradient stays local and keeps accumulating
+  Slot& slot = slots_[i];
+  DTRAIN_CHECK(!slot.ready,
+               "DataParallel: parameter '{}' got a second gradient before finish_gradient_sync(); call it after "
+               "every backward, or accumulate inside no_sync()",
+               slot.name);
+  mark_ready(i);
+}
+
+// Copies the parameter's gradient (zero when it has none) into its slot, then launches
+// whatever that completes.
+void GradientReducer::mark_ready(std::size_t i) {
+  Slot& slot = slots_[i];
+  if (!slot.param.has_grad()) {
+    slot.view.zero_();
+  } else if (const Tensor& g = slot.param.grad(); !(g.same_storage(slot.view) && g.offset() == slot.view.offset())) {
+    slot.view.copy_(g);  // unless the gradient already is the slot (a view kept from the last step)
+  }
+  slot.ready = true;
+  --buckets_[slot.bucket].pending;
+  launch_in_order();
+}
+
+// Every rank must start the same all-reduces in the same order, or the collectives
+// would pair up wrongly; ready buckets wait for all earlier ones to be launched.
+void GradientReducer::launch_in_order() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
+    Bucket& bucket = buckets_[next_launch_++];
+    if (trace::recording()) trace::instant(fmt::format("bucket {} ready", next_launch_ - 1), "communication");
+    if (communicate_) bucket.work = exchange_->start(next_launch_ - 1, bucket.buffer);
+  }
+}
+
+void GradientReducer::finish() {
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    if (!slots_[i].ready) mark_ready(i);
+  }
+  // What backward did not hide: the wait for the all-reduces still running.
+  trace::Span wait("gradient all-reduce wait",
+                   trace::Phase::Communication);  // tests/examples/check_trace.py looks for this name
+  for (auto& bucket : buckets_) {
+    if (bucket.work) bucket.work->wait();
+    bucket.work.reset();
+    bucket.pending = bucket.slots;
+  }
+  for (auto& slot : slots_) {
+    slot.param.set_grad(slot.view);
+    slot.ready = false;
+  }
+  next_launch_ = 0;
+}
+
+}  // namespace dtrain::dist

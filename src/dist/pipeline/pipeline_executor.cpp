@@ -1,0 +1,224 @@
+#include "dist/pipeline/pipeline_executor.h"
+
+#include "dtrain/core/trace.h"
+
+#include "dtrain/autograd/autocast.h"
+#include "dtrain/core/error.h"
+
+#include <chrono>
+
+namespace dtrain::dist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Msg = PipelineMessage;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+constexpr int kMaxDims = 8;  // a header: dtype, rank, then up to kMaxDims sizes
+
+Tensor encode_header(const Tensor& t) {
+  DTRAIN_CHECK(t.dim() <= kMaxDims, "pipeline: an activation of {} dimensions crosses a stage boundary; at most {}",
+               t.dim(), kMaxDims);
+  std::vector<std::int64_t> h(2 + kMaxDims, 0);
+  h[0] = static_cast<std::int64_t>(t.dtype());
+  h[1] = t.dim();
+  for (std::int64_t d = 0; d < t.dim(); ++d) h[static_cast<std::size_t>(2 + d)] = t.size(d);
+  return Tensor::from_vector<std::int64_t>(h, {2 + kMaxDims});
+}
+
+std::pair<Shape, DType> decode_header(const Tensor& header) {
+  const std::vector<std::int64_t> h = header.to_vector<std::int64_t>();
+  return {Shape(h.begin() + 2, h.begin() + 2 + h[1]), static_cast<DType>(h[0])};
+}
+
+}  // namespace
+
+PipelineExecutor::PipelineExecutor(Config config, std::vector<nn::ModulePtr> chunks)
+    : config_(std::move(config)),
+      chunks_(std::move(chunks)),
+      stages_(config_.comm->size()),
+      rank_(config_.comm->rank()) {
+  DTRAIN_CHECK(static_cast<int>(chunks_.size()) == config_.virtual_stages,
+               "pipeline: {} chunks given for {} virtual stages", chunks_.size(), config_.virtual_stages);
+}
+
+int PipelineExecutor::tag(const Msg& m) const { return 2 * m.boundary + (m.kind == Msg::Kind::Gradient ? 1 : 0); }
+int PipelineExecutor::header_tag(int boundary) const { return 2 * stages_ * config_.virtual_stages + boundary; }
+
+PipelineExecutor::Timing PipelineExecutor::run(const std::vector<Tensor>& inputs, bool train,
+                                               std::optional<DType> autocast, const LastStageFn& last,
+                                               const BeforeBackwardFn& before_backward) {
+  const PipelineShape shape{stages_, config_.virtual_stages, static_cast<int>(inputs.size())};
+  const PipelinePlan plan = schedule_plan(config_.schedule, shape, rank_, /*forward_only=*/!train);
+  // Each chunk's backward passes, to tell the data-parallel hook which one is the last.
+  std::vector<int> backwards_left(chunks_.size(), 0);
+  for (const PipelineStep& step : plan.steps) {
+    for (const PipelineAction& a : step.actions) {
+      if (a.kind == PipelineAction::Kind::Backward) ++backwards_left[static_cast<std::size_t>(a.chunk)];
+    }
+  }
+  // A run that failed part way (an exception) leaves nothing behind for this one.
+  live_.clear();
+  inbox_.clear();
+  outbox_.clear();
+  sends_.clear();
+  inputs_ = &inputs;
+  autocast_ = autocast;
+  timing_ = {};
+  for (const PipelineStep& step : plan.steps) {
+    exchange(step.messages);
+    const auto start = Clock::now();
+    for (const PipelineAction& a : step.actions) {
+      if (a.kind == PipelineAction::Kind::Forward) {
+        forward(a, train, last);
+        continue;
+      }
+      const bool last_of_chunk = --backwards_left[static_cast<std::size_t>(a.chunk)] == 0;
+      if (before_backward) before_backward(a.chunk, last_of_chunk);
+      backward(a, last);
+    }
+    timing_.compute_s += seconds_since(start);
+  }
+  exchange(plan.tail);
+  const auto start = Clock::now();
+  trace::Span span("send wait", trace::Phase::Communication);
+  for (auto& [work, tensor] : sends_) work->wait();
+  timing_.wait_s += seconds_since(start);
+  sends_.clear();
+  inputs_ = nullptr;
+  return timing_;
+}
+
+Variable PipelineExecutor::forward_chunk(int chunk, const Variable& input, int micro, bool record,
+                                         const LastStageFn& last, Variable* loss) {
+  std::optional<AutocastGuard> guard;
+  if (autocast_) guard.emplace(*autocast_);
+  Variable output = chunks_[static_cast<std::size_t>(chunk)]->forward(input);
+  if (is_last(chunk)) *loss = last(output, micro, record);
+  return output;
+}
+
+void PipelineExecutor::forward(const PipelineAction& a, bool train, const LastStageFn& last) {
+  const int c = virtual_stage(a.chunk);
+  trace::Span span(trace::recording() ? fmt::format("forward {}", a.micro) : std::string(), trace::Phase::Forward);
+  Tensor in_data;
+  if (c == 0) {
+    in_data = (*inputs_)[static_cast<std::size_t>(a.micro)];
+  } else {
+    auto it = inbox_.find({static_cast<int>(Msg::Kind::Activation), c - 1, a.micro});
+    in_data = std::move(it->second);
+    inbox_.erase(it);
+  }
+  Live live;
+  // A stage's input needs a gradient only to send it back to the stage before.
+  live.input = Variable(in_data, /*requires_grad=*/train && c > 0);
+  Variable output;
+  if (train && config_.recompute) {
+    // Run without a graph now and again with one in backward, from the same random
+    // numbers (dropout): remember where the generator stood.
+    live.rng_seed = default_generator().seed();
+    live.rng_offset = default_generator().offset();
+    NoGradGuard no_grad;
+    output = forward_chunk(a.chunk, live.input, a.micro, /*record=*/true, last, &live.loss);
+    live.loss = Variable();
+  } else {
+    output = forward_chunk(a.chunk, live.input, a.micro, /*record=*/true, last, &live.loss);
+    live.output = output;
+  }
+  live.output_shape = output.data().shape();
+  live.output_dtype = output.data().dtype();
+  if (!is_last(a.chunk)) outbox_[{static_cast<int>(Msg::Kind::Activation), c, a.micro}] = output.data().contiguous();
+  if (train) live_[{a.chunk, a.micro}] = std::move(live);
+}
+
+void PipelineExecutor::backward(const PipelineAction& a, const LastStageFn& last) {
+  const int c = virtual_stage(a.chunk);
+  trace::Span span(trace::recording() ? fmt::format("backward {}", a.micro) : std::string(), trace::Phase::Backward);
+  auto it = live_.find({a.chunk, a.micro});
+  DTRAIN_CHECK(it != live_.end(), "pipeline: backward of chunk {} micro-batch {} before its forward", a.chunk, a.micro);
+  Live live = std::move(it->second);
+  live_.erase(it);
+  if (config_.recompute) {
+    Generator& gen = default_generator();
+    const std::uint64_t seed = gen.seed(), offset = gen.offset();
+    gen.set_state(live.rng_seed, live.rng_offset);
+    live.output = forward_chunk(a.chunk, live.input, a.micro, /*record=*/false, last, &live.loss);
+    gen.set_state(seed, offset);
+  }
+  if (is_last(a.chunk)) {
+    live.loss.backward();
+  } else {
+    auto g = inbox_.find({static_cast<int>(Msg::Kind::Gradient), c, a.micro});
+    live.output.backward(g->second);
+    inbox_.erase(g);
+  }
+  if (c == 0) return;
+  // A chunk whose output ignores its input (none of ours) would leave no gradient.
+  Tensor grad = live.input.has_grad() ? live.input.grad().contiguous()
+                                      : Tensor::zeros(live.input.data().shape(), live.input.data().options());
+  outbox_[{static_cast<int>(Msg::Kind::Gradient), c - 1, a.micro}] = grad;
+}
+
+void PipelineExecutor::exchange(const std::vector<Msg>& messages) {
+  if (messages.empty()) return;
+  const auto start = Clock::now();
+  trace::Span span("send/receive", trace::Phase::Communication);
+  auto key = [](const Msg& m) { return std::tuple{static_cast<int>(m.kind), m.boundary, m.micro}; };
+  // Headers of first-seen activation sizes go out before anything waits.
+  for (const Msg& m : messages) {
+    if (!m.send || m.kind != Msg::Kind::Activation) continue;
+    const Tensor& t = outbox_.at(key(m));
+    if (announced_.insert({m.boundary, t.size(0)}).second) {
+      Tensor h = encode_header(t);
+      sends_.emplace_back(config_.comm->isend(h, m.peer, header_tag(m.boundary)), h);
+    }
+  }
+  std::vector<P2POp> ops;
+  for (const Msg& m : messages) {
+    if (!m.send) continue;
+    auto it = outbox_.find(key(m));
+    ops.push_back(P2POp::send(it->second, m.peer, tag(m)));
+    outbox_.erase(it);
+  }
+  // Over MPI the sends go now, before this rank may wait for a header below; NCCL's go in
+  // one batch with the receives (its sends wait for their receives: see the schedule).
+  const bool batch_sends = config_.tensor_comm->backend() == "nccl";
+  if (!batch_sends && !ops.empty()) {
+    std::vector<WorkPtr> works = config_.tensor_comm->batch_isend_irecv(ops);
+    // MPI's engine holds a send's tensor until the message is done (communicator.h), so
+    // an activation is freed as soon as both its send and its backward are: under 1F1B a
+    // stage then holds at most K micro-batches' activations, not all M until the end.
+    for (WorkPtr& w : works) sends_.emplace_back(std::move(w), Tensor());
+    ops.clear();
+  }
+  const std::size_t first_recv = ops.size();
+  for (const Msg& m : messages) {
+    if (m.send) continue;
+    Tensor buffer;
+    if (m.kind == Msg::Kind::Gradient) {
+      // The gradient of the activation this rank sent has that activation's shape.
+      const Live& live = live_.at({m.boundary / stages_, m.micro});
+      buffer = Tensor::empty(live.output_shape, {live.output_dtype, config_.device});
+    } else {
+      const std::int64_t rows = (*inputs_)[static_cast<std::size_t>(m.micro)].size(0);
+      auto known = learned_.find({m.boundary, rows});
+      if (known == learned_.end()) {
+        Tensor h = Tensor::zeros({2 + kMaxDims}, {DType::i64});
+        config_.comm->recv(h, m.peer, header_tag(m.boundary));
+        known = learned_.emplace(std::pair{m.boundary, rows}, decode_header(h)).first;
+      }
+      buffer = Tensor::empty(known->second.first, {known->second.second, config_.device});
+    }
+    ops.push_back(P2POp::recv(buffer, m.peer, tag(m)));
+    inbox_[key(m)] = buffer;
+  }
+  std::vector<WorkPtr> works = ops.empty() ? std::vector<WorkPtr>{} : config_.tensor_comm->batch_isend_irecv(ops);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (i < first_recv) sends_.emplace_back(works[i], ops[i].tensor);
+    else works[i]->wait();
+  }
+  timing_.wait_s += seconds_since(start);
+}
+
+}  // namespace dtrain::dist

@@ -1,0 +1,97 @@
+// The pipeline's engine (private to dist): runs one rank's plan (pipeline_schedule.h) over
+// its chunks. It owns what lives between passes: each micro-batch's stage input and output
+// until its backward (only the input with recomputation), the messages in flight, and the
+// activation shapes agreed with the neighbours.
+//
+// Shapes: a receiver must size its buffer before the activation arrives. The first time
+// an activation of a given micro-batch size crosses a boundary, the sender also sends its
+// shape and dtype over the MPI communicator (a small header, sent before the batch that
+// holds the activation, and received before the batch that receives it); both sides then
+// reuse it. A gradient has the shape of the activation it belongs to, which the stage
+// that sent the activation knows.
+#pragma once
+
+#include "dtrain/autograd/variable.h"
+#include "dtrain/dist/comm/communicator.h"
+#include "dtrain/dist/pipeline/pipeline_schedule.h"
+#include "dtrain/layers/module.h"
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <tuple>
+#include <vector>
+
+namespace dtrain::dist {
+
+class PipelineExecutor {
+ public:
+  struct Config {
+    CommunicatorPtr comm;           // the pipeline's ranks, in stage order (headers; CPU tensors)
+    CommunicatorPtr tensor_comm;    // the model's tensors: NCCL over `comm` on GPUs, else `comm`
+    Device device = Device::cpu();  // the chunks'
+    PipelineSchedule schedule = PipelineSchedule::OneFOneB;
+    int virtual_stages = 1;
+    bool recompute = false;  // keep only each chunk's input; run its forward again in backward
+  };
+  // The last virtual stage's work on its output for micro-batch `micro`: the loss to
+  // backward (weighted and scaled), or an undefined Variable when there is no backward.
+  // `record` is false when recomputation runs it a second time (count statistics once).
+  using LastStageFn = std::function<Variable(const Variable& output, int micro, bool record)>;
+  // Called before each backward pass: `last` when no other backward of the chunk follows
+  // in this step (when a data-parallel wrapper must reduce the chunk's gradients).
+  using BeforeBackwardFn = std::function<void(int chunk, bool last)>;
+
+  // `chunks`: this rank's chunks in order (chunk v is virtual stage v * K + rank).
+  PipelineExecutor(Config config, std::vector<nn::ModulePtr> chunks);
+
+  // Seconds spent in one run (host clock: on a GPU, the time to queue the work).
+  struct Timing {
+    double compute_s = 0;  // in this rank's forward and backward passes
+    double wait_s = 0;     // waiting for messages from the neighbours
+  };
+  // One step over micro-batches whose inputs (used by virtual stage 0; every rank passes
+  // them, for their sizes) are `inputs`. `train`: forwards and backwards; otherwise
+  // forwards only (the caller holds NoGradGuard). `autocast`: the chunks' forwards (and
+  // `last`) under AutocastGuard. Sends are waited on before it returns.
+  Timing run(const std::vector<Tensor>& inputs, bool train, std::optional<DType> autocast, const LastStageFn& last,
+             const BeforeBackwardFn& before_backward = {});
+
+ private:
+  struct Live {
+    Variable input, output, loss;
+    Shape output_shape;  // kept with recomputation too: the gradient's buffer
+    DType output_dtype = DType::f32;
+    std::uint64_t rng_seed = 0, rng_offset = 0;  // the generator before a recomputed forward
+  };
+  using Key = std::pair<int, int>;  // (chunk, micro)
+
+  int virtual_stage(int chunk) const { return chunk * stages_ + rank_; }
+  bool is_last(int chunk) const { return virtual_stage(chunk) == stages_ * config_.virtual_stages - 1; }
+  // The chunk's output; on the last virtual stage also sets *loss from `last`.
+  Variable forward_chunk(int chunk, const Variable& input, int micro, bool record, const LastStageFn& last,
+                         Variable* loss);
+  void forward(const PipelineAction& a, bool train, const LastStageFn& last);
+  void backward(const PipelineAction& a, const LastStageFn& last);
+  // Issues `messages` as one batch and waits for its receives.
+  void exchange(const std::vector<PipelineMessage>& messages);
+  int tag(const PipelineMessage& m) const;
+  int header_tag(int boundary) const;
+
+  Config config_;
+  std::vector<nn::ModulePtr> chunks_;
+  int stages_, rank_;
+  const std::vector<Tensor>* inputs_ = nullptr;  // during run()
+  std::optional<DType> autocast_;
+  std::map<Key, Live> live_;
+  // Messages: what a pass produced for sending, what arrived, what is in flight.
+  std::map<std::tuple<int, int, int>, Tensor> outbox_, inbox_;  // (kind, boundary, micro)
+  std::vector<std::pair<WorkPtr, Tensor>> sends_;               // with the tensor where the transport needs it kept
+  // Activation shapes by (boundary, rows): announced (as sender) or learned (receiver).
+  std::set<std::pair<int, std::int64_t>> announced_;
+  std::map<std::pair<int, std::int64_t>, std::pair<Shape, DType>> learned_;
+  Timing timing_;
+};
+
+}  // namespace dtrain::dist

@@ -1,0 +1,383 @@
+#include "dtrain/dist/pipeline/pipeline_strategy.h"
+
+#include "dist/comm/partition.h"
+#include "dist/pipeline/pipeline_executor.h"
+#include "dtrain/dist/comm/nccl.h"
+#include "dtrain/dist/pipeline/pipeline_partition.h"
+#include "dtrain/dist/data_parallel/sync_batch_norm.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <chrono>
+#include <map>
+
+namespace dtrain::dist {
+namespace {
+
+// This rank's layers, registered under their names in the whole model, so that its state
+// dict is the model's restricted to the stage.
+class PipelineStage final : public nn::Module {
+ public:
+  void add(const std::string& name, nn::ModulePtr layer) { register_module(name, std::move(layer)); }
+  Variable forward(const Variable&) override {
+    DTRAIN_FAIL("pipeline stage: its forward runs through PipelineStrategy::train_step and eval_step");
+  }
+  std::string describe() const override { return "PipelineStage"; }
+};
+
+// Every rank must cut the same model the same way: each compares its description with
+// world rank 0's, and all of them throw when any differs (a collective).
+void check_same_everywhere(const CommunicatorPtr& world, const std::vector<std::int64_t>& mine,
+                           const std::string& what) {
+  Tensor n = Tensor::full({1}, static_cast<double>(mine.size()), {DType::i64});
+  world->all_reduce(n, ReduceOp::Max);
+  std::vector<std::int64_t> padded = mine;
+  padded.resize(static_cast<std::size_t>(n.item<std::int64_t>()), -1);
+  Tensor theirs = Tensor::from_vector<std::int64_t>(padded, {static_cast<std::int64_t>(padded.size())});
+  world->broadcast(theirs, 0);
+  const bool differs = theirs.to_vector<std::int64_t>() != padded;
+  Tensor any = Tensor::full({1}, differs ? 1 : 0, {DType::i64});
+  world->all_reduce(any, ReduceOp::Max);
+  if (any.item() == 0) return;
+  DTRAIN_CHECK(!differs,
+               "pipeline: rank {} has {} [{}], rank 0 has [{}]: every rank must build the same model and cut "
+               "it at the same points",
+               world->rank(), what, fmt::join(padded, ", "), fmt::join(theirs.to_vector<std::int64_t>(), ", "));
+  DTRAIN_FAIL(
+      "pipeline: another rank's {} differs from rank 0's (see its message): every rank must build the same "
+      "model and cut it at the same points",
+      what);
+}
+
+}  // namespace
+
+namespace {
+
+// dp=(size / stages) x pp=stages over `world`, after checking that it divides.
+std::shared_ptr<const DeviceMesh> pipeline_mesh(const CommunicatorPtr& world, int stages) {
+  DTRAIN_CHECK(world != nullptr, "pipeline strategy: no communicator given");
+  DTRAIN_CHECK(stages >= 1, "pipeline strategy: stages must be >= 1, got {}", stages);
+  DTRAIN_CHECK(world->size() % stages == 0,
+               "pipeline strategy: {} ranks is not a multiple of the {} stages (ranks = stages x data-parallel "
+               "replicas)",
+               world->size(), stages);
+  return std::make_shared<DeviceMesh>(world, std::vector<MeshDim>{{"dp", world->size() / stages}, {"pp", stages}});
+}
+
+}  // namespace
+
+PipelineStrategy::PipelineStrategy(CommunicatorPtr world, Device device, PipelineOptions options)
+    : PipelineStrategy(pipeline_mesh(world, options.stages), device, std::move(options)) {}
+
+PipelineStrategy::PipelineStrategy(std::shared_ptr<const DeviceMesh> mesh, Device device, PipelineOptions options)
+    : Strategy(device, mesh ? mesh->world() : nullptr), mesh_(std::move(mesh)), options_(std::move(options)) {
+  DTRAIN_CHECK(mesh_->role_group() == mesh_->world(),
+               "pipeline strategy: the mesh {} has several roles; a pipeline "
+               "takes every rank",
+               mesh_->describe());
+  DTRAIN_CHECK(mesh_->has("pp") && mesh_->size("pp") == options_.stages,
+               "pipeline strategy: the mesh {} must have a \"pp\" dimension of the {} stages", mesh_->describe(),
+               options_.stages);
+  const int K = options_.stages;
+  check_schedule(options_.schedule, {K, options_.virtual_stages, options_.micro_batches});
+  pipe_ = mesh_->group("pp");
+  stage_ = mesh_->coordinate("pp");
+  if (mesh_->has("dp")) {
+    replicas_comm_ = mesh_->group("dp");
+    replica_ = mesh_->coordinate("dp");
+    replicas_ = mesh_->size("dp");
+  }
+  DTRAIN_CHECK(replicas_ * K == world_->size(), "pipeline strategy: the mesh {} has dimensions besides dp and pp",
+               mesh_->describe());
+}
+
+PipelineStrategy::~PipelineStrategy() = default;
+
+int PipelineStrategy::parts() const { return options_.stages * options_.virtual_stages; }
+
+std::pair<int, int> PipelineStrategy::chunk_layers(int c, int layers) const {
+  return {c == 0 ? 0 : cuts_[static_cast<std::size_t>(c) - 1],
+          c == parts() - 1 ? layers : cuts_[static_cast<std::size_t>(c)]};
+}
+
+bool PipelineStrategy::holds(int layer, int layers) const {
+  for (int c = stage_; c < parts(); c += options_.stages) {
+    const auto [begin, end] = chunk_layers(c, layers);
+    if (layer >= begin && layer < end) return true;
+  }
+  return false;
+}
+
+void PipelineStrategy::check_layer_count(int layers) const {
+  DTRAIN_CHECK(module_ == nullptr, "pipeline strategy: prepare() was already called");
+  DTRAIN_CHECK(parts() <= layers,
+               "pipeline strategy: {} stages x {} virtual stages need at least {} layers, the model has {}",
+               options_.stages, options_.virtual_stages, parts(), layers);
+}
+
+void PipelineStrategy::check_stages_have_parameters(int layers, const std::vector<std::int64_t>& params,
+                                                    const std::vector<std::string>& names) const {
+  // Every rank knows every stage's layers, so all of them refuse together.
+  for (int s = 0; s < options_.stages; ++s) {
+    std::int64_t total = 0;
+    std::vector<std::string> held;
+    for (int c = s; c < parts(); c += options_.stages) {
+      const auto [begin, end] = chunk_layers(c, layers);
+      for (int i = begin; i < end; ++i) {
+        total += params[static_cast<std::size_t>(i)];
+        held.push_back(fmt::format("{}: {}", i, names[static_cast<std::size_t>(i)]));
+      }
+    }
+    DTRAIN_CHECK(total > 0,
+                 "pipeline: stage {} would hold no parameters (layers {}), nothing for its optimizer to train: use "
+                 "fewer stages or other cut points",
+                 s, fmt::join(held, ", "));
+  }
+}
+
+std::shared_ptr<nn::Module> PipelineStrategy::prepare(std::shared_ptr<nn::Module> model) {
+  DTRAIN_CHECK(model != nullptr, "pipeline strategy: prepare() needs a model");
+  auto sequential = std::dynamic_pointer_cast<nn::Sequential>(model);
+  DTRAIN_CHECK(sequential != nullptr, "pipeline strategy: the model must be a Sequential to be cut into stages, got {}",
+               model->describe());
+  const int layers = static_cast<int>(sequential->size());
+  check_layer_count(layers);
+  std::vector<std::int64_t> params;
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < sequential->size(); ++i) {
+    params.push_back((*sequential)[i]->num_parameters());
+    names.push_back((*sequential)[i]->describe());
+  }
+  if (!options_.cuts.empty()) {
+    check_cuts(options_.cuts, layers, parts());
+    cuts_ = options_.cuts;
+  } else if (options_.balance == PipelineOptions::Balance::Parameters) {
+    cuts_ = balanced_cuts(std::vector<double>(params.begin(), params.end()), parts());
+  } else {
+    // Timed on one rank and shared, so that every rank cuts the same way.
+    DTRAIN_CHECK(options_.profile_input.defined(),
+                 "pipeline strategy: balancing by time needs PipelineOptions::profile_input (a batch of input)");
+    Tensor costs = Tensor::zeros({layers}, {DType::f64});
+    if (world_->rank() == 0) {
+      sequential->to(device_);
+      costs = Tensor::from_vector<double>(measured_costs(*sequential, options_.profile_input.to(device_)), {layers});
+    }
+    world_->broadcast(costs, 0);
+    cuts_ = balanced_cuts(costs.to_vector<double>(), parts());
+  }
+  std::vector<std::int64_t> description{layers, parts()};
+  description.insert(description.end(), cuts_.begin(), cuts_.end());
+  description.insert(description.end(), params.begin(), params.end());
+  check_same_everywhere(world_, description, "(layers, parts, cut points..., parameters per layer...)");
+  check_stages_have_parameters(layers, params, names);
+
+  std::map<int, nn::ModulePtr> mine;
+  for (int i = 0; i < layers; ++i) {
+    if (holds(i, layers)) mine[i] = (*sequential)[static_cast<std::size_t>(i)];
+  }
+  sequential.reset();  // the other stages' layers go with the caller's last reference
+  model.reset();
+  return build_stage(std::move(mine), layers);
+}
+
+std::shared_ptr<nn::Module> PipelineStrategy::prepare_layers(int layers, const LayerFactory& layer,
+                                                             std::uint64_t seed) {
+  DTRAIN_CHECK(layer != nullptr, "pipeline strategy: prepare_layers() needs a layer factory");
+  check_layer_count(layers);
+  DTRAIN_CHECK(!options_.cuts.empty() || options_.balance == PipelineOptions::Balance::Parameters,
+               "pipeline strategy: balancing by time profiles the whole model on one rank: pass a Sequential to "
+               "prepare(), or give the cut points");
+  if (!options_.cuts.empty()) {
+    check_cuts(options_.cuts, layers, parts());
+    cuts_ = options_.cuts;
+  }
+  // Each layer from its own seed, so its initial values do not depend on which layers a
+  // rank builds; the caller's generator is left as it was.
+  Generator& gen = default_generator();
+  const std::uint64_t saved_seed = gen.seed(), saved_offset = gen.offset();
+  auto make = [&](int i) {
+    gen.set_state(seed + static_cast<std::uint64_t>(i), 0);
+    nn::ModulePtr m = layer(i);
+    DTRAIN_CHECK(m != nullptr, "pipeline strategy: the layer factory returned no layer {}", i);
+    return m;
+  };
+  std::map<int, nn::ModulePtr> mine;
+  std::vector<std::int64_t> description{layers, parts()};
+  if (cuts_.empty()) {
+    // Balancing needs every layer's size: each is built once, one at a time, and only this
+    // rank's are kept.
+    std::vector<std::int64_t> params;
+    std::vector<std::string> names;
+    for (int i = 0; i < layers; ++i) {
+      nn::ModulePtr m = make(i);
+      params.push_back(m->num_parameters());
+      names.push_back(m->describe());
+      mine[i] = std::move(m);
+    }
+    std::vector<double> costs(params.begin(), params.end());
+    cuts_ = balanced_cuts(costs, parts());
+    std::erase_if(mine, [&](const auto& entry) { return !holds(entry.first, layers); });
+    description.insert(description.end(), cuts_.begin(), cuts_.end());
+    description.insert(description.end(), params.begin(), params.end());
+    check_same_everywhere(world_, description, "(layers, parts, cut points..., parameters per layer...)");
+    check_stages_have_parameters(layers, params, names);
+  } else {
+    description.insert(description.end(), cuts_.begin(), cuts_.end());
+    check_same_everywhere(world_, description, "(layers, parts, cut points...)");
+    std::int64_t params = 0;
+    for (int i = 0; i < layers; ++i) {
+      if (!holds(i, layers)) continue;
+      mine[i] = make(i);
+      params += mine[i]->num_parameters();
+    }
+    // Only this rank knows its stage's size: the ranks agree on whether any stage is empty.
+    Tensor fewest = Tensor::full({1}, static_cast<double>(params), {DType::i64});
+    world_->all_reduce(fewest, ReduceOp::Min);
+    DTRAIN_CHECK(params > 0,
+                 "pipeline: stage {} would hold no parameters, nothing for its optimizer to train: use "
+                 "other cut points",
+                 stage_);
+    DTRAIN_CHECK(fewest.item() > 0, "pipeline: another stage would hold no parameters (see its message)");
+  }
+  gen.set_state(saved_seed, saved_offset);
+  return build_stage(std::move(mine), layers);
+}
+
+std::shared_ptr<nn::Module> PipelineStrategy::build_stage(std::map<int, nn::ModulePtr> layers, int count) {
+  auto stage = std::make_shared<PipelineStage>();
+  for (auto& [index, layer] : layers) stage->add(std::to_string(index), std::move(layer));
+  stage->to(device_);
+  if (replicas_ > 1) {
+    CommunicatorPtr replicas = replicas_comm_;
+    if (options_.data_parallel.sync_batch_norm) {
+      if (device_.is_cuda()) replicas = nccl_communicator(replicas_comm_, device_);
+      convert_sync_batch_norm(*stage, replicas);
+    }
+    ddp_ = std::make_unique<DataParallel>(stage, replicas, options_.data_parallel.data_parallel);
+  }
+  // The chunks, from the stage's children (after any SyncBatchNorm conversion replaced
+  // some), in order: chunk v is virtual stage v * K + stage.
+  std::vector<nn::ModulePtr> chunks;
+  std::size_t next = 0;
+  for (int c = stage_; c < parts(); c += options_.stages) {
+    const auto [begin, end] = chunk_layers(c, count);
+    auto chunk = std::make_shared<nn::Sequential>();
+    for (int i = begin; i < end; ++i) chunk->push_back(stage->children().at(next++).second);
+    chunks.push_back(chunk);
+  }
+  PipelineExecutor::Config config{
+      .comm = pipe_,
+      .tensor_comm = device_.is_cuda() && pipe_->size() > 1 ? nccl_communicator(pipe_, device_) : pipe_,
+      .device = device_,
+      .schedule = options_.schedule,
+      .virtual_stages = options_.virtual_stages,
+      .recompute = options_.recompute};
+  executor_ = std::make_unique<PipelineExecutor>(std::move(config), std::move(chunks));
+  module_ = stage;
+  return module_;
+}
+
+std::vector<MicroBatch> PipelineStrategy::split(std::span<const MicroBatch> batches) const {
+  std::vector<MicroBatch> parts;
+  const int K = options_.stages;
+  for (const MicroBatch& b : batches) {
+    const std::int64_t rows = b.inputs.size(0);
+    // A short last batch is split into as many parts as it has rows, and for the
+    // interleaved schedule a multiple of the stages.
+    std::int64_t n = std::min<std::int64_t>(options_.micro_batches, rows);
+    if (options_.schedule == PipelineSchedule::Interleaved) n -= n % K;
+    DTRAIN_CHECK(n >= 1, "pipeline: a batch of {} samples is too small for the interleaved schedule's {} stages", rows,
+                 K);
+    for (int j = 0; j < n; ++j) {
+      const Range r = slice(static_cast<std::size_t>(rows), j, static_cast<int>(n));
+      const auto start = static_cast<std::int64_t>(r.begin), len = static_cast<std::int64_t>(r.size());
+      parts.push_back({b.inputs.narrow(0, start, len), b.targets.narrow(0, start, len)});
+    }
+  }
+  return parts;
+}
+
+StepStats PipelineStrategy::train_step(std::span<const MicroBatch> micro, optim::Optimizer& optimizer,
+                                       const StepConfig& config) {
+  module();
+  DTRAIN_CHECK(!micro.empty(), "pipeline strategy: train_step needs at least one micro-batch");
+  DTRAIN_CHECK(config.loss != nullptr, "pipeline strategy: StepConfig::loss is not set");
+  const auto start = std::chrono::steady_clock::now();
+  optimizer.zero_grad();
+  const std::vector<MicroBatch> parts = split(micro);
+  std::vector<Tensor> inputs;
+  std::int64_t total = 0;
+  for (const MicroBatch& p : parts) {
+    inputs.push_back(p.inputs);
+    total += p.inputs.size(0);
+  }
+  StepStats stats;
+  stats.samples = total;
+  // As in Strategy::train_step: each part's loss weighted by its share of the samples.
+  auto last = [&](const Variable& output, int m, bool record) {
+    const MicroBatch& part = parts[static_cast<std::size_t>(m)];
+    return weighted_loss(output, part.targets, sample_share(part.inputs.size(0), total, parts.size()), config,
+                         record ? &stats : nullptr);
+  };
+  // With replicas, only each chunk's last backward hands its gradients to the reducer.
+  std::optional<DataParallel::NoSyncGuard> no_sync;
+  PipelineExecutor::BeforeBackwardFn before_backward;
+  if (ddp_) {
+    before_backward = [&](int, bool last_of_chunk) {
+      if (last_of_chunk) no_sync.reset();
+      else if (!no_sync) no_sync.emplace(*ddp_);
+    };
+  }
+  const PipelineExecutor::Timing t = executor_->run(inputs, /*train=*/true, config.autocast, last, before_backward);
+  no_sync.reset();
+  if (ddp_) ddp_->finish_gradient_sync();
+  update(optimizer, config, stats);
+  timing_ = {std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), t.compute_s, t.wait_s};
+  return stats;
+}
+
+EvalSums PipelineStrategy::eval_step(const MicroBatch& batch, const StepConfig& config) {
+  module();
+  DTRAIN_CHECK(config.loss != nullptr, "pipeline strategy: StepConfig::loss is not set");
+  const std::vector<MicroBatch> parts = split(std::span(&batch, 1));
+  std::vector<Tensor> inputs;
+  for (const MicroBatch& p : parts) inputs.push_back(p.inputs);
+  EvalSums sums;
+  auto last = [&](const Variable& output, int m, bool) {
+    const MicroBatch& part = parts[static_cast<std::size_t>(m)];
+    const auto rows = part.inputs.size(0);
+    sums.loss_sum = accumulate(sums.loss_sum,
+                               mul(config.loss(output, part.targets).data().to(DType::f64), static_cast<double>(rows)));
+    if (config.correct) sums.correct = accumulate(sums.correct, config.correct(output.data(), part.targets));
+    sums.samples += rows;
+    return Variable();
+  };
+  executor_->run(inputs, /*train=*/false, config.autocast, last);
+  return sums;
+}
+
+void PipelineStrategy::reduce_sums(Tensor& sums) {
+  // Only last stages hold sums; the others add zeros.
+  world_->all_reduce(sums, ReduceOp::Sum);
+}
+
+Capabilities PipelineStrategy::capabilities() {
+  if (!ddp_) return {};
+  return {.replica_divergence = [this] {
+    Tensor d = Tensor::full({1}, ddp_->check_replicas(), {DType::f64});
+    pipe_->all_reduce(d, ReduceOp::Max);
+    return d.item();
+  }};
+}
+
+CheckpointPlan PipelineStrategy::checkpoint_plan() const {
+  return {.rank = world_->rank(),
+          .ranks = world_->size(),
+          .part = replica_ == 0 ? fmt::format("stage{}", stage_) : "",
+          .whole_model = options_.stages == 1,
+          .stages = options_.stages,
+          .replicas = replicas_};
+}
+
+}  // namespace dtrain::dist

@@ -1,0 +1,380 @@
+#include "dtrain/dist/ps/parameter_server.h"
+
+#include "dist/ps/ps_layout.h"
+#include "dist/ps/ps_push_exchange.h"
+#include "dist/ps/ps_protocol.h"
+#include "dist/ps/ps_server.h"
+#include "dist/data_parallel/reducer.h"
+#include "dist/core/replica_state.h"
+#include "dtrain/core/trace.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <optional>
+#include <unordered_map>
+
+namespace dtrain::dist {
+
+using ps::Control;
+
+void parse_ps_mode(const std::string& text, PsOptions& options) {
+  if (text == "sync") {
+    options.mode = PsMode::Sync;
+    return;
+  }
+  if (text == "async") {
+    options.mode = PsMode::Async;
+    return;
+  }
+  if (text.starts_with("ssp:")) {
+    int k = -1;
+    const char* first = text.data() + 4;
+    const char* last = text.data() + text.size();
+    const auto [end, error] = std::from_chars(first, last, k);
+    if (error == std::errc() && end == last && first != last && k >= 0) {
+      options.mode = PsMode::Ssp;
+      options.staleness = k;
+      return;
+    }
+  }
+  DTRAIN_FAIL("parameter server mode '{}': expected sync, async or ssp:K with K an integer >= 0 (the staleness bound)",
+              text);
+}
+
+std::string ps_mode_name(const PsOptions& options) {
+  switch (options.mode) {
+    case PsMode::Sync: return "sync";
+    case PsMode::Async: return "async";
+    case PsMode::Ssp: return fmt::format("ssp:{}", options.staleness);
+  }
+  return "?";
+}
+
+std::int64_t StalenessStats::total() const {
+  std::int64_t n = 0;
+  for (std::int64_t c : counts) n += c;
+  return n;
+}
+
+double StalenessStats::mean() const {
+  double sum = 0;
+  for (std::size_t k = 0; k < counts.size(); ++k) sum += static_cast<double>(k) * static_cast<double>(counts[k]);
+  const std::int64_t n = total();
+  return n ? sum / static_cast<double>(n) : 0;
+}
+
+// The worker's side: the gradient reducer, whose exchange pushes each bucket as backward
+// fills it (ps_push_exchange.h), and the receives of the servers' values.
+class ParameterServer::Worker {
+ public:
+  Worker(Communicator& comm, int workers, PsLayout layout, std::vector<std::pair<std::string, Variable>> named,
+         DType dtype, std::size_t bucket_bytes)
+      : comm_(comm), workers_(workers), layout_(std::move(layout)) {
+    std::vector<std::string> names;
+    for (const auto& [name, p] : named) {
+      names.push_back(name);
+      params_.push_back(p);
+    }
+    for (const PsPiece& piece : layout_.pieces) values_.push_back(Tensor::empty({piece.length}, {dtype}));
+    auto exchange = std::make_unique<PsPushExchange>(comm_, workers_, layout_, std::move(names), dtype);
+    push_ = exchange.get();
+    reducer_ = std::make_unique<GradientReducer>(std::move(named), std::move(exchange),
+                                                 ReducerOptions{.bucket_bytes = bucket_bytes}, hooks_on_);
+  }
+
+  void control(int server, Control kind, double a = 0, double b = 0) {
+    comm_.send(Tensor::from_vector<double>({static_cast<double>(kind), a, b, 0}, {ps::kControlWords}),
+               workers_ + server, ps::kControlTag);
+  }
+  int servers() const { return static_cast<int>(layout_.server_pieces.size()); }
+
+  // Posts a receive for every piece's values (before asking, so that they land directly).
+  void expect_values() {
+    receives_.clear();
+    for (std::size_t i = 0; i < layout_.pieces.size(); ++i) {
+      receives_.push_back(
+          comm_.irecv(values_[i], workers_ + layout_.pieces[i].server, ps::kPieceTag + static_cast<int>(i)));
+    }
+  }
+  // Waits for them and copies them into the parameters.
+  void take_values() {
+    NoGradGuard no_grad;
+    for (std::size_t i = 0; i < receives_.size(); ++i) {
+      receives_[i]->wait();
+      for (const PsSegment& s : layout_.pieces[i].segments) {
+        Tensor flat = params_[s.param].data().view({params_[s.param].numel()});
+        flat.narrow(0, s.offset, s.length).copy_(values_[i].narrow(0, s.at, s.length));
+      }
+    }
+    receives_.clear();
+  }
+
+  void begin_push(double lr, bool deferred) {
+    DTRAIN_CHECK(!armed_, "ParameterServer: begin_push twice without finish_push");
+    expect_values();
+    push_->set_push(lr, false);
+    lr_ = lr;
+    deferred_ = deferred;
+    armed_ = true;
+    hooks_on_ = !deferred;  // deferred: finish_push hands every bucket over
+  }
+
+  void finish_push(bool skip) {
+    DTRAIN_CHECK(armed_, "ParameterServer: finish_push without begin_push");
+    DTRAIN_CHECK(!skip || deferred_,
+                 "ParameterServer: only a deferred push can be skipped (its buckets wait for the "
+                 "check)");
+    armed_ = false;
+    hooks_on_ = false;
+    push_->set_push(lr_, skip);
+    reducer_->finish();  // the buckets backward did not send, then every send done
+    take_values();
+  }
+
+ private:
+  Communicator& comm_;
+  const int workers_;
+  const PsLayout layout_;
+  std::vector<Variable> params_;
+  std::vector<Tensor> values_;  // per piece
+  std::vector<RecvWorkPtr> receives_;
+  bool hooks_on_ = false;  // the reducer's hooks push while a push is armed and not deferred
+  PsPushExchange* push_ = nullptr;
+  std::unique_ptr<GradientReducer> reducer_;
+  double lr_ = 0;
+  bool deferred_ = false;
+  bool armed_ = false;
+};
+
+ParameterServer::ParameterServer(CommunicatorPtr world, std::shared_ptr<nn::Module> model, PsOptions options)
+    : model_(std::move(model)), options_(options) {
+  DTRAIN_CHECK(world != nullptr && model_ != nullptr, "ParameterServer: the communicator and the model must be given");
+  DTRAIN_CHECK(world->backend() == "mpi", "ParameterServer: needs an MPI communicator (launch with mpirun), got {}",
+               world->backend());
+  DTRAIN_CHECK(options_.servers >= 1 && options_.servers < world->size(),
+               "ParameterServer: {} server(s) among {} ranks: need at least one server and one worker",
+               options_.servers, world->size());
+  DTRAIN_CHECK(options_.mode != PsMode::Ssp || options_.staleness >= 0,
+               "ParameterServer: the staleness bound must be >= 0, got {}", options_.staleness);
+  DTRAIN_CHECK(options_.bucket_bytes > 0, "ParameterServer: bucket_bytes must be positive");
+  workers_ = world->size() - options_.servers;
+  state_device("ParameterServer", *model_);  // one device
+  check_same_structure("ParameterServer", *model_, *world, Device::cpu());
+  // Every rank starts from worker 0's state (servers take their shards from it), through
+  // host memory since the servers talk MPI.
+  const auto from_worker0 = [&](Tensor target) {
+    Tensor host = target.to(Device::cpu()).contiguous();
+    world->broadcast(host, 0);
+    target.copy_(host);
+  };
+  for (auto& p : model_->parameters()) from_worker0(p.data());
+  for (auto& [name, b] : model_->named_buffers()) from_worker0(b);
+  std::vector<std::int64_t> numels;
+  std::optional<DType> dtype;
+  for (auto& [name, p] : trainable_parameters(*model_)) {
+    DTRAIN_CHECK(!dtype || *dtype == p.dtype(),
+                 "ParameterServer: the trainable parameters must share one dtype ('{}' is {}, an earlier one {})", name,
+                 dtype_name(p.dtype()), dtype_name(*dtype));
+    dtype = p.dtype();
+    params_.push_back(p);
+    param_names_.push_back(name);
+    numels.push_back(p.numel());
+  }
+  DTRAIN_CHECK(!params_.empty(), "ParameterServer: the model has no trainable parameters");
+  comm_ = world->split(0, world->rank());
+  const bool server = world->rank() >= workers_;
+  worker_group_ = world->split(server ? 1 : 0, world->rank());
+  if (server) worker_group_ = nullptr;
+  layout_ = std::make_unique<PsLayout>(ps_layout(numels, dtype_size(*dtype), options_.servers, options_.bucket_bytes));
+  if (!server) {
+    worker_ = std::make_unique<Worker>(*comm_, workers_, *layout_, trainable_parameters(*model_), *dtype,
+                                       options_.bucket_bytes);
+  }
+}
+
+ParameterServer::~ParameterServer() = default;
+
+bool ParameterServer::is_server() const { return comm_->rank() >= workers_; }
+
+int ParameterServer::worker_index() const { return is_server() ? -1 : comm_->rank(); }
+
+void ParameterServer::check_worker(const char* op) const {
+  DTRAIN_CHECK(worker_ != nullptr, "ParameterServer::{}: rank {} is a server (serve() is its call)", op, comm_->rank());
+  DTRAIN_CHECK(!stopped_, "ParameterServer::{}: this worker has shut down", op);
+}
+
+void ParameterServer::serve(const optim::Optimizer& prototype, PsSaveShare save) {
+  DTRAIN_CHECK(is_server(), "ParameterServer::serve: rank {} is a worker", comm_->rank());
+  DTRAIN_CHECK(!stopped_, "ParameterServer::serve: this server has served its job already");
+  const int server = comm_->rank() - workers_;
+  const ServerState proto = prototype_state(prototype);
+  std::vector<Tensor> values;
+  std::vector<optim::NamedTensors> states;
+  for (std::size_t i : layout_->server_pieces[static_cast<std::size_t>(server)]) {
+    const PsPiece& piece = layout_->pieces[i];
+    Tensor flat = Tensor::empty({piece.length}, {params_.front().dtype()});
+    for (const PsSegment& s : piece.segments) {
+      flat.narrow(0, s.at, s.length).copy_(params_[s.param].data().reshape({-1}).narrow(0, s.offset, s.length));
+    }
+    values.push_back(std::move(flat));
+    states.push_back(piece_state(proto, piece));
+  }
+  // A piece's optimizer state as the checkpoint names it: by parameter and element range.
+  const auto share = [this](std::size_t id, const optim::NamedTensors& state) {
+    const PsPiece& piece = layout_->pieces[id];
+    optim::NamedTensors out;
+    for (const auto& [key, t] : state) {
+      if (key == "lr" || key == "steps") {
+        out.emplace_back(key, t);
+        continue;
+      }
+      for (const PsSegment& s : piece.segments) {
+        const std::string& name = param_names_[s.param];
+        if (key == "updates") {
+          out.emplace_back(name + "/updates", t.reshape({}).clone());
+        } else {
+          const std::string buffer = key.substr(0, key.rfind('.'));  // "<buffer>.0": one parameter per piece
+          out.emplace_back(fmt::format("{}[{}:{}]/{}", name, s.offset, s.offset + s.length, buffer),
+                           t.narrow(0, s.at, s.length).clone());
+        }
+      }
+    }
+    return out;
+  };
+  PsServer(*comm_, workers_, server, *layout_, std::move(values), options_, prototype, std::move(states), share,
+           std::move(save))
+      .run();
+  stopped_ = true;
+}
+
+void ParameterServer::join() {
+  check_worker("join");
+  worker_->expect_values();
+  for (int s = 0; s < options_.servers; ++s) worker_->control(s, Control::Join);
+  worker_->take_values();
+}
+
+std::optional<std::int64_t> ParameterServer::claim_batch(std::int64_t epoch, std::int64_t batches) {
+  check_worker("claim_batch");
+  DTRAIN_CHECK(options_.mode != PsMode::Sync,
+               "ParameterServer::claim_batch: sync mode reads fixed shards (every worker pushes every step)");
+  Tensor reply = Tensor::empty({1}, {DType::f64});
+  RecvWorkPtr r = comm_->irecv(reply, workers_, ps::kClaimTag);
+  worker_->control(0, Control::Claim, static_cast<double>(epoch), static_cast<double>(batches));
+  r->wait();
+  const auto batch = static_cast<std::int64_t>(reply.item());
+  if (batch < 0) return std::nullopt;
+  return batch;
+}
+
+void ParameterServer::begin_push(double lr, bool deferred) {
+  check_worker("begin_push");
+  trace::Span span("parameter server: previous push", trace::Phase::Communication);
+  worker_->begin_push(lr, deferred);
+}
+
+void ParameterServer::finish_push(bool skip) {
+  check_worker("finish_push");
+  trace::Span span("parameter server: push and pull", trace::Phase::Communication);
+  worker_->finish_push(skip);
+}
+
+void ParameterServer::leave() {
+  check_worker("leave");
+  for (int s = 0; s < options_.servers; ++s) worker_->control(s, Control::Leave);
+}
+
+void ParameterServer::sync_parameters() {
+  check_worker("sync_parameters");
+  // Each worker's last push has been applied (finish_push waited for its values), so
+  // after the barrier the servers hold every push.
+  worker_group_->barrier();
+  worker_->expect_values();
+  for (int s = 0; s < options_.servers; ++s) worker_->control(s, Control::Fetch);
+  worker_->take_values();
+}
+
+StalenessStats ParameterServer::staleness() {
+  check_worker("staleness");
+  Tensor reply = Tensor::empty({ps::kStalenessBins + 1}, {DType::f64});
+  RecvWorkPtr r = comm_->irecv(reply, workers_, ps::kStatsTag);
+  worker_->control(0, Control::Stats);
+  r->wait();
+  const std::vector<double> v = reply.to_vector<double>();
+  StalenessStats stats;
+  for (std::int64_t k = 0; k < ps::kStalenessBins; ++k) stats.counts.push_back(static_cast<std::int64_t>(v[k]));
+  stats.max = static_cast<std::int64_t>(v.back());
+  return stats;
+}
+
+ParameterServer::ServerState ParameterServer::prototype_state(const optim::Optimizer& prototype) const {
+  ServerState out;
+  if (prototype.steps() == 0) return out;              // fresh: nothing to carry over
+  std::unordered_map<const void*, std::size_t> index;  // prototype parameter -> position
+  for (std::size_t i = 0; i < prototype.params().size(); ++i) index.emplace(prototype.params()[i].id(), i);
+  std::vector<std::size_t> position;
+  for (const Variable& p : params_) {
+    const auto it = index.find(p.id());
+    DTRAIN_CHECK(it != index.end(), "parameter server: the optimizer is not over this model's parameters");
+    position.push_back(it->second);
+  }
+  for (const auto& [key, t] : prototype.state()) {
+    if (key == "lr" || key == "steps") {
+      out.scalars.emplace_back(key, t);
+    } else if (key == "updates") {
+      const std::vector<std::int64_t> all = t.to_vector<std::int64_t>();
+      for (std::size_t p : position) out.updates.push_back(all[p]);
+    } else {
+      const auto dot = key.rfind('.');
+      const std::size_t at = std::stoull(key.substr(dot + 1));
+      auto& slots = out.buffers[key.substr(0, dot)];
+      slots.resize(params_.size());
+      for (std::size_t p = 0; p < position.size(); ++p) {
+        if (position[p] == at) slots[p] = t;
+      }
+    }
+  }
+  return out;
+}
+
+optim::NamedTensors ParameterServer::piece_state(const ServerState& proto, const PsPiece& piece) const {
+  if (proto.scalars.empty()) return {};
+  optim::NamedTensors state = proto.scalars;
+  std::int64_t updates = 0;
+  for (const PsSegment& s : piece.segments) updates = std::max(updates, proto.updates[s.param]);
+  state.emplace_back("updates", Tensor::from_vector<std::int64_t>({updates}, {1}));
+  for (const auto& [name, slots] : proto.buffers) {
+    bool any = false;
+    Tensor flat = Tensor::zeros({piece.length}, {params_.front().dtype()});
+    for (const PsSegment& s : piece.segments) {
+      if (!slots[s.param].defined()) continue;  // never updated: starts at zero
+      any = true;
+      flat.narrow(0, s.at, s.length).copy_(slots[s.param].reshape({-1}).narrow(0, s.offset, s.length));
+    }
+    if (any) state.emplace_back(name + ".0", flat);
+  }
+  return state;
+}
+
+void ParameterServer::request_save(std::int64_t step) {
+  check_worker("request_save");
+  DTRAIN_CHECK(worker_index() == 0, "ParameterServer::request_save: only worker 0 asks for checkpoints");
+  std::vector<RecvWorkPtr> acks;
+  std::vector<Tensor> replies;
+  for (int s = 0; s < options_.servers; ++s) {
+    replies.push_back(Tensor::empty({1}, {DType::f64}));
+    acks.push_back(comm_->irecv(replies.back(), workers_ + s, ps::kSaveTag));
+  }
+  for (int s = 0; s < options_.servers; ++s) worker_->control(s, Control::Save, static_cast<double>(step));
+  for (const RecvWorkPtr& a : acks) a->wait();
+}
+
+void ParameterServer::shutdown() {
+  check_worker("shutdown");  // every push's sends were done in its finish_push
+  for (int s = 0; s < options_.servers; ++s) worker_->control(s, Control::Stop);
+  stopped_ = true;
+}
+
+}  // namespace dtrain::dist

@@ -1,0 +1,47 @@
+// The parameter-server worker's gradient exchange (private to dist): the same reducer as
+// DataParallel's fills the buckets during backward, and a full bucket, instead of being
+// all-reduced, is cut into its pieces (ps_layout.h), each copied into a host buffer with
+// the learning rate and the skip flag appended, and sent to the server that owns it. The
+// servers' answers (the fresh values) are the worker's to receive.
+#pragma once
+
+#include "dist/ps/ps_layout.h"
+#include "dtrain/dist/data_parallel/gradient_exchange.h"
+
+#include <string>
+#include <vector>
+
+namespace dtrain::dist {
+
+class PsPushExchange final : public GradientExchange {
+ public:
+  // `comm`: the parameter server's communicator (server s is rank workers + s); `layout`
+  // outlives the exchange; `names`: the trainable parameters' names in registration order.
+  PsPushExchange(Communicator& comm, int workers, const PsLayout& layout, std::vector<std::string> names, DType dtype);
+
+  std::string name() const override { return "ps_push"; }
+  // Finds every piece in its bucket (pieces are contiguous runs of a bucket); throws when
+  // the reducer's buckets are not the layout's.
+  void plan(const std::vector<BucketLayout>& buckets) override;
+  // Sends the bucket's pieces; the work is done when every send is.
+  WorkPtr start(std::size_t index, Tensor& buffer) override;
+
+  // What the next pushes carry: the learning rate to apply them at, and whether the
+  // servers are to skip them (inf/NaN under a loss scaler) yet answer as for any push.
+  void set_push(double lr, bool skip) {
+    lr_ = lr;
+    skip_ = skip;
+  }
+
+ private:
+  Communicator& comm_;
+  const int workers_;
+  const PsLayout& layout_;
+  const std::vector<std::string> names_;
+  std::vector<std::int64_t> piece_start_;  // per piece: its first element in its bucket
+  std::vector<Tensor> push_;               // per piece, in host memory
+  double lr_ = 0;
+  bool skip_ = false;
+};
+
+}  // namespace dtrain::dist

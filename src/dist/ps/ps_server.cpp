@@ -1,0 +1,315 @@
+#include "dist/ps/ps_server.h"
+
+#include "dist/ps/ps_protocol.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace dtrain::dist {
+
+using ps::Control;
+
+struct PsServer::Piece {
+  std::size_t id = 0;  // in the layout (its messages' tag is kPieceTag + id)
+  std::int64_t length = 0;
+  Variable value;  // flat: the optimizer's parameter
+  std::unique_ptr<optim::Optimizer> optimizer;
+  // Sync: the sum of this step's gradients so far, from `count` workers.
+  Tensor sum;
+  int count = 0;
+  bool skip = false;
+};
+
+struct PsServer::Worker {
+  enum class State : std::uint8_t { Idle, Waiting, InFlight };
+  State state = State::Idle;
+  std::int64_t read = 0;     // the version its gradient is computed from
+  std::size_t pushed = 0;    // pieces of its current push received
+  std::int64_t waiting = 0;  // its place in the queue for parameters (ssp)
+  bool stopped = false;
+  Clock::time_point last_push = Clock::now();
+  bool reported = false;       // as stalled
+  std::vector<WorkPtr> sends;  // values in flight to it
+};
+
+struct PsServer::Slot {
+  int worker = 0;
+  std::ptrdiff_t local = -1;  // a piece of this server, or -1: control messages
+  Tensor buffer;
+  WorkPtr work;
+};
+
+PsServer::PsServer(Communicator& comm, int workers, int server, const PsLayout& layout, std::vector<Tensor> values,
+                   const PsOptions& options, const optim::Optimizer& prototype, std::vector<optim::NamedTensors> states,
+                   std::function<optim::NamedTensors(std::size_t, const optim::NamedTensors&)> share, PsSaveShare save)
+    : comm_(comm),
+      workers_(workers),
+      server_(server),
+      options_(options),
+      workers_state_(static_cast<std::size_t>(workers)),
+      share_(std::move(share)),
+      save_(std::move(save)) {
+  const auto& mine = layout.server_pieces[static_cast<std::size_t>(server)];
+  DTRAIN_CHECK(values.size() == mine.size(), "parameter server {}: {} value tensors for {} pieces", server,
+               values.size(), mine.size());
+  pieces_.resize(mine.size());
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    Piece& p = pieces_[i];
+    p.id = mine[i];
+    p.length = layout.pieces[p.id].length;
+    p.value = Variable(std::move(values[i]), true);
+    p.optimizer = prototype.rebind({p.value});
+    if (i < states.size() && !states[i].empty()) p.optimizer->load_state(states[i]);
+  }
+  if (server_ == 0) staleness_.assign(ps::kStalenessBins, 0);
+  for (int w = 0; w < workers_; ++w) {
+    slots_.push_back(
+        {.worker = w, .local = -1, .buffer = Tensor::empty({ps::kControlWords}, {DType::f64}), .work = {}});
+    for (std::size_t i = 0; i < pieces_.size(); ++i) {
+      const Tensor& v = pieces_[i].value.data();
+      slots_.push_back({.worker = w,
+                        .local = static_cast<std::ptrdiff_t>(i),
+                        .buffer = Tensor::empty({pieces_[i].length + ps::kPushTrailer}, {v.dtype()}),
+                        .work = {}});
+    }
+  }
+}
+
+PsServer::~PsServer() = default;
+
+void PsServer::post(Slot& slot) {
+  const int tag = slot.local < 0 ? ps::kControlTag
+                                 : ps::kPieceTag + static_cast<int>(pieces_[static_cast<std::size_t>(slot.local)].id);
+  slot.work = comm_.irecv(slot.buffer, slot.worker, tag);
+}
+
+void PsServer::run() {
+  for (Slot& s : slots_) post(s);
+  std::vector<WorkPtr> live;
+  std::vector<std::size_t> which;
+  while (stopped_ < workers_) {
+    live.clear();
+    which.clear();
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      if (slots_[i].work) {
+        live.push_back(slots_[i].work);
+        which.push_back(i);
+      }
+    }
+    Slot& slot = slots_[which[comm_.wait_any(live)]];
+    WorkPtr done = std::move(slot.work);
+    done->wait();  // rethrows a failed receive
+    const int w = slot.worker;
+    if (slot.local < 0) {
+      const std::vector<double> message = slot.buffer.to_vector<double>();
+      if (static_cast<Control>(message[0]) != Control::Stop) post(slot);
+      on_control(w, message);
+    } else {
+      on_push(w, static_cast<std::size_t>(slot.local), slot.buffer);
+      post(slot);  // the buffer is consumed
+    }
+    if (server_ == 0 && options_.mode != PsMode::Sync) report_stalls();
+  }
+  for (Worker& wk : workers_state_) {
+    for (const WorkPtr& s : wk.sends) s->wait();
+  }
+}
+
+void PsServer::on_control(int w, const std::vector<double>& message) {
+  Worker& wk = workers_state_[static_cast<std::size_t>(w)];
+  const auto kind = static_cast<Control>(message[0]);
+  DTRAIN_CHECK(!wk.stopped, "parameter server {}: worker {} sent a message after shutting down", server_, w);
+  switch (kind) {
+    case Control::Join:
+      DTRAIN_CHECK(wk.state == Worker::State::Idle, "parameter server {}: worker {} joined twice", server_, w);
+      wk.state = Worker::State::Waiting;
+      wk.waiting = ++waiting_order_;
+      grant_waiting();
+      return;
+    case Control::Leave:
+      DTRAIN_CHECK(wk.pushed == 0, "parameter server {}: worker {} left in the middle of a push", server_, w);
+      wk.state = Worker::State::Idle;
+      grant_waiting();
+      return;
+    case Control::Fetch: send_all(w); return;
+    case Control::Claim:
+      reply_claim(w, static_cast<std::int64_t>(message[1]), static_cast<std::int64_t>(message[2]));
+      return;
+    case Control::Stats: reply_stats(w); return;
+    case Control::Save: save_share(w, static_cast<std::int64_t>(message[1])); return;
+    case Control::Stop:
+      wk.stopped = true;
+      wk.state = Worker::State::Idle;
+      ++stopped_;
+      grant_waiting();
+      return;
+  }
+  DTRAIN_FAIL("parameter server {}: unknown message {} from worker {}", server_, message[0], w);
+}
+
+void PsServer::apply(Piece& piece, const Tensor& grad, double lr) {
+  piece.value.set_grad(grad);
+  piece.optimizer->set_lr(lr);
+  piece.optimizer->step();
+  piece.value.zero_grad();
+}
+
+void PsServer::on_push(int w, std::size_t local, const Tensor& buffer) {
+  Worker& wk = workers_state_[static_cast<std::size_t>(w)];
+  Piece& piece = pieces_[local];
+  DTRAIN_CHECK(wk.state == Worker::State::InFlight,
+               "parameter server {}: worker {} pushed a gradient without parameters to compute it from (join first)",
+               server_, w);
+  const Tensor grad = buffer.narrow(0, 0, piece.length);
+  const double lr = buffer.narrow(0, piece.length, 1).item();
+  const bool skip = buffer.narrow(0, piece.length + 1, 1).item() != 0;
+  if (options_.mode == PsMode::Sync) {
+    if (piece.count == 0) {
+      piece.sum = grad.clone();
+    } else {
+      add_(piece.sum, grad);
+    }
+    piece.skip = piece.skip || skip;
+    if (++piece.count == workers_) {
+      // Every worker's gradient of this step is in: their mean, as an all-reduce gives.
+      if (!piece.skip) {
+        mul_(piece.sum, 1.0 / workers_);
+        apply(piece, piece.sum, lr);
+      }
+      piece.count = 0;
+      piece.skip = false;
+      const Tensor values = piece.value.data().clone();  // one copy for every worker
+      for (int v = 0; v < workers_; ++v) send_piece(v, local, values);
+    }
+  } else {
+    if (!skip) apply(piece, grad, lr);
+    if (options_.mode == PsMode::Async) send_piece(w, local);  // at once: overlaps the rest of its push
+  }
+  if (++wk.pushed == pieces_.size()) push_complete(w);
+}
+
+void PsServer::save_share(int w, std::int64_t step) {
+  DTRAIN_CHECK(save_ != nullptr,
+               "parameter server {}: worker {} asked for a checkpoint, but this server has no "
+               "checkpoint directory (give every rank the same --checkpoint-dir)",
+               server_, w);
+  optim::NamedTensors all;
+  for (const Piece& p : pieces_) {
+    optim::NamedTensors named = share_(p.id, p.optimizer->state());
+    all.insert(all.end(), std::make_move_iterator(named.begin()), std::make_move_iterator(named.end()));
+  }
+  save_(step, std::move(all));
+  comm_.send(Tensor::full({1}, 1.0, {DType::f64}), w, ps::kSaveTag);
+}
+
+void PsServer::push_complete(int w) {
+  Worker& wk = workers_state_[static_cast<std::size_t>(w)];
+  wk.pushed = 0;
+  const auto now = Clock::now();
+  const double step_s = std::chrono::duration<double>(now - wk.last_push).count();
+  mean_step_s_ = mean_step_s_ == 0 ? step_s : 0.9 * mean_step_s_ + 0.1 * step_s;
+  wk.last_push = now;
+  wk.reported = false;
+  const std::int64_t staleness = options_.mode == PsMode::Sync ? 0 : version_ - wk.read;
+  if (server_ == 0) {
+    ++staleness_[static_cast<std::size_t>(std::min<std::int64_t>(staleness, ps::kStalenessBins - 1))];
+    staleness_max_ = std::max(staleness_max_, staleness);
+  }
+  if (options_.mode == PsMode::Sync) return;
+  ++version_;
+  if (options_.mode == PsMode::Async) {
+    wk.read = version_;  // its values went back piece by piece, the last one just now
+    return;
+  }
+  wk.state = Worker::State::Waiting;
+  wk.waiting = ++waiting_order_;
+  grant_waiting();
+}
+
+// Ssp: granting one more worker fresh values adds one gradient that may be applied before
+// each of those still being computed. Worst case for gradient i: the updates applied since
+// its values were read plus one for every other gradient in flight, each applied first.
+bool PsServer::bound_allows() const {
+  std::int64_t in_flight = 0, lag = 0;
+  for (const Worker& wk : workers_state_) {
+    if (wk.state != Worker::State::InFlight) continue;
+    ++in_flight;
+    lag = std::max(lag, version_ - wk.read);
+  }
+  return in_flight == 0 || lag + in_flight <= options_.staleness;
+}
+
+void PsServer::grant_waiting() {
+  for (;;) {
+    Worker* next = nullptr;
+    int who = -1;
+    for (int w = 0; w < workers_; ++w) {
+      Worker& wk = workers_state_[static_cast<std::size_t>(w)];
+      if (wk.state == Worker::State::Waiting && (next == nullptr || wk.waiting < next->waiting)) {
+        next = &wk;
+        who = w;
+      }
+    }
+    if (next == nullptr || (options_.mode == PsMode::Ssp && !bound_allows())) return;
+    next->state = Worker::State::InFlight;
+    next->read = version_;
+    next->last_push = Clock::now();
+    send_all(who);
+  }
+}
+
+void PsServer::send_piece(int w, std::size_t local) { send_piece(w, local, pieces_[local].value.data().clone()); }
+
+void PsServer::send_piece(int w, std::size_t local, const Tensor& values) {
+  Worker& wk = workers_state_[static_cast<std::size_t>(w)];
+  // The worker has received what was sent before its last push, so these are done.
+  if (wk.sends.size() >= 2 * pieces_.size()) {
+    for (const WorkPtr& s : wk.sends) s->wait();
+    wk.sends.clear();
+  }
+  wk.sends.push_back(comm_.isend(values, w, ps::kPieceTag + static_cast<int>(pieces_[local].id)));
+}
+
+void PsServer::send_all(int w) {
+  for (std::size_t i = 0; i < pieces_.size(); ++i) send_piece(w, i);
+}
+
+void PsServer::reply_claim(int w, std::int64_t epoch, std::int64_t batches) {
+  DTRAIN_CHECK(server_ == 0, "parameter server {}: worker {} claimed a batch from a server other than 0", server_, w);
+  DTRAIN_CHECK(epoch >= claim_epoch_, "parameter server: worker {} claimed a batch of epoch {} during epoch {}", w,
+               epoch + 1, claim_epoch_ + 1);
+  if (epoch != claim_epoch_) {
+    claim_epoch_ = epoch;
+    next_batch_ = 0;
+  }
+  const double batch = next_batch_ < batches ? static_cast<double>(next_batch_++) : -1.0;
+  comm_.send(Tensor::full({1}, batch, {DType::f64}), w, ps::kClaimTag);
+}
+
+void PsServer::reply_stats(int w) {
+  DTRAIN_CHECK(server_ == 0, "parameter server {}: worker {} asked a server other than 0 for staleness", server_, w);
+  std::vector<double> message(staleness_.begin(), staleness_.end());
+  message.push_back(static_cast<double>(staleness_max_));
+  comm_.send(Tensor::from_vector(message, {static_cast<std::int64_t>(message.size())}), w, ps::kStatsTag);
+  std::fill(staleness_.begin(), staleness_.end(), 0);
+  staleness_max_ = 0;
+}
+
+void PsServer::report_stalls() {
+  if (mean_step_s_ == 0) return;
+  const auto now = Clock::now();
+  for (int w = 0; w < workers_; ++w) {
+    Worker& wk = workers_state_[static_cast<std::size_t>(w)];
+    if (wk.state != Worker::State::InFlight || wk.reported) continue;
+    const double waited = std::chrono::duration<double>(now - wk.last_push).count();
+    if (waited < std::max(1.0, 20 * mean_step_s_)) continue;
+    spdlog::warn(
+        "parameter server: worker {} (rank {}) has pushed nothing for {:.1f} s (a step takes {:.3f} s on "
+        "average); the other workers go on",
+        w, w, waited, mean_step_s_);
+    wk.reported = true;
+  }
+}
+
+}  // namespace dtrain::dist

@@ -1,0 +1,159 @@
+#include "dtrain/dist/ps/ps_strategy.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace dtrain::dist {
+
+namespace {
+
+// worker[dp=W] + ps[ps=S] over `world`, after checking that both roles have ranks.
+DeviceMesh ps_mesh(const CommunicatorPtr& world, const PsOptions& options) {
+  DTRAIN_CHECK(world != nullptr, "parameter server strategy: no communicator given");
+  DTRAIN_CHECK(options.servers >= 1 && options.servers < world->size(),
+               "parameter server strategy: {} server(s) among {} ranks: need at least one server and one worker",
+               options.servers, world->size());
+  return DeviceMesh(world, std::vector<MeshBlock>{{"worker", {{"dp", world->size() - options.servers}}},
+                                                  {"ps", {{"ps", options.servers}}}});
+}
+
+}  // namespace
+
+ParameterServerStrategy::ParameterServerStrategy(CommunicatorPtr world, Device device, PsOptions options)
+    : Strategy(device, world), options_(options), mesh_(ps_mesh(world, options_)) {
+  steps_optimizer_here_ = false;  // the servers step it
+}
+
+ParameterServerStrategy::~ParameterServerStrategy() = default;
+
+std::shared_ptr<nn::Module> ParameterServerStrategy::prepare(std::shared_ptr<nn::Module> model) {
+  DTRAIN_CHECK(model != nullptr, "parameter server strategy: prepare() needs a model");
+  DTRAIN_CHECK(ps_ == nullptr, "parameter server strategy: prepare() was called already");
+  model->to(device_);
+  ps_ = std::make_unique<ParameterServer>(world_, model, options_);
+  module_ = std::move(model);
+  return module_;
+}
+
+ParameterServer& ParameterServerStrategy::parameter_server() {
+  DTRAIN_CHECK(ps_ != nullptr, "parameter server strategy: prepare() the model first");
+  return *ps_;
+}
+
+Strategy::Shard ParameterServerStrategy::data_shard() const {
+  return {trains() ? mesh_.coordinate("dp") : 0, mesh_.role_size("worker")};
+}
+
+void ParameterServerStrategy::reduce_sums(Tensor& sums) {
+  const CommunicatorPtr& group = parameter_server().worker_group();
+  DTRAIN_CHECK(group != nullptr, "parameter server strategy: reduce_sums on server rank {}", world_->rank());
+  group->all_reduce(sums, ReduceOp::Sum);
+}
+
+StepStats ParameterServerStrategy::train_step(std::span<const MicroBatch> micro, optim::Optimizer& optimizer,
+                                              const StepConfig& config) {
+  lr_ = optimizer.lr();  // the servers apply the push at the learning rate the caller set
+  return Strategy::train_step(micro, optimizer, config);
+}
+
+CheckpointPlan ParameterServerStrategy::checkpoint_plan() const {
+  const int rank = world_->rank(), workers = mesh_.role_size("worker");
+  CheckpointPlan plan{.rank = rank,
+                      .ranks = world_->size(),
+                      .part = rank == 0         ? "model"
+                              : rank >= workers ? fmt::format("server{}", rank - workers)
+                                                : "",
+                      .saves_optimizer = rank >= workers,
+                      .step_saves = options_.mode == PsMode::Sync,
+                      .replicas = workers,
+                      .servers = options_.servers};
+  if (trains()) {
+    // No worker pushes again before every server has taken its share, so that in every mode
+    // the shares belong to the parameters the chief saved.
+    plan.after_snapshot = [ps = ps_.get()](std::int64_t step) {
+      DTRAIN_CHECK(ps != nullptr, "parameter server strategy: prepare() the model first");
+      if (ps->worker_index() == 0) ps->request_save(step);
+      ps->worker_group()->barrier();
+    };
+  }
+  return plan;
+}
+
+Capabilities ParameterServerStrategy::capabilities() {
+  if (!trains()) return {.server = this};
+  return {.dispenser = options_.mode == PsMode::Sync ? nullptr : this, .epochs = this};
+}
+
+bool ParameterServerStrategy::trains() const { return mesh_.role() == "worker"; }
+
+void ParameterServerStrategy::serve(optim::Optimizer& optimizer, const SaveShare& save_share) {
+  parameter_server().serve(optimizer, save_share);
+}
+
+std::optional<std::int64_t> ParameterServerStrategy::claim_batch(std::int64_t epoch, std::int64_t batches) {
+  return parameter_server().claim_batch(epoch, batches);
+}
+
+void ParameterServerStrategy::begin_epoch(std::int64_t epoch) {
+  if (epoch != epoch_) staleness_ = {};  // a new epoch, not the next stretch of this one
+  epoch_ = epoch;
+  parameter_server().join();
+}
+
+namespace {
+
+void add_to(StalenessStats& total, const StalenessStats& more) {
+  total.counts.resize(std::max(total.counts.size(), more.counts.size()));
+  for (std::size_t k = 0; k < more.counts.size(); ++k) total.counts[k] += more.counts[k];
+  total.max = std::max(total.max, more.max);
+}
+
+// The histogram up to its largest non-empty bin, its mean and max, as a report.
+EpochReport report(const StalenessStats& s, const std::string& prefix) {
+  std::size_t last = 0;
+  for (std::size_t k = 0; k < s.counts.size(); ++k) {
+    if (s.counts[k] != 0) last = k;
+  }
+  std::vector<double> histogram;
+  if (!s.counts.empty()) histogram.assign(s.counts.begin(), s.counts.begin() + static_cast<std::ptrdiff_t>(last) + 1);
+  return {.text = fmt::format("{}staleness mean {:.2f}, max {}", prefix, s.mean(), s.max),
+          .values = {{"staleness_mean", s.mean()}, {"staleness_max", static_cast<double>(s.max)}},
+          .series = {{"staleness_histogram", std::move(histogram)}}};
+}
+
+}  // namespace
+
+EpochReport ParameterServerStrategy::end_epoch() {
+  ParameterServer& ps = parameter_server();
+  ps.leave();
+  ps.sync_parameters();
+  if (ps.worker_index() != 0) return {};
+  const StalenessStats more = ps.staleness();
+  add_to(staleness_, more);
+  add_to(run_staleness_, more);
+  return report(staleness_, "");
+}
+
+EpochReport ParameterServerStrategy::end_training() {
+  ParameterServer& ps = parameter_server();
+  ps.shutdown();
+  if (ps.worker_index() != 0) return {};
+  return report(run_staleness_, fmt::format("parameter servers ({}): {} pushes applied, ", ps_mode_name(options_),
+                                            run_staleness_.total()));
+}
+
+void ParameterServerStrategy::forward_backward(const MicroBatch& batch, double weight, bool last,
+                                               const StepConfig& config, StepStats& stats) {
+  // The last micro-batch's backward pushes; a loss scaler or clipping needs every gradient
+  // before any is sent.
+  if (last) parameter_server().begin_push(lr_, config.scaler != nullptr || config.clip_grad_norm > 0);
+  Strategy::forward_backward(batch, weight, last, config, stats);
+}
+
+void ParameterServerStrategy::apply_update(optim::Optimizer&, const StepConfig& config, bool nonfinite) {
+  if (config.scaler) config.scaler->update();
+  parameter_server().finish_push(nonfinite);
+}
+
+}  // namespace dtrain::dist

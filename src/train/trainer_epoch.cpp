@@ -1,0 +1,172 @@
+// The Trainer's epoch: stretches of updates between evaluation points, each update's step
+// and bookkeeping, and the epoch's summary over the ranks.
+#include "dtrain/train/trainer.h"
+
+#include "dtrain/train/progress.h"
+#include "dtrain/train/tensorboard.h"
+#include "train/batch_source.h"
+#include "train/epoch_sums.h"
+#include "train/fault_injection.h"
+#include "train/rank_sums.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <utility>
+
+namespace dtrain::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+}  // namespace
+
+// One epoch's running state.
+struct Trainer::Epoch {
+  int epoch = 0;  // 1-based
+  optim::Optimizer& optimizer;
+  const optim::LrSchedule* schedule;
+  std::int64_t updates = 0;  // per epoch (of all ranks where batches are handed out)
+  // On the CPU reading a step's loss costs nothing, so divergence stops the very step; on a
+  // GPU the sums are read only when the progress line is due and at the end.
+  bool read_each_step = true;
+  Progress progress;
+  EpochSums sums;
+  // Evaluation points split the epoch into `parts` stretches of `span` updates each.
+  int parts = 1;
+  std::int64_t span = 1;
+  bool stop = false;         // an evaluation inside the epoch reached the target
+  double evaluating_s = 0;   // evaluations inside the epoch: not training time
+  dist::EpochReport report;  // the strategy's, for the epoch so far
+  double shown_loss = 0;
+};
+
+EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSchedule* schedule, int epoch) {
+  const auto start = Clock::now();
+  strategy_->module().train();
+  const Device device = strategy_->device();
+  const std::int64_t updates = updates_per_epoch();
+  Epoch e{.epoch = epoch,
+          .optimizer = optimizer,
+          .schedule = schedule,
+          .updates = updates,
+          .read_each_step = device.is_cpu(),
+          .progress = Progress(fmt::format("epoch {}/{}", epoch, options_.epochs), updates,
+                               options_.verbose && strategy_->reports(), options_.out, 10.0, options_.progress),
+          .sums = EpochSums(device),
+          .parts = options_.evaluations_per_epoch,
+          .span = (updates + options_.evaluations_per_epoch - 1) / options_.evaluations_per_epoch};
+  e.progress.set_sample_scale(strategy_->data_shard().count);
+  // A resumed epoch continues from its first update not done, with its sums so far.
+  const std::int64_t first_step = std::exchange(resume_step_, 0);
+  if (first_step > 0) e.sums.restore(resume_sums_);
+  const std::int64_t skipped_before = data_.train->bad_samples_skipped();
+  const double waited_before = train_loader_->wait_seconds();
+  train_loader_->set_epoch(epoch - 1);
+  if (caps_.epochs) caps_.epochs->begin_epoch(epoch - 1);
+  const trace::PhaseTotals time_before = trace::thread_totals();
+
+  BatchSource source(*train_loader_, device, options_.accumulate, caps_.dispenser);
+  for (int part = 0; part < e.parts && !e.stop; ++part) {
+    const std::int64_t end = std::min(updates, e.span * (part + 1));
+    if (end <= first_step) continue;  // done before the checkpoint this epoch resumed from
+    source.begin(std::max(e.span * part, first_step), end, static_cast<std::int64_t>(epoch - 1) * e.parts + part);
+    while (std::optional<UpdateBatches> batches = source.next()) run_update(e, *batches);
+    evaluation_point(e, part);
+  }
+  source.finish();
+  e.progress.finish();
+
+  // This rank's training time; the collectives of the summary come after it.
+  const double seconds = seconds_since(start) - e.evaluating_s;
+  const trace::PhaseTotals time = trace::thread_totals() - time_before;
+  EpochSummary summary = summarize(e);
+  summary.seconds = seconds;
+  summary.samples_per_s = seconds > 0 ? static_cast<double>(summary.samples) / seconds : 0;
+  summary.time = time;
+  summary.bad_samples_skipped = static_cast<std::int64_t>(
+      over_ranks(*strategy_, {static_cast<double>(data_.train->bad_samples_skipped() - skipped_before)})[0]);
+  summary.loader_wait_s = train_loader_->wait_seconds() - waited_before;
+  // Ranks whose updates differ in number (handed-out batches) agree on when to write.
+  if (!options_.trace.file.empty() && !trace_written_ && over_ranks(*strategy_, {trace_pending_ ? 1.0 : 0.0})[0] > 0) {
+    write_trace();
+  }
+  return summary;
+}
+
+void Trainer::run_update(Epoch& e, UpdateBatches& batches) {
+  std::vector<dist::MicroBatch> micro;
+  for (Staged& s : batches.micro) micro.push_back({s.inputs.get(), s.targets.get()});
+  batches.micro.clear();  // the batches' memory goes back with `micro`, before the next update's
+  if (e.schedule) {
+    e.optimizer.set_lr(e.schedule->lr_at(static_cast<std::int64_t>(e.epoch - 1) * e.updates + batches.position));
+  }
+  const dist::StepStats stats = strategy_->train_step(micro, e.optimizer, train_config_);
+  micro.clear();
+  ++global_step_;
+  e.sums.add(stats);
+  const std::int64_t step = batches.position + 1;
+  const bool unscaled = train_config_.scaler == nullptr;
+  DTRAIN_CHECK(!unscaled || !stats.grad_norm || std::isfinite(*stats.grad_norm),
+               "training diverged at step {}: gradient norm {} (lower the learning rate?)", global_step_,
+               *stats.grad_norm);
+  const bool due = e.progress.due(step);
+  if (stats.loss.defined() && (e.read_each_step || due || step == e.updates)) {
+    e.shown_loss = stats.loss.item();
+    if (tensorboard_) {
+      tensorboard_->add_scalar("train/loss", e.shown_loss, global_step_);
+      tensorboard_->add_scalar("train/learning_rate", e.optimizer.lr(), global_step_);
+    }
+    DTRAIN_CHECK(!unscaled || e.sums.nonfinite() == 0,
+                 "training diverged {} step {}: loss {} (lower the learning "
+                 "rate?{})",
+                 e.read_each_step ? "at" : "by", global_step_, e.shown_loss,
+                 e.read_each_step ? "" : " on a GPU a label outside the model's classes makes the loss NaN too");
+  }
+  if (due) e.progress.update(step, e.shown_loss, stats.samples);
+  else e.progress.count(stats.samples);
+  trace_after_update();
+  for (const auto& callback : step_callbacks_) {
+    callback({.epoch = e.epoch, .step = step, .global_step = global_step_, .lr = e.optimizer.lr(), .stats = &stats});
+  }
+  if (!checkpointer_) return;
+  fault::maybe_kill_at_step(checkpointer_->rank(), global_step_);
+  // The epoch's last update is saved by the end-of-epoch checkpoint, after its evaluation.
+  const std::int64_t every = checkpointer_->options().every;
+  if (every > 0 && global_step_ % every == 0 && step < e.updates && !checkpointer_->options().dir.empty()) {
+    save_checkpoint(e.optimizer, e.epoch, step, e.sums.values());
+  }
+}
+
+void Trainer::evaluation_point(Epoch& e, int part) {
+  if (part + 1 >= e.parts || e.span * (part + 1) >= e.updates) return;
+  const auto paused = Clock::now();
+  if (caps_.epochs) e.report = caps_.epochs->end_epoch();
+  e.progress.finish();
+  e.stop = evaluate_inside(e.epoch, static_cast<double>(e.span * (part + 1)) / static_cast<double>(e.updates));
+  e.evaluating_s += seconds_since(paused);
+  if (!e.stop && caps_.epochs) caps_.epochs->begin_epoch(e.epoch - 1);
+}
+
+EpochSummary Trainer::summarize(Epoch& e) {
+  EpochSummary summary;
+  summary.epoch = e.epoch;
+  if (caps_.epochs) summary.strategy_report = e.stop ? std::move(e.report) : caps_.epochs->end_epoch();
+  const EpochTotals t = e.sums.totals(*strategy_);
+  summary.nonfinite_updates = t.nonfinite_losses;
+  DTRAIN_CHECK(train_config_.scaler != nullptr || summary.nonfinite_updates == 0,
+               "training diverged in epoch {}: {} update(s) over the ranks had a non-finite loss (lower the "
+               "learning rate?)",
+               e.epoch, summary.nonfinite_updates);
+  summary.train_loss = t.finite_losses > 0 ? t.loss_sum / static_cast<double>(t.finite_losses) : 0;
+  summary.train_accuracy = t.counted > 0 ? static_cast<double>(t.correct) / static_cast<double>(t.counted) : 0;
+  summary.updates = e.sums.updates();
+  // Handed-out batches differ in number between ranks: their sum; fixed shards are equal.
+  summary.samples = caps_.dispenser ? t.samples : e.sums.samples() * strategy_->data_shard().count;
+  return summary;
+}
+
+}  // namespace dtrain::train
