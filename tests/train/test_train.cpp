@@ -347,7 +347,7 @@ TEST_CASE("Trainer takes a loss and metrics of one's own (regression by MSE)", "
   const train::FitResult r = trainer.fit(sgd);
   std::fclose(out);
   CHECK(r.epochs.back().test_loss < 1e-2);  // from about 5 for the untrained layer
-  CHECK(r.test_accuracy == 1.0);  // every prediction within 0.1
+  CHECK(r.test_accuracy == 1.0);            // every prediction within 0.1
   REQUIRE(r.epochs.back().test_metrics.size() == 1);
   CHECK(r.epochs.back().test_metrics[0].first == "within_0.1");
   std::ifstream printed(dir / "out.txt");
