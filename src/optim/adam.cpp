@@ -48,12 +48,12 @@ void Adam::step() {
 }
 
 std::unique_ptr<Optimizer> Adam::rebind(std::vector<Variable> params) const {
-  DTRAIN_CHECK(!exclude_1d_from_weight_decay_,
-               "{}: cannot be rebound to other parameters (a parameter server's shards) with "
-               "exclude_1d_from_weight_decay: a shard is a slice of the flat parameter vector, whose shape no "
-               "longer tells a bias from a weight",
-               decoupled_ ? "AdamW" : "Adam");
-  const AdamOptions options{.lr = lr(), .beta1 = beta1_, .beta2 = beta2_, .eps = eps_, .weight_decay = weight_decay_};
+  const AdamOptions options{.lr = lr(),
+                            .beta1 = beta1_,
+                            .beta2 = beta2_,
+                            .eps = eps_,
+                            .weight_decay = weight_decay_,
+                            .exclude_1d_from_weight_decay = exclude_1d_from_weight_decay_};
   if (decoupled_) return std::make_unique<AdamW>(std::move(params), options);
   return std::make_unique<Adam>(std::move(params), options);
 }

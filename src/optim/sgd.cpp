@@ -59,15 +59,13 @@ void SGD::step() {
 }
 
 std::unique_ptr<Optimizer> SGD::rebind(std::vector<Variable> params) const {
-  DTRAIN_CHECK(!exclude_1d_from_weight_decay_,
-               "SGD: cannot be rebound to other parameters (a parameter server's shards) with "
-               "exclude_1d_from_weight_decay: a shard is a slice of the flat parameter vector, whose shape no "
-               "longer tells a bias from a weight");
-  return std::make_unique<SGD>(std::move(params), SgdOptions{.lr = lr(),
-                                                             .momentum = momentum_,
-                                                             .dampening = dampening_,
-                                                             .weight_decay = weight_decay_,
-                                                             .nesterov = nesterov_});
+  return std::make_unique<SGD>(std::move(params),
+                               SgdOptions{.lr = lr(),
+                                          .momentum = momentum_,
+                                          .dampening = dampening_,
+                                          .weight_decay = weight_decay_,
+                                          .nesterov = nesterov_,
+                                          .exclude_1d_from_weight_decay = exclude_1d_from_weight_decay_});
 }
 
 }  // namespace dtrain::optim

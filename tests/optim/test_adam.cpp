@@ -162,9 +162,22 @@ TEST_CASE("Adam and AdamW exclude_1d_from_weight_decay spare 1-D parameters and 
     require_values(weight, p0, 1e-11);
     require_values(bias, p1, 1e-11);
   }
-  // A parameter server's shards are flat slices: every one would look like a bias.
-  CHECK_THROWS_WITH(adam->rebind({f64_param({1.0, 2.0}, {2})}),
-                    Catch::Contains(adamw ? "AdamW" : "Adam") && Catch::Contains("exclude_1d_from_weight_decay"));
+  // Rebound (a parameter server's slices keep their parameter's rank), the option holds:
+  // the [1, n] slice follows the decaying reference, the [n] one the plain one.
+  std::vector<double> q0 = {0.5, -1.0};
+  std::vector<double> q1 = {3.0, -2.0};
+  Variable w_slice = f64_param(q0, {1, 2});
+  Variable b_slice = f64_param(q1, {2});
+  const auto rebound = adam->rebind({w_slice, b_slice});
+  ReferenceAdam ref_w_slice = reference(c);
+  ReferenceAdam ref_b_slice = reference({c.options, adamw, 0.0});
+  set_grad(w_slice, grad_at(0, 2));
+  set_grad(b_slice, grad_at(0, 2));
+  rebound->step();
+  ref_w_slice.step(q0, grad_at(0, 2));
+  ref_b_slice.step(q1, grad_at(0, 2));
+  require_values(w_slice, q0, 1e-11);
+  require_values(b_slice, q1, 1e-11);
 }
 
 }  // namespace dtrain::optim::test

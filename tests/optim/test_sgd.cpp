@@ -123,9 +123,16 @@ TEST_CASE("SGD exclude_1d_from_weight_decay spares 1-D parameters and decays the
     require_values(weight, p0);
     require_values(bias, p1);
   }
-  // A parameter server's shards are flat slices: every one would look like a bias.
-  CHECK_THROWS_WITH(sgd.rebind({f64_param({1.0, 2.0}, {2})}),
-                    Catch::Contains("SGD") && Catch::Contains("exclude_1d_from_weight_decay"));
+  // Rebound (a parameter server's slices keep their parameter's rank), the option holds:
+  // with a zero gradient only the [1, n] slice decays.
+  Variable w_slice = f64_param({1.0, 2.0}, {1, 2});
+  Variable b_slice = f64_param({1.0, 2.0}, {2});
+  const auto rebound = sgd.rebind({w_slice, b_slice});
+  set_grad(w_slice, {0.0, 0.0});
+  set_grad(b_slice, {0.0, 0.0});
+  rebound->step();
+  require_values(w_slice, {1.0 - 0.1 * 0.2 * 1.0, 2.0 - 0.1 * 0.2 * 2.0});
+  require_values(b_slice, {1.0, 2.0});
 }
 
 }  // namespace dtrain::optim::test

@@ -30,8 +30,6 @@ class Adam : public Optimizer {
  public:
   Adam(std::vector<Variable> params, AdamOptions options = {});
   void step() override;
-  // Throws with exclude_1d_from_weight_decay: a parameter server's shards are slices of a
-  // flat parameter vector, whose shapes no longer tell a bias from a weight.
   std::unique_ptr<Optimizer> rebind(std::vector<Variable> params) const override;
 
  protected:

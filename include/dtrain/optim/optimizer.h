@@ -32,9 +32,10 @@ class Optimizer {
   // A new optimizer of the same kind and options, at the current learning rate, over
   // other parameters and with fresh state: a parameter server builds one per shard it owns.
   // SGD and Adam/AdamW update each element from its own gradient and buffers alone, so the
-  // shards' updates together are this optimizer's update of the whole model. Optimizers
-  // whose update depends on a whole tensor (LARS's and LAMB's trust ratios, a weight decay
-  // that skips 1-D parameters) throw instead.
+  // shards' updates together are this optimizer's update of the whole model, provided each
+  // slice keeps its parameter's rank (< 2 or not), which their option to skip weight decay
+  // on 1-D parameters reads. Optimizers whose update depends on a whole tensor (LARS's and
+  // LAMB's trust ratios) throw instead.
   virtual std::unique_ptr<Optimizer> rebind(std::vector<Variable> params) const = 0;
 
   double lr() const { return lr_; }

@@ -26,8 +26,6 @@ class SGD final : public Optimizer {
  public:
   SGD(std::vector<Variable> params, SgdOptions options);
   void step() override;
-  // Throws with exclude_1d_from_weight_decay: a parameter server's shards are slices of a
-  // flat parameter vector, whose shapes no longer tell a bias from a weight.
   std::unique_ptr<Optimizer> rebind(std::vector<Variable> params) const override;
 
  private:

@@ -222,28 +222,31 @@ void ParameterServer::serve(const optim::Optimizer& prototype, PsSaveShare save)
     states.push_back(piece_state(proto, piece));
   }
   // A piece's optimizer state as the checkpoint names it: by parameter and element range.
+  // The piece's optimizer has one parameter per segment ("<buffer>.<segment>").
   const auto share = [this](std::size_t id, const optim::NamedTensors& state) {
     const PsPiece& piece = layout_->pieces[id];
     optim::NamedTensors out;
     for (const auto& [key, t] : state) {
       if (key == "lr" || key == "steps") {
         out.emplace_back(key, t);
-        continue;
-      }
-      for (const PsSegment& s : piece.segments) {
-        const std::string& name = param_names_[s.param];
-        if (key == "updates") {
-          out.emplace_back(name + "/updates", t.reshape({}).clone());
-        } else {
-          const std::string buffer = key.substr(0, key.rfind('.'));  // "<buffer>.0": one parameter per piece
-          out.emplace_back(fmt::format("{}[{}:{}]/{}", name, s.offset, s.offset + s.length, buffer),
-                           t.narrow(0, s.at, s.length).clone());
+      } else if (key == "updates") {
+        for (std::size_t k = 0; k < piece.segments.size(); ++k) {
+          out.emplace_back(param_names_[piece.segments[k].param] + "/updates",
+                           t.narrow(0, static_cast<std::int64_t>(k), 1).reshape({}).clone());
         }
+      } else {
+        const auto dot = key.rfind('.');
+        const PsSegment& s = piece.segments[std::stoull(key.substr(dot + 1))];
+        out.emplace_back(
+            fmt::format("{}[{}:{}]/{}", param_names_[s.param], s.offset, s.offset + s.length, key.substr(0, dot)),
+            t.reshape({-1}).clone());
       }
     }
     return out;
   };
-  PsServer(*comm_, workers_, server, *layout_, std::move(values), options_, prototype, std::move(states), share,
+  std::vector<std::int64_t> dims;
+  for (const Variable& p : params_) dims.push_back(p.data().dim());
+  PsServer(*comm_, workers_, server, *layout_, dims, std::move(values), options_, prototype, std::move(states), share,
            std::move(save))
       .run();
   stopped_ = true;
@@ -341,19 +344,20 @@ ParameterServer::ServerState ParameterServer::prototype_state(const optim::Optim
 
 optim::NamedTensors ParameterServer::piece_state(const ServerState& proto, const PsPiece& piece) const {
   if (proto.scalars.empty()) return {};
+  // As the server's optimizer sees the piece: one parameter per segment, [n] or [1, n].
   optim::NamedTensors state = proto.scalars;
-  std::int64_t updates = 0;
-  for (const PsSegment& s : piece.segments) updates = std::max(updates, proto.updates[s.param]);
-  state.emplace_back("updates", Tensor::from_vector<std::int64_t>({updates}, {1}));
+  std::vector<std::int64_t> updates;
+  for (const PsSegment& s : piece.segments) updates.push_back(proto.updates[s.param]);
+  state.emplace_back("updates",
+                     Tensor::from_vector<std::int64_t>(updates, {static_cast<std::int64_t>(updates.size())}));
   for (const auto& [name, slots] : proto.buffers) {
-    bool any = false;
-    Tensor flat = Tensor::zeros({piece.length}, {params_.front().dtype()});
-    for (const PsSegment& s : piece.segments) {
-      if (!slots[s.param].defined()) continue;  // never updated: starts at zero
-      any = true;
-      flat.narrow(0, s.at, s.length).copy_(slots[s.param].reshape({-1}).narrow(0, s.offset, s.length));
+    for (std::size_t k = 0; k < piece.segments.size(); ++k) {
+      const PsSegment& s = piece.segments[k];
+      if (!slots[s.param].defined()) continue;  // never updated: the server's optimizer starts it
+      Tensor part = slots[s.param].reshape({-1}).narrow(0, s.offset, s.length).clone();
+      if (params_[s.param].data().dim() >= 2) part = part.reshape({1, s.length});
+      state.emplace_back(fmt::format("{}.{}", name, k), std::move(part));
     }
-    if (any) state.emplace_back(name + ".0", flat);
   }
   return state;
 }

@@ -13,7 +13,9 @@ using ps::Control;
 struct PsServer::Piece {
   std::size_t id = 0;  // in the layout (its messages' tag is kPieceTag + id)
   std::int64_t length = 0;
-  Variable value;  // flat: the optimizer's parameter
+  Tensor value;                    // flat
+  std::vector<Variable> segments;  // views of `value`, one per layout segment: the optimizer's parameters
+  std::vector<std::int64_t> at;    // each segment's offset in `value`
   std::unique_ptr<optim::Optimizer> optimizer;
   // Sync: the sum of this step's gradients so far, from `count` workers.
   Tensor sum;
@@ -40,8 +42,9 @@ struct PsServer::Slot {
   WorkPtr work;
 };
 
-PsServer::PsServer(Communicator& comm, int workers, int server, const PsLayout& layout, std::vector<Tensor> values,
-                   const PsOptions& options, const optim::Optimizer& prototype, std::vector<optim::NamedTensors> states,
+PsServer::PsServer(Communicator& comm, int workers, int server, const PsLayout& layout,
+                   const std::vector<std::int64_t>& param_dims, std::vector<Tensor> values, const PsOptions& options,
+                   const optim::Optimizer& prototype, std::vector<optim::NamedTensors> states,
                    std::function<optim::NamedTensors(std::size_t, const optim::NamedTensors&)> share, PsSaveShare save)
     : comm_(comm),
       workers_(workers),
@@ -58,8 +61,14 @@ PsServer::PsServer(Communicator& comm, int workers, int server, const PsLayout& 
     Piece& p = pieces_[i];
     p.id = mine[i];
     p.length = layout.pieces[p.id].length;
-    p.value = Variable(std::move(values[i]), true);
-    p.optimizer = prototype.rebind({p.value});
+    p.value = std::move(values[i]);
+    for (const PsSegment& s : layout.pieces[p.id].segments) {
+      Tensor view = p.value.narrow(0, s.at, s.length);
+      if (param_dims[s.param] >= 2) view = view.reshape({1, s.length});
+      p.segments.emplace_back(view, true);
+      p.at.push_back(s.at);
+    }
+    p.optimizer = prototype.rebind(p.segments);
     if (i < states.size() && !states[i].empty()) p.optimizer->load_state(states[i]);
   }
   if (server_ == 0) staleness_.assign(ps::kStalenessBins, 0);
@@ -67,7 +76,7 @@ PsServer::PsServer(Communicator& comm, int workers, int server, const PsLayout& 
     slots_.push_back(
         {.worker = w, .local = -1, .buffer = Tensor::empty({ps::kControlWords}, {DType::f64}), .work = {}});
     for (std::size_t i = 0; i < pieces_.size(); ++i) {
-      const Tensor& v = pieces_[i].value.data();
+      const Tensor& v = pieces_[i].value;
       slots_.push_back({.worker = w,
                         .local = static_cast<std::ptrdiff_t>(i),
                         .buffer = Tensor::empty({pieces_[i].length + ps::kPushTrailer}, {v.dtype()}),
@@ -149,10 +158,13 @@ void PsServer::on_control(int w, const std::vector<double>& message) {
 }
 
 void PsServer::apply(Piece& piece, const Tensor& grad, double lr) {
-  piece.value.set_grad(grad);
+  for (std::size_t k = 0; k < piece.segments.size(); ++k) {
+    Variable& s = piece.segments[k];
+    s.set_grad(grad.narrow(0, piece.at[k], s.data().numel()).reshape(s.data().shape()));
+  }
   piece.optimizer->set_lr(lr);
   piece.optimizer->step();
-  piece.value.zero_grad();
+  piece.optimizer->zero_grad();
 }
 
 void PsServer::on_push(int w, std::size_t local, const Tensor& buffer) {
@@ -179,7 +191,7 @@ void PsServer::on_push(int w, std::size_t local, const Tensor& buffer) {
       }
       piece.count = 0;
       piece.skip = false;
-      const Tensor values = piece.value.data().clone();  // one copy for every worker
+      const Tensor values = piece.value.clone();  // one copy for every worker
       for (int v = 0; v < workers_; ++v) send_piece(v, local, values);
     }
   } else {
@@ -259,7 +271,7 @@ void PsServer::grant_waiting() {
   }
 }
 
-void PsServer::send_piece(int w, std::size_t local) { send_piece(w, local, pieces_[local].value.data().clone()); }
+void PsServer::send_piece(int w, std::size_t local) { send_piece(w, local, pieces_[local].value.clone()); }
 
 void PsServer::send_piece(int w, std::size_t local, const Tensor& values) {
   Worker& wk = workers_state_[static_cast<std::size_t>(w)];

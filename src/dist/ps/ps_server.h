@@ -17,11 +17,15 @@ namespace dtrain::dist {
 class PsServer {
  public:
   // `values`: this server's pieces (layout.server_pieces[server]), flat, in order; updated
-  // in place by a rebound copy of `prototype` per piece.
+  // in place by a rebound copy of `prototype` per piece, over the piece's segments.
+  // `param_dims`: each parameter's number of dimensions, by registration index: a segment
+  // is shown to the optimizer as [n] when its parameter has fewer than two, else as [1, n],
+  // so that shape-based rules (no weight decay on biases and norms) still apply.
   // `states`: per piece, the optimizer state to start from (empty: fresh); `share` turns a
   // piece's optimizer state into the checkpoint's named entries; `save` receives them.
-  PsServer(Communicator& comm, int workers, int server, const PsLayout& layout, std::vector<Tensor> values,
-           const PsOptions& options, const optim::Optimizer& prototype, std::vector<optim::NamedTensors> states,
+  PsServer(Communicator& comm, int workers, int server, const PsLayout& layout,
+           const std::vector<std::int64_t>& param_dims, std::vector<Tensor> values, const PsOptions& options,
+           const optim::Optimizer& prototype, std::vector<optim::NamedTensors> states,
            std::function<optim::NamedTensors(std::size_t piece, const optim::NamedTensors& state)> share,
            PsSaveShare save);
   ~PsServer();

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Before/after figures for a change to the distribution core (issue 32's acceptance): two
+# builds of the release preset, run alternately on the same machine.
+#   1. the README's main job (mpirun -np 2 train_mnist --model cnn --epochs 3), once each:
+#      the printed losses and accuracies must be the same;
+#   2. five alternating repetitions of
+#      - train_mnist -np 2, CNN, one epoch on 12,000 examples (samples/s),
+#      - bench_ddp -np 2, CNN and MLP (scaling efficiency),
+#      - bench_ps_data -np 3 (two async workers, one server; 300 us per sample read, 4 loader
+#        threads, 3 repetitions inside): the chief worker's data wait.
+# Prints the raw lines (JSON where the binary has it), then medians per side.
+#   bench/core_ab.sh BEFORE_BUILD AFTER_BUILD > bench/results/core2_before_after.txt
+# BEFORE_BUILD needs bench_ps_data too: the file builds against 11555e7 unchanged. About 25
+# minutes on 2 vCPUs; run it on a quiet machine.
+set -euo pipefail
+[ $# -eq 2 ] || { echo "usage: core_ab.sh BEFORE_BUILD AFTER_BUILD" >&2; exit 2; }
+before=$1 after=$2
+for b in "$before" "$after"; do
+  for t in examples/train_mnist bench/bench_ddp bench/bench_ps_data; do
+    [ -x "$b/$t" ] || { echo "core_ab: $b/$t not found (build it)" >&2; exit 1; }
+  done
+done
+mpi=(mpirun --allow-run-as-root --oversubscribe)
+raw=$(mktemp)
+trap 'rm -f "$raw"' EXIT
+describe() { git -C "$1" describe --always --dirty 2>/dev/null || echo "?"; }
+echo "# $(date -u +%Y-%m-%dT%H:%MZ); $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cores"
+echo "# before: $before ($(describe "$before")); after: $after ($(describe "$after")); load at start $(cut -d' ' -f1-3 /proc/loadavg)"
+
+echo "## 1. the README's main job"
+for side in before after; do
+  build=${!side}
+  "${mpi[@]}" -np 2 "$build/examples/train_mnist" --model cnn --epochs 3 | grep -E '^(epoch|final|test)' \
+    | sed "s/^/$side: /"
+done
+
+echo "## 2. alternating repetitions (raw)"
+for rep in 1 2 3 4 5; do
+  for side in before after; do
+    build=${!side}
+    tag="{\"side\": \"$side\", \"rep\": $rep, "
+    line=$("${mpi[@]}" -np 2 "$build/examples/train_mnist" --model cnn --epochs 1 --limit-train 12000 \
+             | grep -E '^epoch 1/1')
+    rate=$(sed -E 's/.* ([0-9.]+) samples\/s.*/\1/' <<< "$line")
+    echo "${tag}\"bench\": \"train_mnist\", \"samples_per_s\": $rate, \"line\": \"$line\"}" | tee -a "$raw"
+    for model in cnn mlp; do
+      "${mpi[@]}" -np 2 "$build/bench/bench_ddp" --model "$model" --json | grep '"efficiency"' \
+        | sed "s/^{/$tag/" | tee -a "$raw"
+    done
+    "${mpi[@]}" -np 3 "$build/bench/bench_ps_data" --delay-us 300 --loader-threads 4 --reps 3 --json \
+      | grep '"ps_data"' | sed "s/^{/$tag/" | tee -a "$raw"
+  done
+done
+echo "# load at end $(cut -d' ' -f1-3 /proc/loadavg)"
+
+echo "## medians (min-max) over the repetitions"
+python3 - "$raw" <<'PY'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+def figure(name, pick, key):
+    out = []
+    for side in ("before", "after"):
+        v = [r[key] for r in rows if r["side"] == side and pick(r)]
+        out.append((statistics.median(v), min(v), max(v), len(v)))
+    (b, bl, bh, bn), (a, al, ah, an) = out
+    print(f"{name:<36} before {b:10.3f} ({bl:.3f}-{bh:.3f}, n={bn})  after {a:10.3f} ({al:.3f}-{ah:.3f}, n={an})"
+          f"  after/before {a / b:.3f}")
+figure("train_mnist np2 cnn samples/s", lambda r: r.get("bench") == "train_mnist", "samples_per_s")
+for model in ("cnn", "mlp"):
+    figure(f"bench_ddp np2 {model} efficiency", lambda r, m=model: r.get("model") == m and "efficiency" in r,
+           "efficiency")
+figure("bench_ps_data np3 data wait (s)", lambda r: r.get("bench") == "ps_data", "data_wait_s")
+figure("bench_ps_data np3 epoch (s)", lambda r: r.get("bench") == "ps_data", "epoch_s")
+figure("bench_ps_data np3 samples/s", lambda r: r.get("bench") == "ps_data", "samples_per_s")
+PY
