@@ -5,8 +5,9 @@
 // the last message of a test, so a failing check cannot leave the other ranks waiting.
 //
 // Tolerance: parameters after 5 SGD steps (lr 0.1, momentum 0.9, weight decay 1e-3, or
-// 0.05 sparing 1-D parameters) in f32 agree to 1e-5 absolute; the only differences are the order of the sums (the mean of
-// W row-slices' gradients against one mean over the batch).
+// 0.05 sparing 1-D parameters) in f32 agree to 1e-5 absolute; the only differences are
+// the order of the sums (the mean of W row-slices' gradients against one mean over the
+// batch).
 #include "dist/ps/ps_layout.h"
 #include "dtrain/dist/core/cluster_spec.h"
 #include "dtrain/dist/ps/parameter_server.h"
