@@ -34,16 +34,16 @@ struct RunFlags {
   std::string precision = "fp32";
   std::uint64_t seed = 1;
   int threads = 0;  // 0: dtrain's default (cores / local ranks)
-  std::string metrics;
+  std::string metrics{};
   double target_accuracy = 0;  // 0: every epoch; else stop once test accuracy reaches it
   int evaluations_per_epoch = 1;
   double timeout_s = 300;
-  train::CheckpointOptions checkpoint;
+  train::CheckpointOptions checkpoint{};
   struct Reporting {
     train::ProgressMode progress = train::ProgressMode::Auto;
     train::TraceOptions trace = {};
     std::filesystem::path tensorboard = {};
-  } reporting;
+  } reporting{};
 };
 // `seed_use`: what the seed decides ("initialization and shuffling").
 void add_run_flags(CLI::App& app, RunFlags& r, const std::string& seed_use);
@@ -59,10 +59,10 @@ train::TrainerOptions trainer_options(const RunFlags& r);
 // linearly with the global batch (the linear scaling rule of large-batch training).
 struct OptimizerFlags {
   std::string optimizer = "sgd";
-  std::optional<double> lr, lr_per_256;
+  std::optional<double> lr{}, lr_per_256{};
   double momentum = 0.9;
-  std::optional<double> weight_decay;  // unset: the program's default
-  std::string schedule = "cosine";     // cosine, step or constant
+  std::optional<double> weight_decay{};  // unset: the program's default
+  std::string schedule = "cosine";       // cosine, step or constant
   double warmup_epochs = 0;
 };
 // `optimizers`: the names the program offers; `defaults`: what the help says of the default
