@@ -20,7 +20,7 @@
 #if __has_include("dtrain/dist/core/strategy_factory.h")
 #include "dtrain/dist/core/strategy_factory.h"
 #else
-#include "dtrain/dist/ps/ps_strategy.h"
+#include "dtrain/dist/ps_strategy.h"  // 11555e7's flat layout
 #endif
 
 #include "bench_stats.h"
