@@ -30,7 +30,7 @@ echo "# before: $before ($(describe "$before")); after: $after ($(describe "$aft
 echo "## 1. the README's main job"
 for side in before after; do
   build=${!side}
-  "${mpi[@]}" -np 2 "$build/examples/train_mnist" --model cnn --epochs 3 | grep -E '^(epoch|final|test)' \
+  "${mpi[@]}" -np 2 "$build/examples/train_mnist" --model cnn --epochs 3 | grep -E '^(epoch [0-9]+/[0-9]+:|final|test)' \
     | sed "s/^/$side: /"
 done
 
@@ -40,7 +40,7 @@ for rep in 1 2 3 4 5; do
     build=${!side}
     tag="{\"side\": \"$side\", \"rep\": $rep, "
     line=$("${mpi[@]}" -np 2 "$build/examples/train_mnist" --model cnn --epochs 1 --limit-train 12000 \
-             | grep -E '^epoch 1/1')
+             | grep -E '^epoch 1/1:')
     rate=$(sed -E 's/.* ([0-9.]+) samples\/s.*/\1/' <<< "$line")
     echo "${tag}\"bench\": \"train_mnist\", \"samples_per_s\": $rate, \"line\": \"$line\"}" | tee -a "$raw"
     for model in cnn mlp; do
