@@ -279,6 +279,12 @@ FitResult Trainer::fit(optim::Optimizer& optimizer, const optim::LrSchedule* sch
     result.reached_target = options_.target_accuracy > 0 && summary.test_accuracy >= options_.target_accuracy;
     if (result.reached_target) break;
   }
+  if (result.epochs.empty() && test_loader_) {
+    // Nothing was left to train (a finished run resumed): the result is the restored model's.
+    const EvalResult e = evaluate();
+    result.test_accuracy = e.accuracy();
+    result.reached_target = options_.target_accuracy > 0 && result.test_accuracy >= options_.target_accuracy;
+  }
   result.seconds = seconds_since(start);
   if (!options_.trace.file.empty() && !trace_written_) write_trace();  // the run ended inside the window
   report_time(result.epochs);
@@ -288,7 +294,8 @@ FitResult Trainer::fit(optim::Optimizer& optimizer, const optim::LrSchedule* sch
   if (strategy_->reports() && options_.verbose) {
     if (!run.text.empty()) fmt::print(options_.out, "{}\n", run.text);
     if (test_loader_ && !metrics_fns_.empty()) {
-      fmt::print(options_.out, "final test {}: {:.2f}%\n", metrics_fns_.front().name, 100 * result.test_accuracy);
+      fmt::print(options_.out, "final test {}: {:.2f}%{}\n", metrics_fns_.front().name, 100 * result.test_accuracy,
+                 result.epochs.empty() ? " (the restored model: no epoch left to train)" : "");
     }
     if (options_.target_accuracy > 0) {
       fmt::print(options_.out, "{} {:.2f}% test accuracy {} {} epoch(s){} {:.1f} s\n",

@@ -38,9 +38,9 @@ struct Trainer::Epoch {
   // Evaluation points split the epoch into `parts` stretches of `span` updates each.
   int parts = 1;
   std::int64_t span = 1;
-  bool stop = false;         // an evaluation inside the epoch reached the target
-  double evaluating_s = 0;   // evaluations inside the epoch: not training time
-  dist::EpochReport report;  // the strategy's, for the epoch so far
+  bool stop = false;           // an evaluation inside the epoch reached the target
+  double evaluating_s = 0;     // evaluations inside the epoch: not training time
+  dist::EpochReport report{};  // the strategy's, for the epoch so far
   double shown_loss = 0;
 };
 

@@ -1,8 +1,9 @@
 // Checkpoints through the Trainer (Local strategy): an interrupted run resumed from its
 // last checkpoint repeats the uninterrupted run's losses and parameters bit for bit
 // (dropout's random numbers, batch-norm statistics, momentum, the schedule and the data
-// order all continue); a finished run extends to more epochs; a failed save leaves the
-// previous checkpoint whole; and checkpoints of another model are refused by name.
+// order all continue); a finished run resumed reports the restored model and extends to
+// more epochs; a failed save leaves the previous checkpoint whole; and checkpoints of
+// another model are refused by name.
 #include "dtrain/checkpoint/store.h"
 #include "dtrain/data/tensor_dataset.h"
 #include "dtrain/layers/layers.h"
@@ -10,6 +11,7 @@
 #include "dtrain/train/trainer.h"
 #include "support/test_support.h"
 
+#include <fmt/format.h>
 #include <sys/resource.h>
 
 #include <bit>
@@ -127,6 +129,11 @@ TEST_CASE("A finished run resumed with more epochs trains the new ones and says 
   const Run same = train_run(5, 2, {.dir = dir / "ckpt", .keep = 1, .resume = "auto"});
   REQUIRE(same.result.epochs.empty());
   REQUIRE(same.output.find("nothing left to train") != std::string::npos);
+  // Its result is the restored model's evaluation: the finished run's, not a made-up 0%.
+  REQUIRE(two.result.test_accuracy > 0.5);
+  REQUIRE(same.result.test_accuracy == two.result.test_accuracy);
+  REQUIRE(same.output.find(fmt::format("final test accuracy: {:.2f}% (the restored model",
+                                       100 * two.result.test_accuracy)) != std::string::npos);
   const Run three = train_run(5, 3, {.dir = dir / "ckpt", .keep = 1, .resume = "auto"});
   REQUIRE(three.output.find("planned for 2 epoch(s), this one for 3") != std::string::npos);
   REQUIRE(three.result.epochs.size() == 1);

@@ -155,7 +155,7 @@ struct EpochSummary {
 
 struct FitResult {
   std::vector<EpochSummary> epochs;
-  double test_accuracy = 0;  // after the last epoch run
+  double test_accuracy = 0;  // after the last epoch run (none left to train: the restored model's)
   bool reached_target = false;
   double seconds = 0;  // from the first step to the end of the last evaluation
 };
