@@ -1,6 +1,7 @@
-# Runs COMMAND_A and COMMAND_B (;-lists), checks that both succeed and that their final
-# test accuracies ("final test accuracy: X%") differ by at most TOLERANCE points:
-#   -DCOMMAND_A=...  -DCOMMAND_B=...  -DTOLERANCE=1.5
+# Runs COMMAND_A and COMMAND_B (;-lists), checks that both succeed, that their final
+# test accuracies ("final test accuracy: X%") differ by at most TOLERANCE points and, with
+# FLOOR (whole points), that both reach it (two equally broken runs are close too):
+#   -DCOMMAND_A=...  -DCOMMAND_B=...  -DTOLERANCE=1.5  [-DFLOOR=80]
 foreach(which A B)
   execute_process(COMMAND ${COMMAND_${which}} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 600)
   string(REGEX REPLACE "[^\n]*\r" "" shown "${out}")  # progress redraws
@@ -17,6 +18,14 @@ endforeach()
 string(REPLACE "." "" a "${accuracy_A}")
 string(REPLACE "." "" b "${accuracy_B}")
 string(REPLACE "." "" tolerance "${TOLERANCE}0")
+if(DEFINED FLOOR)
+  math(EXPR floor "${FLOOR} * 100")
+  foreach(which a b)
+    if(${which} LESS floor)
+      message(FATAL_ERROR "final test accuracies ${accuracy_A}% and ${accuracy_B}%: below the floor of ${FLOOR}%")
+    endif()
+  endforeach()
+endif()
 math(EXPR difference "${a} - ${b}")
 if(difference LESS 0)
   math(EXPR difference "-${difference}")
