@@ -354,9 +354,9 @@ optim::NamedTensors ParameterServer::piece_state(const ServerState& proto, const
     for (std::size_t k = 0; k < piece.segments.size(); ++k) {
       const PsSegment& s = piece.segments[k];
       if (!slots[s.param].defined()) continue;  // never updated: the server's optimizer starts it
-      Tensor part = slots[s.param].reshape({-1}).narrow(0, s.offset, s.length).clone();
-      if (params_[s.param].data().dim() >= 2) part = part.reshape({1, s.length});
-      state.emplace_back(fmt::format("{}.{}", name, k), std::move(part));
+      const Tensor part = slots[s.param].reshape({-1}).narrow(0, s.offset, s.length);
+      state.emplace_back(fmt::format("{}.{}", name, k),
+                         part.reshape(ps_segment_shape(s, params_[s.param].data().dim())).clone());
     }
   }
   return state;

@@ -14,8 +14,7 @@ struct PsServer::Piece {
   std::size_t id = 0;  // in the layout (its messages' tag is kPieceTag + id)
   std::int64_t length = 0;
   Tensor value;                    // flat
-  std::vector<Variable> segments;  // views of `value`, one per layout segment: the optimizer's parameters
-  std::vector<std::int64_t> at;    // each segment's offset in `value`
+  std::vector<Variable> segments;  // views of `value`, end to end, one per layout segment: the optimizer's parameters
   std::unique_ptr<optim::Optimizer> optimizer;
   // Sync: the sum of this step's gradients so far, from `count` workers.
   Tensor sum;
@@ -63,10 +62,8 @@ PsServer::PsServer(Communicator& comm, int workers, int server, const PsLayout& 
     p.length = layout.pieces[p.id].length;
     p.value = std::move(values[i]);
     for (const PsSegment& s : layout.pieces[p.id].segments) {
-      Tensor view = p.value.narrow(0, s.at, s.length);
-      if (param_dims[s.param] >= 2) view = view.reshape({1, s.length});
-      p.segments.emplace_back(view, true);
-      p.at.push_back(s.at);
+      p.segments.emplace_back(p.value.narrow(0, s.at, s.length).reshape(ps_segment_shape(s, param_dims[s.param])),
+                              true);
     }
     p.optimizer = prototype.rebind(p.segments);
     if (i < states.size() && !states[i].empty()) p.optimizer->load_state(states[i]);
@@ -158,9 +155,11 @@ void PsServer::on_control(int w, const std::vector<double>& message) {
 }
 
 void PsServer::apply(Piece& piece, const Tensor& grad, double lr) {
-  for (std::size_t k = 0; k < piece.segments.size(); ++k) {
-    Variable& s = piece.segments[k];
-    s.set_grad(grad.narrow(0, piece.at[k], s.data().numel()).reshape(s.data().shape()));
+  std::int64_t at = 0;  // the segments lie end to end in the piece (ps_layout)
+  for (Variable& s : piece.segments) {
+    const Tensor& d = s.data();
+    s.set_grad(grad.narrow(0, at, d.numel()).reshape(d.shape()));
+    at += d.numel();
   }
   piece.optimizer->set_lr(lr);
   piece.optimizer->step();

@@ -18,9 +18,8 @@ class PsServer {
  public:
   // `values`: this server's pieces (layout.server_pieces[server]), flat, in order; updated
   // in place by a rebound copy of `prototype` per piece, over the piece's segments.
-  // `param_dims`: each parameter's number of dimensions, by registration index: a segment
-  // is shown to the optimizer as [n] when its parameter has fewer than two, else as [1, n],
-  // so that shape-based rules (no weight decay on biases and norms) still apply.
+  // `param_dims`: each parameter's number of dimensions, by registration index (the
+  // segments' shapes: ps_segment_shape).
   // `states`: per piece, the optimizer state to start from (empty: fresh); `share` turns a
   // piece's optimizer state into the checkpoint's named entries; `save` receives them.
   PsServer(Communicator& comm, int workers, int server, const PsLayout& layout,
