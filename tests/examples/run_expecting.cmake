@@ -8,6 +8,14 @@ if(SETUP_BAD_DATA)
     file(WRITE "${SETUP_BAD_DATA}/${name}" "this is not an IDX file")
   endforeach()
 endif()
+# The failure tests (dist.dead_rank and the like) must fail without the mechanism they test:
+# DTRAIN_TEST_WATCHDOG_OFF=1 in ctest's environment turns the watchdog off (DTRAIN_TIMEOUT far
+# beyond any test) and stops the command after 30 s (SIGTERM, which mpirun passes on to its
+# ranks), so that a hang shows as a failure instead of outliving ctest's timeout.
+if(DEFINED ENV{DTRAIN_TEST_WATCHDOG_OFF})
+  set(ENV{DTRAIN_TIMEOUT} 10000000)
+  set(COMMAND timeout -s TERM 30 ${COMMAND})
+endif()
 execute_process(COMMAND ${COMMAND} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 600)
 message("exit: ${rc}\n--- stdout ---\n${out}\n--- stderr ---\n${err}")
 if(EXPECT_EXIT STREQUAL "zero" AND NOT rc EQUAL 0)
