@@ -89,9 +89,9 @@ void add_flags(CLI::App& app, Config& c) {
   examples::add_run_flags(app, c.run, "initialization, shuffling and augmentation");
   examples::add_optimizer_flags(app, c.opt, {"sgd", "lars", "lamb", "adamw"},
                                 fmt::format("default: per {} samples sgd 0.1, lars 1.0, lamb 0.004, adamw 0.001, "
-                                            "scaled linearly; weight decay 5e-4 for resnet20, else 1e-4, never on "
-                                            "biases and batch-norm parameters",
+                                            "scaled linearly",
                                             kBaseBatch),
+                                "default: 5e-4 for resnet20, else 1e-4; never on biases and batch-norm parameters",
                                 false);
   app.add_option("--label-smoothing", c.label_smoothing, "label smoothing of the training loss")
       ->check(CLI::Range(0.0, 0.99))

@@ -67,8 +67,8 @@ void add_flags(CLI::App& app, Config& c) {
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
   examples::add_run_flags(app, c.run, "initialization and shuffling");
-  examples::add_optimizer_flags(app, c.opt, {"sgd", "adam", "adamw"},
-                                "default: 0.05 for sgd, 0.001 for adam and adamw; weight decay 5e-4", true);
+  examples::add_optimizer_flags(app, c.opt, {"sgd", "adam", "adamw"}, "default: 0.05 for sgd, 0.001 for adam and adamw",
+                                "default: 5e-4", true);
   examples::add_parallel_flags(app, c.parallel);
   app.add_option("--limit-train", c.limit_train, "train on the first N examples only")->check(CLI::PositiveNumber);
   app.add_option("--limit-test", c.limit_test, "evaluate on the first N test examples only")

@@ -3,7 +3,23 @@
 # packages already present are left as they are. Run as root (or through sudo).
 # CUDA (nvcc, cuBLAS, cuDNN, NCCL) is not a Debian package: when /usr/local/cuda exists,
 # CMake finds it and builds the CUDA targets; without it the build is CPU-only.
+#
+#   scripts/install-deps.sh           what the build, the trainers and most tests need
+#   scripts/install-deps.sh --tests   also what the interoperability checks need: PyTorch
+#       (Debian's python3-torch) and, in the git-ignored .venv-tests at the repository root (made
+#       with --system-site-packages, so that it sees Debian's torch and numpy), the two
+#       packages Debian 12 does not have, from PyPI: safetensors and tensorboard. ctest then
+#       loads a checkpoint in PyTorch and reads the event files with TensorBoard's reader
+#       instead of skipping both.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+
+tests=0
+case "${1:-}" in
+  "") ;;
+  --tests) tests=1 ;;
+  *) echo "usage: scripts/install-deps.sh [--tests]" >&2; exit 2 ;;
+esac
 
 packages=(
   cmake ninja-build g++ pkg-config ccache   # toolchain
@@ -22,6 +38,9 @@ packages=(
   catch2                                    # unit tests (v2)
   dataset-fashion-mnist                     # the example trainer's default data
 )
+if [ "$tests" -eq 1 ]; then
+  packages+=(python3-venv python3-torch)    # the interoperability checks (see above)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -29,11 +48,27 @@ for p in "${packages[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages already installed"
-  exit 0
+else
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends \
+    -o DPkg::Lock::Timeout=600 "${missing[@]}"
 fi
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-echo "install-deps: installing ${missing[*]}"
-$SUDO apt-get update -q
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends \
-  -o DPkg::Lock::Timeout=600 "${missing[@]}"
+
+if [ "$tests" -eq 1 ]; then
+  # Pinned, so that a test run today and one next month check against the same readers.
+  pins=(safetensors==0.8.0 tensorboard==2.21.0)
+  # Debian's interpreter, whichever python3 comes first on PATH: its site packages hold torch.
+  # Its own environment: bench/peers/setup-venv.sh's .venv holds PyPI's torch for benchmarks.
+  if [ ! -x .venv-tests/bin/python3 ]; then
+    /usr/bin/python3 -m venv --system-site-packages .venv-tests
+  fi
+  if .venv-tests/bin/python3 -m pip install -q --disable-pip-version-check "${pins[@]}"; then
+    echo "install-deps: .venv-tests has ${pins[*]} (and sees Debian's torch)"
+  else
+    echo "install-deps: pip could not install ${pins[*]} into .venv-tests" >&2
+    exit 1
+  fi
+fi

@@ -53,11 +53,12 @@ std::shared_ptr<const optim::LrSchedule> make_schedule(const ScheduleConfig& c, 
 }
 
 void add_optimizer_flags(CLI::App& app, OptimizerFlags& f, const std::vector<std::string>& optimizers,
-                         const std::string& defaults, bool schedule_flag) {
+                         const std::string& lr_defaults, const std::string& weight_decay_defaults, bool schedule_flag) {
   app.add_option("--optimizer", f.optimizer, fmt::format("{}", fmt::join(optimizers, ", ")))
       ->check(CLI::IsMember(optimizers))
       ->capture_default_str();
-  auto* lr = app.add_option("--lr", f.lr, "peak learning rate, as used (" + defaults + ")")->check(CLI::PositiveNumber);
+  auto* lr =
+      app.add_option("--lr", f.lr, "peak learning rate, as used (" + lr_defaults + ")")->check(CLI::PositiveNumber);
   app.add_option("--lr-per-256", f.lr_per_256,
                  "peak learning rate per 256 samples, scaled linearly with --batch-size (instead of --lr)")
       ->check(CLI::PositiveNumber)
@@ -65,7 +66,7 @@ void add_optimizer_flags(CLI::App& app, OptimizerFlags& f, const std::vector<std
   app.add_option("--momentum", f.momentum, "SGD (Nesterov) and LARS momentum")
       ->check(CLI::Range(0.0, 0.999))
       ->capture_default_str();
-  app.add_option("--weight-decay", f.weight_decay, "weight decay (decoupled for adamw; " + defaults + ")")
+  app.add_option("--weight-decay", f.weight_decay, "weight decay (decoupled for adamw; " + weight_decay_defaults + ")")
       ->check(CLI::Range(0.0, 1.0));
   if (schedule_flag) {
     app.add_option("--schedule", f.schedule, "learning-rate schedule after the warm-up: cosine, step or constant")

@@ -65,10 +65,10 @@ struct OptimizerFlags {
   std::string schedule = "cosine";       // cosine, step or constant
   double warmup_epochs = 0;
 };
-// `optimizers`: the names the program offers; `defaults`: what the help says of the default
-// learning rates and weight decay.
+// `optimizers`: the names the program offers; `lr_defaults` and `weight_decay_defaults`: what
+// the help says of the default learning rates and weight decay.
 void add_optimizer_flags(CLI::App& app, OptimizerFlags& f, const std::vector<std::string>& optimizers,
-                         const std::string& defaults, bool schedule_flag);
+                         const std::string& lr_defaults, const std::string& weight_decay_defaults, bool schedule_flag);
 // The peak learning rate for `global_batch` samples per update: --lr, or --lr-per-256
 // scaled, or else `fallback` (the program's default).
 double peak_lr(const OptimizerFlags& f, std::int64_t global_batch, double fallback);

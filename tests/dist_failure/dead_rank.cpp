@@ -2,9 +2,9 @@
 //   dead_rank          rank 1 dies (exit code 3);
 //   dead_rank --stall  rank 1 stays alive but never joins (sleeps 120 s).
 // Rank 0 must not hang: its watchdog (DTRAIN_TIMEOUT) reports the all-reduce and the peer
-// it waits for and aborts the job. When rank 1 dies, mpirun may notice and end the job
-// first. Either way the job exits non-zero within seconds. Run by ctest (dist.dead_rank,
-// dist.stalled_rank).
+// it waits for and aborts the job, which exits non-zero within seconds. Run by ctest
+// (dist.dead_rank, dist.stalled_rank) under an mpirun that does not kill the survivors when
+// a rank exits non-zero.
 #include "dtrain/dist/comm/communicator.h"
 
 #include <chrono>

@@ -3,9 +3,9 @@
 //   pipeline_stage          rank 1 dies (exit code 3);
 //   pipeline_stage --stall  rank 1 stays alive but stops taking part (sleeps 120 s).
 // Stage 0 then waits for a gradient that never comes. It must not hang: its watchdog
-// (DTRAIN_TIMEOUT) names the receive and the stage it waits for and aborts the job (or
-// mpirun ends the job first on seeing rank 1 die). Run by ctest (dist.pipeline_dead_stage,
-// dist.pipeline_stalled_stage).
+// (DTRAIN_TIMEOUT) names the receive and the stage it waits for and aborts the job. Run by
+// ctest (dist.pipeline_dead_stage, dist.pipeline_stalled_stage) under an mpirun that does
+// not kill the survivors when a rank exits non-zero.
 #include "dtrain/autograd/functions.h"
 #include "dtrain/dist/pipeline/pipeline_strategy.h"
 #include "dtrain/layers/models.h"

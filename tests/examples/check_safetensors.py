@@ -5,9 +5,20 @@ PyTorch user would, and checks the tensor names, dtypes and shapes of train_mnis
 model by name (strict) and checks that the twin computes with the loaded weights.
 
 usage: check_safetensors.py CHECKPOINT_ROOT HIDDEN   (e.g. ckpt 64,64)
-Exits 77 (skipped) when the safetensors package is missing, saying so."""
+Exits 77 (skipped) when the safetensors or the torch package is missing, saying so, or 1
+instead when DTRAIN_REQUIRE_INTEROP is set (CI: scripts/install-deps.sh --tests installs
+both)."""
 import os
 import sys
+
+
+def missing(what):
+    """A reader that is not installed: skipped, or a failure where the checks must run."""
+    if os.environ.get("DTRAIN_REQUIRE_INTEROP"):
+        print(f"{what}, and DTRAIN_REQUIRE_INTEROP is set: run scripts/install-deps.sh --tests")
+        return 1
+    print(f"skipped: {what}")
+    return 77
 
 
 def main():
@@ -15,8 +26,7 @@ def main():
     try:
         from safetensors.numpy import load_file
     except ImportError:
-        print(f"skipped: {sys.executable} has no 'safetensors' package (pip install safetensors)")
-        return 77
+        return missing(f"{sys.executable} has no 'safetensors' package")
     with open(os.path.join(root, "latest")) as f:
         path = os.path.join(root, f.read().strip(), "model.safetensors")
     tensors = load_file(path)
@@ -41,8 +51,8 @@ def main():
         import torch
         from safetensors.torch import load_file as load_torch
     except ImportError:
-        print("torch is not installed: the PyTorch twin was not loaded")
-        return 0
+        return missing(f"{sys.executable} has no 'torch' package: the names and shapes were checked, "
+                       "but the file was not loaded into PyTorch")
     layers = [torch.nn.Flatten()]
     for i in range(len(widths) - 1):
         layers.append(torch.nn.Linear(widths[i], widths[i + 1]))

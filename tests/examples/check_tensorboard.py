@@ -7,8 +7,10 @@ as the float32 that event files store.
 usage: check_tensorboard.py DIR TAG@STEP=VALUE...
        check_tensorboard.py --has DIR TAG...   (each tag holds at least one finite point;
                                                  other tags may be there too)
-Exits 77 (skipped) when the tensorboard package is missing, saying so."""
+Exits 77 (skipped) when the tensorboard package is missing, saying so, or 1 instead when
+DTRAIN_REQUIRE_INTEROP is set (CI: scripts/install-deps.sh --tests installs it)."""
 import math
+import os
 import struct
 import sys
 
@@ -34,7 +36,11 @@ def main():
     try:
         from tensorboard.backend.event_processing import event_accumulator
     except ImportError as e:
-        print(f"skipped: {sys.executable} cannot import tensorboard ({e}; pip install tensorboard)")
+        if os.environ.get("DTRAIN_REQUIRE_INTEROP"):
+            print(f"{sys.executable} cannot import tensorboard ({e}), and DTRAIN_REQUIRE_INTEROP is set: "
+                  "run scripts/install-deps.sh --tests")
+            return 1
+        print(f"skipped: {sys.executable} cannot import tensorboard ({e}; scripts/install-deps.sh --tests)")
         return 77
     # Keep every scalar (the default keeps a reservoir sample of 10,000 per tag).
     accumulator = event_accumulator.EventAccumulator(directory, size_guidance={event_accumulator.SCALARS: 0})
