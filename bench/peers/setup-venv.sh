@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the peer frameworks that bench/peers/ compares dtrain with into a virtual
-# environment (default: the repository's .venv, which git ignores). For benchmarks, and
-# for the few tests that read dtrain's files with a peer's reader (they skip without it).
+# environment (default: the repository's .venv, which git ignores), for benchmarks. (The
+# tests' readers, safetensors and TensorBoard, come from scripts/install-deps.sh --tests.)
 #   bench/peers/setup-venv.sh [VENV_DIR]
 # Needs python3 (3.9-3.12, for which all three packages publish wheels) and PyPI access.
 set -euo pipefail
@@ -16,10 +16,8 @@ python3 -m venv "$venv"
 "$venv/bin/pip" install torch tensorflow-cpu
 # torchvision for ResNet-50 (pytorch_train.py) and the loader peer (torchvision_loader.py),
 # Pillow for that and make_loader_images.py. pip picks the newest torchvision that accepts
-# the installed torch (0.29.2, requiring torch >= 2.14, with torch 2.15.0). tensorboard:
-# its reader checks dtrain's event files (ctest tensorboard.python_reader, which skips
-# without it; tensorflow-cpu 2.21 no longer brings it).
-"$venv/bin/pip" install torchvision pillow tensorboard
+# the installed torch (0.29.2, requiring torch >= 2.14, with torch 2.15.0).
+"$venv/bin/pip" install torchvision pillow
 # Keras 2 for MultiWorkerMirroredStrategy: Keras 3's model.fit fails under it. Without
 # --no-deps, tf-keras would install the `tensorflow` package over tensorflow-cpu.
 tf_version=$("$venv/bin/python" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null)
