@@ -291,33 +291,49 @@ TEST_CASE("tar shards: list_shards takes counts from shards.txt when it lists th
   require_error([&] { list_shards(empty / "missing"); }, {(empty / "missing").string(), "not a directory"});
 }
 
-TEST_CASE("tar shards: the shards are plain tar files that tar and Python read", "[cpu]") {
+namespace {
+
+// A shard of three samples, for the readers of plain tar files: its path and its samples.
+struct ThreeSampleShard {
   TempDir dir;
-  const auto samples = make_samples(3);
-  const auto shards = write_samples(dir.path(), samples, 1 << 20);
-  REQUIRE(shards.size() == 1);
-  const std::string shard = shards[0].path.string();
+  std::vector<ShardSample> samples = make_samples(3);
+  std::string path;
+  ThreeSampleShard() {
+    const auto shards = write_samples(dir.path(), samples, 1 << 20);
+    REQUIRE(shards.size() == 1);
+    path = shards[0].path.string();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("tar shards: the shards are plain tar files that tar reads", "[cpu]") {
+  if (!on_path("tar")) {
+    dtrain::test::skip_test_case("no tar on PATH");
+    return;
+  }
+  const ThreeSampleShard shard;
   const std::string expected =
       "000000000.jpg\n000000000.cls\n000000001.jpg\n000000001.cls\n000000002.jpg\n000000002.cls\n";
-  if (on_path("tar")) {
-    CHECK(run("tar -tf '" + shard + "'") == expected);
-  } else {
-    WARN("tar check skipped: no tar on PATH");
+  CHECK(run("tar -tf '" + shard.path + "'") == expected);
+}
+
+TEST_CASE("tar shards: the shards are plain tar files that Python's tarfile reads", "[cpu]") {
+  if (!on_path("python3")) {
+    dtrain::test::skip_test_case("no python3 on PATH");
+    return;
   }
-  if (on_path("python3")) {
-    const std::string script =
-        "import sys, tarfile\n"
-        "with tarfile.open(sys.argv[1]) as t:\n"
-        "    for m in t.getmembers():\n"
-        "        print(m.name, m.size, oct(m.mode), m.isfile(), t.extractfile(m).read().hex())\n";
-    std::string want;
-    for (const auto& s : samples)
-      for (const auto& m : s.members)
-        want += fmt::format("{}.{} {} 0o644 True {:02x}\n", s.key, m.extension, m.bytes.size(), fmt::join(m.bytes, ""));
-    CHECK(run("python3 -c '" + script + "' '" + shard + "'") == want);
-  } else {
-    WARN("Python tarfile check skipped: no python3 on PATH");
-  }
+  const ThreeSampleShard shard;
+  const std::string script =
+      "import sys, tarfile\n"
+      "with tarfile.open(sys.argv[1]) as t:\n"
+      "    for m in t.getmembers():\n"
+      "        print(m.name, m.size, oct(m.mode), m.isfile(), t.extractfile(m).read().hex())\n";
+  std::string want;
+  for (const auto& s : shard.samples)
+    for (const auto& m : s.members)
+      want += fmt::format("{}.{} {} 0o644 True {:02x}\n", s.key, m.extension, m.bytes.size(), fmt::join(m.bytes, ""));
+  CHECK(run("python3 -c '" + script + "' '" + shard.path + "'") == want);
 }
 
 TEST_CASE("tar shards: truncated or non-tar files give errors naming them", "[cpu]") {

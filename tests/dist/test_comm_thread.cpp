@@ -5,6 +5,8 @@
 #include "support/test_support.h"
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -13,6 +15,26 @@ using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 using Catch::Matchers::Matches;
 using dist::CommThread;
+
+namespace {
+
+constexpr auto kTimeout = 100ms;  // the watchdog's, in the tests of its report
+// Upper bound on how long a report takes, in timeouts. Measured (release build, 2 cores,
+// load average 2-3, four runs side by side): 1.002-1.007 timeouts until the report, 1.01-1.05
+// until a Throw waiter has its error. kSlack timeouts (2 s) still tell a report at the
+// deadline from one that waits for something else (a later deadline, the stalled task), and
+// leave 1.9 s for a loaded 2-core machine or a sanitizer build to wake the watchdog and the
+// waiter, where they took a few milliseconds.
+constexpr double kSlack = 20;
+// A wait that is expected to time out: how long a bug has to show (what it would do takes
+// microseconds).
+constexpr auto kBugWindow = 200ms;
+
+double timeouts_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start) / kTimeout;
+}
+
+}  // namespace
 
 TEST_CASE("CommThread runs tasks in submission order, on its thread or the waiter's", "[cpu][dist]") {
   CommThread thread(10s);
@@ -41,7 +63,7 @@ TEST_CASE("CommThread rethrows a task's error prefixed by its operation", "[cpu]
 TEST_CASE("the watchdog reports an operation that outlives the timeout", "[cpu][dist]") {
   std::atomic<bool> fired{false};
   std::string report;
-  CommThread thread(100ms, [&](const std::string& message) {
+  CommThread thread(kTimeout, [&](const std::string& message) {
     report = message;
     fired = true;
   });
@@ -54,17 +76,17 @@ TEST_CASE("the watchdog reports an operation that outlives the timeout", "[cpu][
                 while (!fired) std::this_thread::sleep_for(1ms);
               })
       ->wait();
-  std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  const double took = timeouts_since(start);
   CHECK_THAT(report, Matches(R"(all_reduce \(#2, 4096 bytes\) waited [0-9.]+ s for rank 3; aborting the job)"));
-  CHECK(took.count() >= 0.1);
-  CHECK(took.count() < 2.0);
+  CHECK(took >= 1.0);
+  CHECK(took < kSlack);
 }
 
 TEST_CASE("under OnTimeout::Throw a stalled operation fails its waiters and the thread takes no more", "[cpu][dist]") {
   std::atomic<bool> release{false}, reported{false};
   std::string report;
   CommThread thread(
-      100ms,
+      kTimeout,
       [&](const std::string& message) {
         report = message;
         reported = true;
@@ -79,8 +101,8 @@ TEST_CASE("under OnTimeout::Throw a stalled operation fails its waiters and the 
   auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_WITH(stalled->wait(), Matches(R"(all_reduce \(#1, 4096 bytes\) waited [0-9.]+ s for rank 3; the )"
                                              R"(communicator is now unusable.*)"));
-  std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-  CHECK(took.count() < 2.0);
+  const double took = timeouts_since(start);
+  CHECK(took < kSlack);
   CHECK_THROWS_WITH(queued->wait(), Contains("broadcast: the communicator is unusable: all_reduce (#1, 4096 bytes)"));
   CHECK_THROWS_WITH(thread.run({"barrier", 0, "all ranks"}, [] {}),
                     Contains("barrier: the communicator is unusable: all_reduce (#1, 4096 bytes)"));
@@ -99,20 +121,40 @@ TEST_CASE("under OnTimeout::Throw nothing starts while the timeout is reported, 
   // The stalled task ends while on_timeout runs: the task queued behind it must not start
   // then (it would run with no watchdog), but fail with the rest of the queue.
   std::atomic<bool> release{false};
+  std::mutex mutex;
+  std::condition_variable ran_cv;
+  bool ran = false;  // guarded by mutex
+  bool stalled_ended = false, ran_during_report = false;
+  CommThread* self = nullptr;  // the handler runs on the watchdog thread, after construction
   CommThread thread(
-      100ms,
+      kTimeout,
       [&](const std::string&) {
         release = true;
-        std::this_thread::sleep_for(200ms);  // time enough for the worker to start the next task
+        // Conditions, not sleeps: the stalled task ends (its runner then wakes the worker,
+        // whose queue holds the next task), and then a worker that wrongly starts that task
+        // has a window to do so. The wait for `ran` is expected to time out; its deadline
+        // only bounds how long a bug has to show (starting a queued task takes microseconds).
+        stalled_ended = self->wait_idle(10s);
+        std::unique_lock lock(mutex);
+        ran_during_report = ran_cv.wait_for(lock, kBugWindow, [&] { return ran; });
       },
       dist::OnTimeout::Throw);
+  self = &thread;
   dist::WorkPtr stalled = thread.submit({"all_reduce", 4096, "rank 3"}, [&] {
     while (!release) std::this_thread::sleep_for(1ms);
   });
-  std::atomic<bool> ran{false};
-  dist::WorkPtr queued = thread.submit({"broadcast", 8, "all ranks"}, [&] { ran = true; });
+  dist::WorkPtr queued = thread.submit({"broadcast", 8, "all ranks"}, [&] {
+    {
+      std::lock_guard lock(mutex);
+      ran = true;
+    }
+    ran_cv.notify_all();
+  });
   CHECK_NOTHROW(stalled->wait());  // it ended before the watchdog failed it
   CHECK_THROWS_WITH(queued->wait(), Contains("broadcast: the communicator is unusable: all_reduce (#1, 4096 bytes)"));
+  CHECK(stalled_ended);
+  CHECK_FALSE(ran_during_report);
+  std::lock_guard lock(mutex);
   CHECK_FALSE(ran);
   CHECK(thread.failed());
 }

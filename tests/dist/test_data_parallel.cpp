@@ -371,15 +371,17 @@ TEST_CASE("DataParallel broadcasts rank 0's state; check_replicas measures diver
 
 // The same equivalence with the replicas on GPUs, one per rank, their gradients averaged
 // over NCCL (DataParallel builds the NCCL communicator over the MPI world by itself).
-// Needs a CUDA device per rank of the host; skips with the reason otherwise, so it runs
-// on multi-GPU machines only. The tolerance is looser than the CPU runs': cuBLAS sums in
-// another order than the CPU reference.
-TEST_CASE("DataParallel on CUDA over NCCL equals single-process CPU training", "[cuda][dist]") {
+// Needs a CUDA device per rank of the host; skips with the reason otherwise (ctest's
+// dist.np1_nccl and dist.np2_nccl run it alone, tagged [nccl], so that the skip is the
+// entry's: the other dist entries leave it out). The tolerance is looser than the CPU
+// runs': cuBLAS sums in another order than the CPU reference.
+TEST_CASE("DataParallel on CUDA over NCCL equals single-process CPU training", "[cuda][dist][nccl]") {
   auto comm = dist::world();
   const int world = comm->size();
   if (cuda::device_count() < env::local_world_size()) {
-    WARN("skipped: " << env::local_world_size() << " rank(s) on this host need as many CUDA devices, found "
-                     << cuda::device_count() << (cuda::available() ? "" : " (" + cuda::unavailable_reason() + ")"));
+    test::skip_test_case(fmt::format("{} rank(s) on this host need as many CUDA devices, found {}{}",
+                                     env::local_world_size(), cuda::device_count(),
+                                     cuda::available() ? "" : " (" + cuda::unavailable_reason() + ")"));
     return;
   }
   const Batch batch = make_batch({6}, kRowsPerRank * world, 11);

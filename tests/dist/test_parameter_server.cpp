@@ -15,6 +15,7 @@
 #include "dtrain/optim/sgd.h"
 #include "support/test_support.h"
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 #include <thread>
@@ -202,7 +203,23 @@ struct ClaimRun {
   bool server = false;
 };
 
-ClaimRun run_claims(dist::PsOptions options, std::int64_t batches, int slow, std::chrono::milliseconds delay) {
+// Adds `more` (server 0's counts since the previous request) to `total`.
+void add_staleness(dist::StalenessStats& total, const dist::StalenessStats& more) {
+  total.counts.resize(std::max(total.counts.size(), more.counts.size()), 0);
+  for (std::size_t k = 0; k < more.counts.size(); ++k) total.counts[k] += more.counts[k];
+  total.max = std::max(total.max, more.max);
+}
+
+// `hold` > 0: worker 0 holds its first push until the other workers have pushed `hold`
+// gradients, so that this push is applied with staleness >= hold whatever the timing. The
+// others start pushing only after worker 0 has its values (a barrier of the workers after
+// join()), so every push server 0 counts came after worker 0's read; worker 0 learns the
+// count from server 0 (staleness(), its requests a millisecond apart so that they do not
+// crowd out the pushes). Under ssp:K no more than K pushes can come between a read and its
+// push, so `hold` must be at most K there, and the workers must all be let in at the start
+// (K >= workers - 1), or the run waits for good.
+ClaimRun run_claims(dist::PsOptions options, std::int64_t batches, int slow, std::chrono::milliseconds delay,
+                    std::int64_t hold = 0) {
   auto world = dist::world();
   auto model = make_mlp();
   auto sgd = make_sgd(*model);
@@ -216,9 +233,17 @@ ClaimRun run_claims(dist::PsOptions options, std::int64_t batches, int slow, std
   const Batch batch = make_batch(kRowsPerWorker);
   for (std::int64_t epoch = 0; epoch < 2; ++epoch) {
     ps.join();
+    bool holding = hold > 0 && epoch == 0;
+    if (holding) ps.worker_group()->barrier();
+    holding = holding && ps.worker_index() == 0;
     run.taken.emplace_back();
     while (auto b = ps.claim_batch(epoch, batches)) {
       run.taken.back().push_back(*b);
+      while (holding && run.staleness.total() < hold) {
+        add_staleness(run.staleness, ps.staleness());
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      holding = false;
       sgd.zero_grad();
       ps.begin_push(0.01);
       cross_entropy((*model)(Variable(batch.x)), batch.y).backward();
@@ -228,7 +253,7 @@ ClaimRun run_claims(dist::PsOptions options, std::int64_t batches, int slow, std
     ps.leave();
     ps.sync_parameters();
   }
-  if (ps.worker_index() == 0) run.staleness = ps.staleness();
+  if (ps.worker_index() == 0) add_staleness(run.staleness, ps.staleness());
   ps.shutdown();
   return run;
 }
@@ -262,16 +287,22 @@ TEST_CASE("ps ssp:K: with one worker slowed no applied gradient is staler than K
     SUCCEED("needs three workers and a server (mpirun -np 4)");
     return;
   }
-  // Worker 1 takes about 20 ms a step, the others a fraction of one: without a bound its
-  // gradients would miss many of theirs.
+  // Worker 0 takes about 20 ms a step, the others a fraction of one: without a bound its
+  // gradients would miss many of theirs. Its first push waits for K of theirs under ssp:K
+  // (as many as the bound allows: the push then has staleness K exactly) and for K + 1
+  // without a bound (which the bound would have prevented); the checks on the maximum do not
+  // depend on the timing. The delay makes a broken bound show in the later steps.
   constexpr std::int64_t kBatches = 60;
+  constexpr int kBound = 2;
   const auto delay = std::chrono::milliseconds(20);
-  const ClaimRun bounded = run_claims({.mode = dist::PsMode::Ssp, .staleness = 2, .servers = 1}, kBatches, 1, delay);
-  const ClaimRun unbounded = run_claims({.mode = dist::PsMode::Async, .servers = 1}, kBatches, 1, delay);
+  const ClaimRun bounded =
+      run_claims({.mode = dist::PsMode::Ssp, .staleness = kBound, .servers = 1}, kBatches, 0, delay, kBound);
+  const ClaimRun unbounded = run_claims({.mode = dist::PsMode::Async, .servers = 1}, kBatches, 0, delay, kBound + 1);
   if (world->rank() == 0) {
     CHECK(bounded.staleness.total() == 2 * kBatches);
-    CHECK(bounded.staleness.max <= 2);
-    CHECK(bounded.staleness.max >= 1);
-    CHECK(unbounded.staleness.max > 2);  // what the bound prevents does happen
+    CHECK(bounded.staleness.max <= kBound);
+    CHECK(bounded.staleness.max >= kBound);  // the held push: the bound is reached
+    CHECK(unbounded.staleness.total() == 2 * kBatches);
+    CHECK(unbounded.staleness.max > kBound);  // what the bound prevents does happen
   }
 }

@@ -179,7 +179,9 @@ TEST_CASE("Sequential runs ReLU then MaxPool2d as pool then ReLU: the same outpu
         return conv2d(plain, eye, Tensor(), Conv2dParams{});
       };
       if (blocked && input().storage()->layout() == nullptr) {
-        WARN("oneDNN prefers no blocked layout for this convolution on this CPU: nothing to check");
+        test::skip_test_case(
+            "oneDNN picks no blocked layout for this convolution on this CPU: the blocked "
+            "input is not checked");
         continue;
       }
       auto pool = std::make_shared<MaxPool2d>(3, 2, padding);
