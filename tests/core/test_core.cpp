@@ -1,3 +1,4 @@
+#include "core/device_restore.h"
 #include "dtrain/core/device.h"
 #include "dtrain/core/environment.h"
 #include "dtrain/core/error.h"
@@ -26,6 +27,23 @@ TEST_CASE("Device parses and prints", "[core][cpu]") {
 TEST_CASE("cuda::available answers without a GPU", "[core][cpu]") {
   if (!cuda::available()) CHECK_FALSE(cuda::unavailable_reason().empty());
   CHECK(cuda::device_count() >= 0);
+}
+
+TEST_CASE("a device guard gives back only a device that had a context", "[core][cpu]") {
+  using cuda::restore_previous_device;
+  // A thread that had nothing current: cudaGetDevice said 0, which has no context. Putting
+  // it back would create one (since CUDA 12): the thread keeps the device it used.
+  CHECK_FALSE(restore_previous_device(0, 1, false));
+  CHECK(restore_previous_device(0, 1, true));  // device 0 was in use: back to it
+  CHECK(restore_previous_device(2, 1, true));
+  CHECK_FALSE(restore_previous_device(1, 1, true));  // nothing was changed
+}
+
+TEST_CASE("cuda::use_device refuses a device that is not there", "[core][cpu]") {
+  const int count = cuda::device_count();
+  CHECK_THROWS_WITH(cuda::use_device(count), Catch::Contains("cuda::use_device(" + std::to_string(count) + ")"));
+  CHECK_THROWS_WITH(cuda::use_device(-1), Catch::Contains("cuda::use_device(-1)"));
+  CHECK(cuda::home_device() == 0);  // nothing chosen yet
 }
 
 TEST_CASE("Error carries the message and the source location", "[core][cpu]") {

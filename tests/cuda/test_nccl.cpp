@@ -44,7 +44,8 @@ TEST_CASE("nccl: one rank's collectives leave their data as a group of one shoul
   REQUIRE(nccl->rank() == 0);
   REQUIRE(nccl->size() == 1);
 
-  for (DType dt : {DType::f32, DType::f64, DType::i32, DType::i64}) {
+  // f16 and bf16 too: DataParallel of a 16-bit model all-reduces 16-bit gradients.
+  for (DType dt : {DType::f32, DType::f64, DType::i32, DType::i64, DType::f16, DType::bf16}) {
     INFO("dtype " << dtype_name(dt));
     const Tensor original = on_gpu({1000, 3}, 7, dt);
     for (auto op : {dist::ReduceOp::Sum, dist::ReduceOp::Max, dist::ReduceOp::Min}) {

@@ -3,6 +3,9 @@
 // all-reduce. The MPI cases need mpirun with an even number of ranks.
 #include "dist/comm/communicator_options.h"
 #include "dist/comm/mpi/host_groups.h"
+#include "dist/comm/mpi_entry.h"
+#include "dtrain/core/environment.h"
+#include "dtrain/dist/comm/nccl.h"
 #include "support/test_support.h"
 
 #include <mpi.h>
@@ -77,4 +80,17 @@ TEST_CASE("the hierarchical all-reduce across two given hosts sums exactly", "[c
       CHECK(exact);
     }
   }
+}
+
+TEST_CASE("a rank's GPU follows its rank among the ranks of its host as MPI counts them", "[cpu][dist]") {
+  auto world = dist::world();  // where the count is taken: a collective point
+  if (world->backend() != "mpi") {
+    CHECK(dist::detail::mpi_host_rank() == -1);  // no MPI: the launcher's variables, else 0
+    CHECK(dist::host_local_rank() == env::local_rank());
+    return;
+  }
+  // One machine: the ranks of this host are all the ranks, in order. This holds under any
+  // launcher, where the launcher variables that env::local_rank() reads may be missing.
+  CHECK(dist::detail::mpi_host_rank() == world->rank());
+  CHECK(dist::host_local_rank() == world->rank());
 }

@@ -31,6 +31,12 @@ int device_count();
 inline bool available() { return device_count() > 0; }
 // Why CUDA is unavailable, in one line ("" when it is available).
 std::string unavailable_reason();
+// Makes cuda:index this process's device: current on the calling thread, and the one on
+// which a thread that has none yet (a loader thread pinning memory) makes its context,
+// instead of device 0. dist::rank_cuda_device() calls it. Throws without a device `index`.
+void use_device(int index);
+// The index given to use_device, else 0.
+int home_device();
 }  // namespace cuda
 
 }  // namespace dtrain

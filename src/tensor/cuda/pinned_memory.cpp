@@ -4,6 +4,7 @@
 // copy: an asynchronous upload keeps its source storage alive until the copy is done
 // (CudaBackend::queue_upload), and only then is the block freed into the cache.
 #include "dtrain/core/cuda/check.h"
+#include "dtrain/core/cuda/device_guard.h"
 #include "dtrain/core/environment.h"
 #include "tensor/backend.h"
 #include "tensor/caching_allocator.h"
@@ -14,6 +15,9 @@ namespace dtrain::detail {
 namespace {
 
 void* host_block(std::size_t bytes) {
+  // On the process's device: a loader thread has none current, and would otherwise make a
+  // context on device 0 (the guard leaves it on the home device, where it belongs).
+  cuda::DeviceGuard guard(cuda::home_device());
   void* ptr = nullptr;
   const cudaError_t status = cudaHostAlloc(&ptr, bytes, cudaHostAllocPortable);
   if (status == cudaErrorMemoryAllocation) {

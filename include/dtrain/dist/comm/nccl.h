@@ -62,8 +62,13 @@ namespace dtrain::dist {
 // Whether this build has NCCL (it comes with CUDA support).
 bool nccl_built();
 
-// The GPU for this process: cuda:(local rank mod the number of devices), the local rank
-// coming from the launcher (Open MPI, MPICH, Slurm). Throws when there is no CUDA device.
+// This process's rank among the processes of its host: MPI's own count of the ranks that
+// share its memory once dist::world() has been made under an MPI launcher, else the
+// launcher's variables (Open MPI, MPICH, Slurm), else 0.
+int host_local_rank();
+// The GPU for this process: cuda:(host_local_rank() mod the number of devices); make
+// dist::world() first, so that any launcher's ranks spread over the GPUs. Throws when there
+// is no CUDA device.
 Device rank_cuda_device();
 
 // A collective over `bootstrap`: every rank calls it, each with its own device (two ranks

@@ -7,6 +7,7 @@
 // Blocking operations are the same followed by wait(). Nothing blocks the host except
 // barrier(), which is its job.
 #include "dist/comm/cuda/nccl_watchdog.h"
+#include "dist/comm/deadline.h"
 #include "dist/comm/checked_communicator.h"
 #include "dist/comm/collective_checks.h"
 #include "dist/comm/communicator_options.h"
@@ -115,8 +116,7 @@ class NcclCommunicator final : public Communicator {
     cuda::DeviceGuard guard(device_);
     rank_ = collectives_.watchdog->rank();
     size_ = collectives_.watchdog->size();
-    ncclComm_t p2p = nullptr;
-    DTRAIN_NCCL_CHECK(ncclCommSplit(comm, 0, rank_, &p2p, nullptr), comm);
+    ncclComm_t p2p = split_within_deadline(collectives_, 0, rank_, "the messages' communicator");
     messages_.watchdog = std::make_shared<nccl::Watchdog>(p2p, device, options.timeout, options.on_timeout);
     // The highest priority: a gradient bucket's all-reduce should not queue behind the
     // rest of backward's kernels, nor a pipeline's activations. (Numerically lower is higher.)
@@ -161,7 +161,7 @@ class NcclCommunicator final : public Communicator {
 
   WorkPtr all_reduce_async(Tensor& t, ReduceOp op) override {
     check_gpu_buffer(t, "all_reduce");
-    check_reduction(t, op, "all_reduce");
+    check_reduction(t, op, "all_reduce", ReducibleDtypes::WithHalf);
     return work(collectives_, fmt::format("all_reduce ({}, {} bytes)", reduce_op_name(op), t.nbytes()),
                 [&](ncclComm_t c, cudaStream_t s) {
                   return ncclAllReduce(t.raw_data(), t.raw_data(), count(t), nccl_type(t.dtype()), nccl_op(op), c, s);
@@ -192,7 +192,7 @@ class NcclCommunicator final : public Communicator {
     check_gpu_buffer(in, "reduce_scatter", "in");
     check_gpu_buffer(out, "reduce_scatter", "out");
     check_scatter_shapes(in, out, size_, "reduce_scatter");
-    check_reduction(in, op, "reduce_scatter");
+    check_reduction(in, op, "reduce_scatter", ReducibleDtypes::WithHalf);
     return work(collectives_, fmt::format("reduce_scatter ({}, {} bytes per rank)", reduce_op_name(op), out.nbytes()),
                 [&](ncclComm_t c, cudaStream_t s) {
                   return ncclReduceScatter(in.raw_data(), out.raw_data(), count(out), nccl_type(in.dtype()),
@@ -254,15 +254,31 @@ class NcclCommunicator final : public Communicator {
     rethrow_failure();
     cuda::DeviceGuard guard(device_);
     // Every rank of the parent must be done queueing on it: ncclCommSplit is collective.
-    ncclComm_t child = nullptr;
-    DTRAIN_NCCL_CHECK(collectives_.watchdog->with_comm(
-                          [&](ncclComm_t parent) { return ncclCommSplit(parent, color, key, &child, nullptr); }),
-                      nullptr);
+    ncclComm_t child = split_within_deadline(collectives_, color, key, fmt::format("split (color {})", color));
     return std::make_shared<NcclCommunicator>(child, device_, options_);
   }
 
  private:
   static std::size_t count(const Tensor& t) { return static_cast<std::size_t>(t.numel()); }
+
+  // ncclCommSplit of `parent`'s communicator, under the deadline that ncclCommInitRank has
+  // (it waits for every rank of the parent). The split's thread holds the watchdog, which
+  // owns the parent's communicator, for as long as it runs.
+  ncclComm_t split_within_deadline(const Lane& parent, int color, int key, const std::string& what) const {
+    struct Split {
+      ncclComm_t child = nullptr;
+      ncclResult_t status = ncclSuccess;
+    };
+    auto split = std::make_shared<Split>();
+    run_with_deadline(fmt::format("rank {}: ncclCommSplit for {}", rank_, what), "all ranks", options_.timeout,
+                      options_.on_timeout, [split, watchdog = parent.watchdog, color, key, device = device_] {
+                        cuda::DeviceGuard on_device(device);
+                        split->status = watchdog->with_comm(
+                            [&](ncclComm_t comm) { return ncclCommSplit(comm, color, key, &split->child, nullptr); });
+                      });
+    if (split->status != ncclSuccess) nccl::throw_error(split->status, "ncclCommSplit", nullptr);
+    return split->child;
+  }
 
   // Either lane's failure makes the whole communicator unusable.
   void rethrow_failure() const {
@@ -372,13 +388,24 @@ CommunicatorPtr nccl_communicator(const CommunicatorPtr& bootstrap, Device devic
   ncclUniqueId id;
   std::memcpy(&id, message.data<std::uint8_t>() + 1, kIdBytes);
 
-  ncclComm_t comm = nullptr;
-  if (const ncclResult_t status = ncclCommInitRank(&comm, bootstrap->size(), id, bootstrap->rank());
-      status != ncclSuccess) {
-    if (comm != nullptr) ncclCommAbort(comm);
-    nccl::throw_error(status, "ncclCommInitRank", nullptr);
+  // Every rank must come: under a deadline, since a rank that failed before this call
+  // would otherwise leave the others blocked in it for ever.
+  struct Init {
+    ncclComm_t comm = nullptr;
+    ncclResult_t status = ncclSuccess;
+  };
+  auto init = std::make_shared<Init>();
+  const int size = bootstrap->size(), rank = bootstrap->rank();
+  run_with_deadline(fmt::format("rank {}: ncclCommInitRank ({} ranks)", rank, size), "all ranks", resolved.timeout,
+                    resolved.on_timeout, [init, size, id, rank, index = device.index] {
+                      cuda::DeviceGuard on_device(index);  // this thread's first CUDA call
+                      init->status = ncclCommInitRank(&init->comm, size, id, rank);
+                    });
+  if (init->status != ncclSuccess) {
+    if (init->comm != nullptr) ncclCommAbort(init->comm);
+    nccl::throw_error(init->status, "ncclCommInitRank", nullptr);
   }
-  auto nccl = std::make_shared<NcclCommunicator>(comm, device.index, resolved);
+  auto nccl = std::make_shared<NcclCommunicator>(init->comm, device.index, resolved);
   if (!resolved.check_collectives || bootstrap->size() == 1) return nccl;
   // The records go over the host (a split of the bootstrap), so checking waits for no GPU.
   return std::make_shared<CheckedCommunicator>(nccl, bootstrap->split(0, bootstrap->rank()), "nccl");

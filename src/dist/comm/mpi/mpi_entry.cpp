@@ -1,12 +1,23 @@
 // The MPI entry points of a build with MPI (see dist/comm/mpi_entry.h).
 #include "dist/comm/mpi_entry.h"
 
+#include "dist/comm/mpi/host_groups.h"
 #include "dist/comm/mpi/mpi_communicator.h"
 
+#include <atomic>
+#include <mutex>
+
 namespace dtrain::dist::detail {
+namespace {
+std::atomic<int> host_rank{-1};
+}  // namespace
 
 CommunicatorPtr mpi_world(const CommunicatorOptions& options) {
   mpi::ensure_initialized();
+  // Here, where every rank comes, rather than where a GPU is picked, which some ranks may
+  // do and others not: the split is a collective.
+  static std::once_flag once;
+  std::call_once(once, [] { host_rank = mpi::shared_memory_rank(MPI_COMM_WORLD); });
   MPI_Comm comm;
   mpi::check(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "dist::world: MPI_Comm_dup");
   return std::make_shared<mpi::MpiCommunicator>(comm, options, "world");
@@ -25,6 +36,8 @@ int mpi_world_rank() {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   return rank;
 }
+
+int mpi_host_rank() { return host_rank.load(); }
 
 void abort_mpi_job(int code) {
   if (mpi_running()) MPI_Abort(MPI_COMM_WORLD, code);

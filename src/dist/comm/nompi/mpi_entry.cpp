@@ -8,6 +8,7 @@ CommunicatorPtr mpi_world(const CommunicatorOptions&) {
 }
 bool mpi_running() { return false; }
 int mpi_world_rank() { return -1; }
+int mpi_host_rank() { return -1; }
 void abort_mpi_job(int) {}
 
 }  // namespace dtrain::dist::detail
