@@ -12,9 +12,9 @@ CommunicatorPtr mpi_world(const CommunicatorOptions& options);
 bool mpi_running();
 // This process's rank in MPI_COMM_WORLD, or -1 when MPI is not running.
 int mpi_world_rank();
-// This process's rank among the MPI processes on its host (those that share its memory),
-// found when the first world() was made (every rank makes it: a collective point); -1
-// before that, or without MPI.
+// This process's rank among the MPI processes on its host (those that share its memory, or
+// those given its DTRAIN_HOST_ID), found when the first world() was made (every rank makes
+// it: a collective point); -1 before that, or without MPI.
 int mpi_host_rank();
 // MPI_Abort(MPI_COMM_WORLD, code) when MPI is running (does not return); otherwise returns.
 void abort_mpi_job(int code);

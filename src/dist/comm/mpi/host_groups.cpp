@@ -19,17 +19,6 @@ int count_true(MPI_Comm comm, bool mine) {
 }
 }  // namespace
 
-int shared_memory_rank(MPI_Comm comm) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm shared;
-  check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shared), "MPI_Comm_split_type");
-  int local = 0;
-  MPI_Comm_rank(shared, &local);
-  MPI_Comm_free(&shared);
-  return local;
-}
-
 MPI_Comm split_hosts(MPI_Comm comm, int host_id) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);

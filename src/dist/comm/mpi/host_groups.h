@@ -13,8 +13,5 @@ namespace dtrain::dist::mpi {
 // rank an id, and ranks given one id must share memory; otherwise throws dtrain::Error on
 // every rank, naming DTRAIN_HOST_ID.
 MPI_Comm split_hosts(MPI_Comm comm, int host_id);
-// Collective over comm: this rank's rank among the ranks of comm that share its memory
-// (MPI_COMM_TYPE_SHARED), which is what picks its GPU on a host.
-int shared_memory_rank(MPI_Comm comm);
 
 }  // namespace dtrain::dist::mpi

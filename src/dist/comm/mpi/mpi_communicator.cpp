@@ -53,6 +53,12 @@ MpiCommunicator::State::~State() {
   (void)shm.release();
 }
 
+int MpiCommunicator::host_rank() const {
+  int r = 0;
+  MPI_Comm_rank(state_->host, &r);
+  return r;
+}
+
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicatorOptions& options, std::string name)
     : state_(std::make_unique<State>()), options_(options), name_(std::move(name)) {
   State& state = *state_;

@@ -48,6 +48,9 @@ class MpiCommunicator final : public Communicator, public Resource {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
+  // This rank's rank among the ranks of its host (split_hosts: those that share its memory,
+  // or those given its DTRAIN_HOST_ID).
+  int host_rank() const;
 
   WorkPtr all_reduce_async(Tensor& t, ReduceOp op) override;
   void all_reduce(Tensor& t, ReduceOp op) override;

@@ -1,11 +1,9 @@
 // The MPI entry points of a build with MPI (see dist/comm/mpi_entry.h).
 #include "dist/comm/mpi_entry.h"
 
-#include "dist/comm/mpi/host_groups.h"
 #include "dist/comm/mpi/mpi_communicator.h"
 
 #include <atomic>
-#include <mutex>
 
 namespace dtrain::dist::detail {
 namespace {
@@ -14,13 +12,14 @@ std::atomic<int> host_rank{-1};
 
 CommunicatorPtr mpi_world(const CommunicatorOptions& options) {
   mpi::ensure_initialized();
-  // Here, where every rank comes, rather than where a GPU is picked, which some ranks may
-  // do and others not: the split is a collective.
-  static std::once_flag once;
-  std::call_once(once, [] { host_rank = mpi::shared_memory_rank(MPI_COMM_WORLD); });
   MPI_Comm comm;
   mpi::check(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "dist::world: MPI_Comm_dup");
-  return std::make_shared<mpi::MpiCommunicator>(comm, options, "world");
+  auto world = std::make_shared<mpi::MpiCommunicator>(comm, options, "world");
+  // Taken here, where every rank comes, from the host split the communicator made anyway:
+  // a split where a GPU is picked would be a collective that some ranks may not call.
+  int unset = -1;
+  host_rank.compare_exchange_strong(unset, world->host_rank());
+  return world;
 }
 
 bool mpi_running() {
