@@ -4,6 +4,7 @@
 // state: bit for bit for uniform and bernoulli, within a few ulp for normal.
 #include "cuda_test.h"
 #include "dtrain/autograd/functions.h"
+#include "dtrain/tensor/stream.h"
 #include "support/test_support.h"
 
 #include <functional>
@@ -62,8 +63,9 @@ TEST_CASE("CUDA index_select and gather, every dtype, both index dtypes", "[cuda
       }
       check("index_select of a transposed " + t, x, indices({4}, 5, 30, it),
             [](const Tensor& a, const Tensor& i) { return index_select(a.transpose(0, 2), 2, i); });
-      check("gather from a permuted " + t, x, indices({7, 5, 2}, 6, 31, it),
-            [](const Tensor& a, const Tensor& i) { return gather(a.permute({2, 0, 1}), 2, i); });
+      check("gather from a permuted " + t, x, indices({7, 5, 2}, 6, 31, it), [](const Tensor& a, const Tensor& i) {
+        return gather(a.permute({2, 0, 1}), 2, i);
+      });
     }
   }
   const Tensor x = input({5, 6}, 2, DType::f32);
@@ -88,50 +90,83 @@ TEST_CASE("CUDA index_add and scatter_add with repeated indices", "[cuda]") {
         Shape src_shape = shape;
         src_shape[d] = 9;
         const Tensor src = input(src_shape, 40 + d, dt);
-        check(fmt::format("index_add dim {} {}", d, t), src, indices({9}, shape[d], 50 + d, it),
-              [&, d](const Tensor& s, const Tensor& i) { return index_add(shape, d, i, s); }, rtol, atol);
-        check(fmt::format("scatter_add dim {} {}", d, t), src, indices(src_shape, shape[d], 60 + d, it),
-              [&, d](const Tensor& s, const Tensor& i) { return scatter_add(shape, d, i, s); }, rtol, atol);
+        check(
+            fmt::format("index_add dim {} {}", d, t), src, indices({9}, shape[d], 50 + d, it),
+            [&, d](const Tensor& s, const Tensor& i) { return index_add(shape, d, i, s); }, rtol, atol);
+        check(
+            fmt::format("scatter_add dim {} {}", d, t), src, indices(src_shape, shape[d], 60 + d, it),
+            [&, d](const Tensor& s, const Tensor& i) { return scatter_add(shape, d, i, s); }, rtol, atol);
       }
-      check("index_add of a transposed src " + t, input({7, 3}, 70, dt), indices({7}, 4, 71, it),
-            [](const Tensor& s, const Tensor& i) { return index_add({3, 4}, 1, i, s.t()); }, rtol, atol);
+      check(
+          "index_add of a transposed src " + t, input({7, 3}, 70, dt), indices({7}, 4, 71, it),
+          [](const Tensor& s, const Tensor& i) {
+            return index_add({3, 4}, 1, i, s.t());
+          },
+          rtol, atol);
     }
   }
   // An embedding's gradient: 20000 token rows into 100 rows, about 200 terms per element
   // summed in another order (f32 partial sums reach ~30, whose ulp is 2e-6).
   for (DType dt : {DType::f32, DType::f64, DType::i64}) {
     const double tol = dt == DType::f32 ? 5e-4 : dt == DType::f64 ? 1e-10 : 0;
-    check(fmt::format("index_add of 20000 rows {}", dtype_name(dt)), input({20000, 64}, 72, dt),
-          indices({20000}, 100, 73), [](const Tensor& s, const Tensor& i) { return index_add({100, 64}, 0, i, s); },
-          tol, tol);
+    check(
+        fmt::format("index_add of 20000 rows {}", dtype_name(dt)), input({20000, 64}, 72, dt),
+        indices({20000}, 100, 73),
+        [](const Tensor& s, const Tensor& i) {
+          return index_add({100, 64}, 0, i, s);
+        },
+        tol, tol);
   }
   // The cross-entropy backward's one-hot: one index per row.
   check("scatter_add of a one-hot", Tensor::full({64, 1}, -0.9), indices({64, 1}, 10, 74),
-        [](const Tensor& s, const Tensor& i) { return scatter_add({64, 10}, 1, i, s); });
+        [](const Tensor& s, const Tensor& i) {
+          return scatter_add({64, 10}, 1, i, s);
+        });
   check("index_add with no indices", Tensor::zeros({3, 0}), Tensor::zeros({0}, {DType::i64}),
-        [](const Tensor& s, const Tensor& i) { return index_add({3, 4}, 1, i, s); });
+        [](const Tensor& s, const Tensor& i) {
+          return index_add({3, 4}, 1, i, s);
+        });
 }
 
-TEST_CASE("CUDA index ops reject out-of-range indices as the CPU does", "[cuda]") {
+// The kernels check their indices without a host wait: the op returns, and the error comes
+// at the next wait for the device (here, the copy to the host), with the CPU's message.
+TEST_CASE("CUDA index ops reject out-of-range indices at the next synchronization", "[cuda]") {
   if (!cuda_ready()) return;
+  using Catch::Matchers::Contains;
+  const Device cpu = Device::cpu();
   for (DType it : {DType::i64, DType::i32}) {
     INFO("index dtype " << dtype_name(it));
     const Tensor x = input({5, 6}, 80, DType::f32).to(kGpu);
     // The first bad index in order is reported, as on the CPU.
     const Tensor bad = Tensor::from_vector<std::int64_t>({1, 9, -3}, {3}).to(it).to(kGpu);
-    using Catch::Matchers::Contains;
-    REQUIRE_THROWS_WITH(index_select(x, 0, bad),
-                        Contains("index_select: index 9 is out of range for a dimension of size 5"));
-    REQUIRE_THROWS_WITH(index_add({4, 6}, 0, bad, input({3, 6}, 81, DType::f32).to(kGpu)),
+    Tensor selected;
+    REQUIRE_NOTHROW(selected = index_select(x, 0, bad));
+    REQUIRE_THROWS_WITH(selected.to(cpu), Contains("index_select: index 9 is out of range for a dimension of size 5"));
+    // Reported once: the next wait finds nothing.
+    REQUIRE_NOTHROW(synchronize(kGpu));
+    const Tensor rows = input({3, 6}, 81, DType::f32).to(kGpu);
+    REQUIRE_THROWS_WITH(index_add({4, 6}, 0, bad, rows).to(cpu),
                         Contains("index_add: index 9 is out of range for a dimension of size 4"));
     const Tensor negative = Tensor::from_vector<std::int64_t>({0, -1, 2, 0, 1, 7}, {1, 6}).to(it).to(kGpu);
-    REQUIRE_THROWS_WITH(gather(x, 0, negative),
+    REQUIRE_THROWS_WITH(gather(x, 0, negative).to(cpu),
                         Contains("gather: index -1 is out of range for a dimension of size 5"));
-    REQUIRE_THROWS_WITH(scatter_add({2, 6}, 0, negative, input({1, 6}, 82, DType::f32).to(kGpu)),
+    REQUIRE_THROWS_WITH(scatter_add({2, 6}, 0, negative, input({1, 6}, 82, DType::f32).to(kGpu)).to(cpu),
                         Contains("scatter_add: index -1 is out of range for a dimension of size 2"));
-    // Nothing was written out of bounds: the device still computes.
+    // Two faulting ops before one wait: the first op's error, and the second's is not kept.
+    const Tensor first = gather(x, 0, negative);
+    const Tensor second = index_select(x, 0, bad);
+    REQUIRE_THROWS_WITH(synchronize(kGpu), Contains("gather: index -1"));
+    REQUIRE_NOTHROW(second.to(cpu));
+    // An op with no elements to compute still checks its indices, as on the CPU.
+    const Tensor empty = index_select(Tensor::zeros({5, 0}).to(kGpu), 0, bad);
+    REQUIRE(empty.numel() == 0);
+    REQUIRE_THROWS_WITH(synchronize(kGpu), Contains("index_select: index 9 is out of range"));
+    // Nothing was written out of bounds: the device still computes, and good elements of a
+    // faulting gather are right (bad ones are 0).
     const Tensor ok = Tensor::from_vector<std::int64_t>({4, 0}, {2}).to(it);
-    require_matches(index_select(x, 0, ok.to(kGpu)), index_select(x.to(Device::cpu()), 0, ok));
+    require_matches(index_select(x, 0, ok.to(kGpu)), index_select(x.to(cpu), 0, ok));
+    REQUIRE(first.to(cpu).data<float>()[0] == x.to(cpu).data<float>()[0]);
+    REQUIRE(first.to(cpu).data<float>()[1] == 0.0f);
   }
 }
 
@@ -185,19 +220,23 @@ TEST_CASE("CUDA random fills draw the CPU's numbers from the same generator stat
     // Bit for bit in a default build; one ulp of slack should the host compiler fuse
     // low + span * u into an fma (-march=native), which the device code never does.
     const double ulp = dt == DType::f32 ? 3e-7 : 1e-15;
-    compare("uniform_", dt, [](Tensor& t, Generator& g) { uniform_(t, -0.5, 2.0, &g); }, ulp, ulp);
-    compare("uniform_ of an empty interval", dt, [](Tensor& t, Generator& g) { uniform_(t, 3.0, 3.0, &g); }, 0, 0);
+    compare(
+        "uniform_", dt, [](Tensor& t, Generator& g) { uniform_(t, -0.5, 2.0, &g); }, ulp, ulp);
+    compare(
+        "uniform_ of an empty interval", dt, [](Tensor& t, Generator& g) { uniform_(t, 3.0, 3.0, &g); }, 0, 0);
     // log and cos differ by a few ulp between the device's math library and glibc.
     const double tol = dt == DType::f32 ? 1e-5 : 1e-12;
-    compare("normal_", dt, [](Tensor& t, Generator& g) { normal_(t, 1.0, 2.5, &g); }, tol, tol);
+    compare(
+        "normal_", dt, [](Tensor& t, Generator& g) { normal_(t, 1.0, 2.5, &g); }, tol, tol);
   }
   for (DType dt : kAllDtypes)
-    compare("bernoulli_", dt, [](Tensor& t, Generator& g) { bernoulli_(t, 0.3, &g); }, 0, 0);
+    compare(
+        "bernoulli_", dt, [](Tensor& t, Generator& g) { bernoulli_(t, 0.3, &g); }, 0, 0);
   // Dropout draws its mask through bernoulli_ as well.
   Generator on_cpu(7), on_gpu(7);
   const Tensor x = input({64, 128}, 93, DType::f32);
-  require_matches(dropout(Variable(x.to(kGpu)), 0.25, &on_gpu).data(), dropout(Variable(x), 0.25, &on_cpu).data(),
-                  1e-6, 1e-6);
+  require_matches(dropout(Variable(x.to(kGpu)), 0.25, &on_gpu).data(), dropout(Variable(x), 0.25, &on_cpu).data(), 1e-6,
+                  1e-6);
 }
 
 }  // namespace dtrain::test

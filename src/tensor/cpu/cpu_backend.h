@@ -1,6 +1,6 @@
 // The CPU backend. Its methods are defined across src/tensor/cpu/*.cpp, one file per
-// kind of primitive (memory.cpp, elementwise.cpp, reduce.cpp, matmul.cpp, conv.cpp,
-// pool.cpp, batch_norm.cpp, softmax.cpp, index.cpp, random.cpp).
+// kind of primitive (memory.cpp, copy_fill.cpp, unary.cpp, binary.cpp, compare_where.cpp, update.cpp, reduce.cpp,
+// matmul.cpp, conv.cpp, pool.cpp, batch_norm.cpp, softmax.cpp, index.cpp, random.cpp).
 #pragma once
 
 #include "tensor/backend.h"
@@ -31,10 +31,8 @@ class CpuBackend final : public Backend {
   void matmul(const Tensor& a, const Tensor& b, Tensor& out) override;
 
   void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, Tensor& out) override;
-  void conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p,
-                             Tensor& grad_x) override;
-  void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p,
-                              Tensor& grad_w) override;
+  void conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p, Tensor& grad_x) override;
+  void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p, Tensor& grad_w) override;
   void max_pool2d(const Tensor& x, const Pool2dParams& p, Tensor& out, Tensor& indices) override;
   void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_x) override;
   void avg_pool2d(const Tensor& x, const Pool2dParams& p, Tensor& out) override;
@@ -49,8 +47,7 @@ class CpuBackend final : public Backend {
                            Tensor& grad_beta) override;
 
   void softmax(const Tensor& x, std::int64_t dim, bool log, Tensor& out) override;
-  void softmax_backward(const Tensor& grad_out, const Tensor& y, std::int64_t dim, bool log,
-                        Tensor& grad_x) override;
+  void softmax_backward(const Tensor& grad_out, const Tensor& y, std::int64_t dim, bool log, Tensor& grad_x) override;
 
   void index_select(const Tensor& x, std::int64_t dim, const Tensor& index, Tensor& out) override;
   void index_add(std::int64_t dim, const Tensor& index, const Tensor& src, Tensor& out) override;

@@ -19,6 +19,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -31,6 +32,26 @@ struct cudnnContext;
 namespace dtrain::detail {
 
 struct ConvLibrary;  // cudnn_conv.cpp
+
+// The first out-of-range index an indexing kernel met since the last synchronization
+// (index.cu). It lives in mapped page-locked host memory, written by one device thread and
+// read by the host only after the stream has finished, so no copy is needed to look at it.
+struct IndexFault {
+  int raised;  // 0, or 1 once a kernel filled the fields below
+  int op;      // which op: index.cu's kIndexOpNames
+  long long value;
+  long long size;
+};
+
+// Where indexing kernels report (index.cu): `pending` (device memory) gathers the lowest bad
+// position of one launch, and a one-thread kernel moves it into `fault` if no earlier launch
+// faulted. The host looks at `fault` after each of its waits for the stream (copies to and
+// from the host, synchronize) and throws the op's message there.
+struct IndexCheck {
+  IndexFault* fault = nullptr;            // mapped host memory
+  IndexFault* fault_on_device = nullptr;  // the same memory, as the device sees it
+  unsigned long long* pending = nullptr;  // device memory
+};
 
 class CudaBackend final : public Backend {
  public:
@@ -67,10 +88,8 @@ class CudaBackend final : public Backend {
   void matmul(const Tensor& a, const Tensor& b, Tensor& out) override;
 
   void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, Tensor& out) override;
-  void conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p,
-                             Tensor& grad_x) override;
-  void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p,
-                              Tensor& grad_w) override;
+  void conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p, Tensor& grad_x) override;
+  void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p, Tensor& grad_w) override;
   void max_pool2d(const Tensor& x, const Pool2dParams& p, Tensor& out, Tensor& indices) override;
   void max_pool2d_backward(const Tensor& grad_out, const Tensor& indices, Tensor& grad_x) override;
   void avg_pool2d(const Tensor& x, const Pool2dParams& p, Tensor& out) override;
@@ -85,8 +104,7 @@ class CudaBackend final : public Backend {
                            Tensor& grad_beta) override;
 
   void softmax(const Tensor& x, std::int64_t dim, bool log, Tensor& out) override;
-  void softmax_backward(const Tensor& grad_out, const Tensor& y, std::int64_t dim, bool log,
-                        Tensor& grad_x) override;
+  void softmax_backward(const Tensor& grad_out, const Tensor& y, std::int64_t dim, bool log, Tensor& grad_x) override;
 
   void index_select(const Tensor& x, std::int64_t dim, const Tensor& index, Tensor& out) override;
   void index_add(std::int64_t dim, const Tensor& index, const Tensor& src, Tensor& out) override;
@@ -102,8 +120,15 @@ class CudaBackend final : public Backend {
   // cuBLAS and cuDNN, each set up on first use (loading cuDNN costs seconds and memory
   // that a program without convolutions should not pay), bound to stream_ and with
   // workspace from cache_; never destroyed, like the backend. Callers hold a DeviceGuard.
-  cublasContext* blas();         // matmul.cpp
-  ConvLibrary& conv_library();   // cudnn_conv.cpp
+  cublasContext* blas();        // matmul.cpp
+  ConvLibrary& conv_library();  // cudnn_conv.cpp
+
+  // Indexing ops check their indices on the device without waiting for it (index.cu);
+  // see IndexCheck. Set up on first use.
+  const IndexCheck& index_check();  // index.cu
+  // Throws the fault an indexing kernel recorded, if any, and clears it. Callers have
+  // just waited for stream_.
+  void raise_index_fault();  // index.cu
 
   int device_;
   cudaStream_t stream_ = nullptr;
@@ -124,6 +149,9 @@ class CudaBackend final : public Backend {
   std::mutex uploads_mutex_;
   std::deque<PendingUpload> uploads_;
   CachingAllocator cache_;
+  std::once_flag index_once_;
+  IndexCheck index_check_;
+  std::atomic<IndexFault*> index_fault_{nullptr};  // index_check_.fault, once set up
   std::once_flag blas_once_, conv_once_;
   cublasContext* blas_ = nullptr;
   ConvLibrary* conv_ = nullptr;

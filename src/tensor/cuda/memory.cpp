@@ -73,6 +73,7 @@ void CudaBackend::copy_to_host(const void* device_src, void* host_dst, std::size
   cuda::DeviceGuard guard(device_);
   DTRAIN_CUDA_CHECK(cudaMemcpyAsync(host_dst, device_src, nbytes, cudaMemcpyDeviceToHost, stream_));
   DTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  raise_index_fault();
 }
 
 void CudaBackend::copy_from_host(const void* host_src, void* device_dst, std::size_t nbytes) {
@@ -80,6 +81,7 @@ void CudaBackend::copy_from_host(const void* host_src, void* device_dst, std::si
   cuda::DeviceGuard guard(device_);
   DTRAIN_CUDA_CHECK(cudaMemcpyAsync(device_dst, host_src, nbytes, cudaMemcpyHostToDevice, stream_));
   DTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  raise_index_fault();
 }
 
 void CudaBackend::copy_from_host_async(const void* host_src, void* device_dst, std::size_t nbytes,
@@ -90,7 +92,8 @@ void CudaBackend::copy_from_host_async(const void* host_src, void* device_dst, s
 }
 
 cudaStream_t CudaBackend::copy_stream() {
-  std::call_once(copy_once_, [&] { DTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking)); });
+  std::call_once(copy_once_,
+                 [&] { DTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking)); });
   return copy_stream_;
 }
 
@@ -156,6 +159,7 @@ void CudaBackend::synchronize() {
   DTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (copy_stream_ != nullptr) DTRAIN_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
   release_finished_uploads(true);
+  raise_index_fault();
 }
 
 }  // namespace dtrain::detail
