@@ -11,11 +11,14 @@
 #                                  on the GPU machine, in phases that each append their
 #                                  result line to summary.txt as soon as they end:
 #                                    preflight  versions; ldd of the carried libraries
-#                                    build      only test_cuda, bench_gpu_ops, bench_train
-#                                               and train_mnist (sm_90, CUDA on, MPI off)
+#                                    build      only test_cuda, bench_gpu_ops, bench_train,
+#                                               train_mnist and train_imagenet (sm_90, CUDA
+#                                               on, MPI off)
 #                                    tests      test_cuda, under timeout
 #                                    e2e        train_mnist on CUDA (fp32, bf16, f16) against
-#                                               the CPU, and a CUDA checkpoint resumed on the CPU
+#                                               the CPU, a CUDA checkpoint resumed on the CPU,
+#                                               and train_imagenet for 10 steps of ResNet-18
+#                                               at 224x224 on synthetic images (its images/s)
 #                                    benches    GPU benches beside PyTorch, under timeout
 #                                    multi-gpu  what one GPU cannot show (--multi-gpu runs it)
 #
@@ -318,7 +321,7 @@ phase_preflight() {
   fi
 }
 
-check_targets=(test_cuda bench_gpu_ops bench_train train_mnist)
+check_targets=(test_cuda bench_gpu_ops bench_train train_mnist train_imagenet)
 target_path() {
   case "$1" in
     test_cuda | test_dist) echo "$build/tests/$1" ;;
@@ -345,8 +348,9 @@ phase_build() {
   fi
   t=$(limit 300)
   [ "$t" -gt 0 ] || { result skipped "the budget is spent"; return; }
-  # The examples are built for train_mnist (it builds without MPI: dist's nompi entry).
-  # No install tests, no CPU suite: the check runs test_cuda, the benches and train_mnist.
+  # The examples are built for train_mnist and train_imagenet (both link dtrain_train,
+  # dtrain_dist and the examples' support library: without MPI, dist's nompi entry).
+  # No install tests, no CPU suite: the check runs test_cuda, the benches and the examples.
   local start=$SECONDS rc
   bounded "$t" cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$deps/usr" -DDTRAIN_USE_CUDA=ON -DDTRAIN_USE_MPI=$mpi -DDTRAIN_BUILD_EXAMPLES=ON \
@@ -426,19 +430,42 @@ accuracy_of() {
   echo "${a:--}"
 }
 
-phase_e2e() {
-  have_gpu || { result skipped "$(no_gpu_reason)"; return; }
-  [ "$(limit 1)" -gt 0 ] || { result skipped "the budget is spent"; return; }
-  local bin data=$deps/data/fashion-mnist
-  bin=$(target_path train_mnist)
-  [ -x "$bin" ] || { result skipped "no $bin (see build)"; return; }
-  [ -f "$data/train-images-idx3-ubyte.gz" ] \
-    || { result skipped "no carried data in $data (prepare found no $fashion_mnist)"; return; }
+# The e2e phase's train_imagenet run: 2 epochs of 5 steps (--limit-train 320, batch 64) of
+# ResNet-18 at 224x224 on synthetic images, the example's whole path (loader threads, Trainer,
+# optimizer) on the GPU. Its images/s is the second epoch's: the first one's steps include
+# the start-up (CUDA context, cuBLAS and cuDNN handles, each kernel's first load, the
+# convolution plans, which dtrain takes from cuDNN's heuristics without trial runs, and the
+# block cache filling). A smoke figure, not a benchmark (bench_train is the benchmark).
+imagenet_batch=64
+imagenet_steps=5  # per epoch
+imagenet_args=(--synthetic --device cuda --model resnet18 --precision fp32 --batch-size "$imagenet_batch"
+  --limit-train $((imagenet_batch * imagenet_steps)) --epochs 2 --loader-threads 4 --seed 3 --progress none)
+
+# "EPOCH RATE" for each of the Trainer's epoch lines in a log
+# ("epoch 2/2: train loss 6.9, train accuracy 0.00%, 2468 samples/s, 0.1 s[, notes]").
+epoch_rates() {
+  sed -nE 's|^epoch ([0-9]+)/[0-9]+: .*, ([0-9.]+) samples/s, [0-9.]+ s.*|\1 \2|p' "$1" 2> /dev/null
+}
+
+# A number field of the last JSON line of a file that holds every pattern after the field's
+# name ("-" when none): json_number FILE FIELD PATTERN...
+json_number() {
+  local file=$1 field=$2 line
+  shift 2
+  line=$(grep -s '^{' "$file")
+  local p
+  for p in "$@"; do line=$(grep -E "$p" <<< "$line"); done
+  line=$(tail -n 1 <<< "$line" | grep -oE "\"$field\": ?[0-9.eE+-]+" | head -n 1 | grep -oE '[0-9.eE+-]+$')
+  echo "${line:--}"
+}
+
+# train_mnist's runs (in phase_e2e's scope: $bin, $data, $log; adds to failures and accs).
+e2e_mnist() {
   # One process (the image has no MPI); the CNN, 2 epochs of the carried subset.
   local common=(--data "$data" --model cnn --seed 3 --progress none)
   local runs=("cuda fp32")
   [ "$quick" = 1 ] || runs+=("cuda bf16" "cuda f16" "cpu fp32")
-  local run device precision t rc acc failures=() accs=() log=$logs/check.log ref=
+  local run device precision t rc acc ref=
   for run in "${runs[@]}"; do
     device=${run% *}
     precision=${run#* }
@@ -487,11 +514,101 @@ phase_e2e() {
         && failures+=("${entry% *}: more than 5 points from the CPU's $ref%")
     done
   fi
-  if [ ${#failures[@]} -eq 0 ]; then
-    result ok "test accuracy: $(joined "${accs[@]}")"
-  else
-    result FAILED "$(joined "${failures[@]}"); accuracy: $(joined "${accs[@]}")"
+}
+
+# train_imagenet's run (in phase_e2e's scope: $imagenet, $log; sets ips, adds to failures):
+# its images/s in the result line and, as a JSON line in $state, beside PyTorch's in the
+# benches phase and the table.
+e2e_imagenet() {
+  local t rc rates first last waited
+  t=$(limit 90)
+  if [ "$t" -eq 0 ]; then
+    failures+=("train_imagenet: the budget is spent")
+    return
   fi
+  echo "== e2e: train_imagenet ${imagenet_args[*]}" >> "$log"
+  with_libs "$t" "$imagenet" "${imagenet_args[@]}" > "$state/e2e.log" 2>&1
+  rc=$?
+  cat "$state/e2e.log" >> "$log"
+  rates=$(epoch_rates "$state/e2e.log")
+  first=$(head -n 1 <<< "$rates")
+  last=$(tail -n 1 <<< "$rates")
+  if [ -n "$last" ]; then
+    waited=$(grep -E "^epoch ${last% *}/" "$state/e2e.log" | grep -oE "waited [0-9.]+ s for data" | tail -n 1)
+    ips="train_imagenet resnet18 224x224 b$imagenet_batch fp32 ${last#* } images/s"
+    ips+=" (epoch ${last% *}, $imagenet_steps steps"
+    [ "$first" != "$last" ] && ips+="; epoch ${first% *} with start-up ${first#* }"
+    ips+="${waited:+; $waited})"
+  fi
+  # The table's row: a finished run's last epoch, past the start-up.
+  if [ "$rc" -eq 0 ] && [ -n "$last" ] && [ "${last% *}" -gt 1 ]; then
+    {
+      printf '{"bench":"train","framework":"dtrain","program":"train_imagenet","model":"resnet18_224",'
+      printf '"batch":%s,"precision":"fp32","epochs":%s,"steps":%s,"samples_per_s":%s}\n' \
+        "$imagenet_batch" "${last% *}" "$imagenet_steps" "${last#* }"
+    } > "$state/train_imagenet.jsonl"
+  fi
+  if [ "$rc" -ne 0 ]; then
+    failures+=("train_imagenet: $(describe_exit "$rc" "$t")")
+  elif [ -z "$last" ]; then
+    failures+=("train_imagenet: no epoch line with samples/s in its output (check.log)")
+  fi
+}
+
+phase_e2e() {
+  have_gpu || { result skipped "$(no_gpu_reason)"; return; }
+  [ "$(limit 1)" -gt 0 ] || { result skipped "the budget is spent"; return; }
+  local bin imagenet data=$deps/data/fashion-mnist log=$logs/check.log no_mnist='' no_imagenet=''
+  bin=$(target_path train_mnist)
+  imagenet=$(target_path train_imagenet)
+  if [ ! -x "$bin" ]; then
+    no_mnist="no $bin (see build)"
+  elif [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
+    no_mnist="no carried data in $data (prepare found no $fashion_mnist)"
+  fi
+  # train_imagenet only in the full run.
+  [ "$quick" = 1 ] || [ -x "$imagenet" ] || no_imagenet="no $imagenet (see build)"
+  if [ -n "$no_mnist" ] && { [ "$quick" = 1 ] || [ -n "$no_imagenet" ]; }; then
+    result skipped "$(joined "$no_mnist" ${no_imagenet:+"$no_imagenet"})"
+    return
+  fi
+  local failures=() accs=() notes=() ips=
+  if [ -z "$no_mnist" ]; then
+    e2e_mnist
+  else
+    notes+=("train_mnist skipped: $no_mnist")
+  fi
+  if [ "$quick" != 1 ]; then
+    if [ -z "$no_imagenet" ]; then
+      e2e_imagenet
+    else
+      notes+=("train_imagenet skipped: $no_imagenet")
+    fi
+  fi
+  local label="test accuracy" parts=()
+  [ ${#failures[@]} -eq 0 ] || label=accuracy
+  [ ${#accs[@]} -eq 0 ] || parts+=("$label: $(joined "${accs[@]}")")
+  [ -z "$ips" ] || parts+=("$ips")
+  parts+=("${notes[@]}")
+  if [ ${#failures[@]} -eq 0 ]; then
+    result ok "$(joined "${parts[@]}")"
+  else
+    result FAILED "$(joined "${failures[@]}" "${parts[@]}")"
+  fi
+}
+
+# "train_imagenet (e2e) N images/s, PyTorch resnet18_224 b64 fp32 M (R x)" when both exist:
+# the same model, batch and precision (PyTorch's figure is a fixed batch's median step).
+imagenet_beside_pytorch() {
+  local ours theirs
+  ours=$(json_number "$state/train_imagenet.jsonl" samples_per_s)
+  theirs=$(json_number "$logs/torch_train.jsonl" samples_per_s '"model": ?"resnet18_224"' \
+    "\"batch\": ?${imagenet_batch}[,}]" '"precision": ?"fp32"')
+  [ "$ours" != - ] && [ "$theirs" != - ] || return 0
+  awk -v a="$ours" -v b="$theirs" -v n="$imagenet_batch" 'BEGIN {
+    printf "train_imagenet (e2e) %.0f images/s, PyTorch resnet18_224 b%d fp32 %.0f", a, n, b
+    if (b > 0) printf " (%.2fx)", a / b
+  }'
 }
 
 phase_benches() {
@@ -541,13 +658,14 @@ phase_benches() {
     ran=$((ran + 1))
     [ "$rc" -eq 0 ] || failures+=("$name: $(describe_exit "$rc" "$t")")
   done
-  local lines
+  local lines beside
   lines=$(cat "$logs"/gpu_ops.jsonl "$logs"/torch_gpu_ops.jsonl "$logs"/train.jsonl "$logs"/torch_train.jsonl \
     | grep -c '^{')
+  beside=$(imagenet_beside_pytorch)
   if [ ${#failures[@]} -eq 0 ]; then
-    result ok "$ran runs, $lines JSON lines, TF32 ${DTRAIN_ALLOW_TF32:-0}"
+    result ok "$ran runs, $lines JSON lines, TF32 ${DTRAIN_ALLOW_TF32:-0}${beside:+; $beside}"
   else
-    result FAILED "$(joined "${failures[@]}"); $ran runs, $lines JSON lines (errors: check.log)"
+    result FAILED "$(joined "${failures[@]}"); $ran runs, $lines JSON lines (errors: check.log)${beside:+; $beside}"
   fi
 }
 
@@ -614,6 +732,9 @@ run() {
   summary=$logs/summary.txt
   : > "$summary"
   : > "$logs/check.log"
+  # No bench figure of an earlier run in the same folder reaches this run's table.
+  local f
+  for f in gpu_ops torch_gpu_ops train torch_train; do [ ! -e "$logs/$f.jsonl" ] || : > "$logs/$f.jsonl"; done
   case "$root$build$deps" in *" "*) die "the repository, build and deps paths must hold no spaces" ;; esac
 
   # What every phase needs, found once: the GPU, cuDNN and NCCL, the programs' library path.
@@ -646,9 +767,11 @@ run() {
   printf '%-9s %s\n' "GPU" "${gpu:-none found}"
   cat "$summary"
   printf '%-9s %s\n' "total" "$SECONDS s; logs in $logs"
-  if [ -s "$logs/gpu_ops.jsonl" ] || [ -s "$logs/train.jsonl" ]; then
+  # The e2e phase's train_imagenet figure (kept in $state: the output folder's 8 files are
+  # taken) is the table's last row, beside PyTorch's ResNet-18 fp32.
+  if [ -s "$logs/gpu_ops.jsonl" ] || [ -s "$logs/train.jsonl" ] || [ -s "$state/train_imagenet.jsonl" ]; then
     timeout 30 python3 "$root/bench/peers/gpu_table.py" "$logs/gpu_ops.jsonl" "$logs/torch_gpu_ops.jsonl" \
-      "$logs/train.jsonl" "$logs/torch_train.jsonl"
+      "$logs/train.jsonl" "$logs/torch_train.jsonl" "$state/train_imagenet.jsonl"
   fi
   ! grep -qE '^[a-z-]+ +FAILED' "$summary"
 }

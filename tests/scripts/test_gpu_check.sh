@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # The control flow of scripts/gpu-check.sh run (issue 34), without a GPU and without
-# building: stub programs stand in for test_cuda, train_mnist, the benches, their PyTorch
-# peers and nvidia-smi, in a stub build folder (--dry-run builds nothing). Checks that
+# building: stub programs stand in for test_cuda, train_mnist, train_imagenet, the benches,
+# their PyTorch peers and nvidia-smi, in a stub build folder (--dry-run builds nothing).
+# Checks that
 #   - without a GPU every phase reports, the device phases as skipped with the reason;
 #   - a test_cuda that aborts (DTRAIN_GPU_CHECK_CRASH_TEST_CUDA=1) or hangs (killed at its
 #     timeout) is a FAILED line, and the later phases still run and the summary still comes;
+#   - the full e2e phase runs train_imagenet (synthetic, CUDA, ResNet-18, batch 64, 2 epochs
+#     of 5 steps) and reports its second epoch's images/s, which the benches line and the
+#     table put beside PyTorch's ResNet-18 fp32; --quick does not run it; a run that prints
+#     no epoch line is a FAILED e2e line;
 #   - --multi-gpu with fewer than 2 GPUs lists the multi-GPU tests as unverified;
 #   - a run cut short (as when the lease ends) has already written the finished phases' lines.
 # Usage: tests/scripts/test_gpu_check.sh [REPO_ROOT]; a few seconds.
@@ -61,9 +66,26 @@ esac'
 stub "$build/examples/train_mnist" '
 case " $* " in *" --device cuda "*|*" --device cpu "*) ;; *) echo "no --device" >&2; exit 2 ;; esac
 echo "final test accuracy: 81.25%"'
+# The Trainer's epoch lines (the second with a loader wait), or nothing with STUB_TRAIN_IMAGENET=silent.
+# shellcheck disable=SC2016
+stub "$build/examples/train_imagenet" '
+for flag in "--synthetic " "--device cuda " "--model resnet18 " "--batch-size 64 " "--limit-train 320 " "--epochs 2 "; do
+  case " $* " in *" $flag"*) ;; *) echo "train_imagenet stub: no $flag" >&2; exit 2 ;; esac
+done
+[ "${STUB_TRAIN_IMAGENET:-}" = silent ] && exit 0
+echo "train_imagenet: resnet18 (11689512 parameters, 1000 classes) at 224x224, 320 train / 0 val images"
+echo "epoch 1/2: train loss 6.9512, train accuracy 0.00%, 812 samples/s, 0.4 s"
+echo "epoch 2/2: train loss 6.9377, train accuracy 0.31%, 2468 samples/s, 0.1 s, waited 0.2 s for data"
+echo "trained 2 epoch(s) in 0.6 s (training 1207 samples/s); the steps waited 0.2 s for the loader"'
 stub "$build/bench/bench_gpu_ops" 'echo "{\"case\":\"gemm 1024\",\"group\":\"gemm\",\"tflops\":1,\"cublas_tflops\":1}"'
 stub "$build/bench/bench_train" 'echo "{\"case\":\"stub\",\"samples_per_s\":1}"'
-stub "$bin/peer-python" 'echo "{\"case\":\"stub\"}"'
+# pytorch_train.py's line for ResNet-18 at 224, batch 64, fp32 (as json.dumps writes it).
+stub "$bin/peer-python" '
+case " $* " in
+  *pytorch_train.py*" --model resnet18_224 --precision fp32 --batch 64 "*)
+    echo "{\"bench\": \"train\", \"framework\": \"pytorch\", \"model\": \"resnet18_224\", \"batch\": 64, \"samples_per_s\": 3000.0, \"samples_per_s_min\": 2900.0, \"device\": \"cuda\", \"precision\": \"fp32\"}" ;;
+  *) echo "{\"case\":\"stub\"}" ;;
+esac'
 mkdir -p "$deps/usr/lib/x86_64-linux-gnu" "$deps/data/fashion-mnist"
 : > "$deps/data/fashion-mnist/train-images-idx3-ubyte.gz"
 
@@ -92,8 +114,13 @@ s=$work/crash/summary.txt
 expect_every_phase "$s"
 expect_line "$s" build "skipped +[0-9]+ s  --dry-run"
 expect_line "$s" tests "FAILED +[0-9]+ s  test_cuda \(deliberately crashed\): killed by SIGABRT"
-expect_line "$s" e2e "ok +[0-9]+ s  test accuracy: cuda fp32 81.25%; cuda bf16 81.25%; cuda f16 81.25%; cpu fp32 81.25%"
-expect_line "$s" benches "ok +[0-9]+ s  10 runs, 10 JSON lines"
+expect_line "$s" e2e "ok +[0-9]+ s  test accuracy: cuda fp32 81.25%; cuda bf16 81.25%; cuda f16 81.25%; cpu fp32 81.25%; \
+cuda->cpu resume 81.25%; train_imagenet resnet18 224x224 b64 fp32 2468 images/s \(epoch 2, 5 steps; \
+epoch 1 with start-up 812; waited 0.2 s for data\)$"
+expect_line "$s" benches "ok +[0-9]+ s  10 runs, 10 JSON lines, TF32 [01]; \
+train_imagenet \(e2e\) 2468 images/s, PyTorch resnet18_224 b64 fp32 3000 \(0.82x\)$"
+grep -qE "^e2e resnet18_224 b64 fp32 +2468.00 +3000.00 +0.82$" "$work/crash.out" \
+  || fail "crash: no table row of train_imagenet beside PyTorch"
 [ "$rc" -ne 0 ] || fail "crash: the run exited 0 with a FAILED phase"
 grep -q "== dtrain GPU check" "$work/crash.out" || fail "crash: no summary printed"
 n=$(find "$work/crash" -type f | wc -l)
@@ -109,7 +136,8 @@ s=$work/hang/summary.txt
 expect_every_phase "$s"
 expect_line "$s" tests "FAILED +[0-9]+ s  test_cuda: timed out after 1 s"
 expect_line "$s" e2e "ok +[0-9]+ s  test accuracy: cuda fp32 81.25%$"
-expect_line "$s" benches "ok +[0-9]+ s  2 runs"
+expect_line "$s" benches "ok +[0-9]+ s  2 runs, 2 JSON lines, TF32 [01]$"
+grep -q "^e2e resnet18_224" "$work/hang.out" && fail "hang: --quick ran train_imagenet (a table row)"
 
 # ---- 4. --multi-gpu with fewer than 2 GPUs: the list, as unverified ----------------------
 mkdir -p "$work/multi"
@@ -137,6 +165,17 @@ s=$work/cut/summary.txt
 expect_line "$s" preflight "(ok|FAILED)"
 expect_line "$s" build "skipped"
 grep -qE "^tests " "$s" && fail "cut short: a tests line, though test_cuda was still running"
+
+# ---- 6. train_imagenet prints no epoch line: a FAILED e2e line, no figure anywhere -------
+mkdir -p "$work/silent"
+STUB_TRAIN_IMAGENET=silent DTRAIN_GPU_CHECK_ASSUME_GPU=1 OUT=$work/silent \
+  bash "$script" run --dry-run > "$work/silent.out" 2>&1
+s=$work/silent/summary.txt
+expect_every_phase "$s"
+expect_line "$s" e2e "FAILED +[0-9]+ s  train_imagenet: no epoch line with samples/s in its output \(check.log\); \
+accuracy: cuda fp32 81.25%; .*cuda->cpu resume 81.25%$"
+expect_line "$s" benches "ok +[0-9]+ s  10 runs, 10 JSON lines, TF32 [01]$"
+grep -q "^e2e resnet18_224" "$work/silent.out" && fail "silent: a table row without a figure"
 
 if [ "$failures" -ne 0 ]; then
   echo "test_gpu_check: $failures failure(s); the runs' output:"
