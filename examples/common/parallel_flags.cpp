@@ -14,7 +14,7 @@ namespace dtrain::examples {
 
 void add_parallel_flags(CLI::App& app, ParallelFlags& p) {
   app.add_option("--parallel", p.spec,
-                 "how the job is distributed, e.g. dp, pp=2,micro=8,schedule=1f1b, pp=2,dp=2, ps=1,mode=async "
+                 "how the job is distributed, e.g. dp, pp=2,micro=8,schedule=1f1b, pp=2,dp=2, ps=1,mode=async, zero=1 "
                  "(keys: dtrain/dist/core/strategy_factory.h; default: data parallel under mpirun)");
   app.add_option("--pipeline-stages", p.pipeline_stages,
                  "alias of pp=K: cut the model into K stages on consecutive "

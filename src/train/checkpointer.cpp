@@ -293,9 +293,11 @@ void Checkpointer::save(const optim::Optimizer& optimizer, const optim::LossScal
   s.step = step;
   // The live tensors: a synchronous save writes them before training changes them; an
   // asynchronous one copies them into host memory first.
-  if (!plan_.part.empty()) s.model = strategy_.module().state_dict();
+  if (!plan_.part.empty() && plan_.saves_model) s.model = strategy_.module().state_dict();
   if (!plan_.part.empty() && plan_.saves_optimizer) {
-    s.optimizer = name_entries(optimizer.state_view(), parameter_names(optimizer, strategy_.module()));
+    s.optimizer = plan_.optimizer_share
+                      ? plan_.optimizer_share(optimizer)
+                      : name_entries(optimizer.state_view(), parameter_names(optimizer, strategy_.module()));
     for (auto& [name, t] : scaler.state()) s.optimizer.emplace_back(kScalerPrefix + name, t);
   }
   if (options_.async) {
@@ -508,7 +510,11 @@ std::optional<Restored> Checkpointer::restore(optim::Optimizer& optimizer, optim
   module.load_state_dict(load);
   const std::string optimizer_origin = fmt::format("checkpoint {} (optimizer files)", dir.string());
   optimizer_tensors = join_ranges(optimizer_tensors, module, optimizer_origin);
-  load_named_optimizer_state(optimizer, module, optimizer_tensors, optimizer_origin);
+  if (plan_.load_optimizer_share) {
+    plan_.load_optimizer_share(optimizer, optimizer_tensors);
+  } else {
+    load_named_optimizer_state(optimizer, module, optimizer_tensors, optimizer_origin);
+  }
   NamedTensors scaler_state;
   std::set<std::string> seen;
   for (const auto& [name, t] : optimizer_tensors) {

@@ -63,7 +63,7 @@ TEST_CASE("make_strategy: data parallel by default, local on one rank", "[cpu][d
   CHECK_THROWS_WITH(dist::make_strategy("dp,foo=1", world, Device::cpu()),
                     Contains("strategy spec 'dp,foo=1': 'foo' not used by the dp strategy"));
   CHECK_THROWS_WITH(dist::make_strategy("bogus=1", world, Device::cpu()),
-                    Contains("strategy spec 'bogus=1' names no strategy: expected one of ps, pp, dp, local"));
+                    Contains("strategy spec 'bogus=1' names no strategy: expected one of ps, pp, zero, dp, local"));
   CHECK_THROWS_WITH(dist::make_strategy(fmt::format("dp={}", world->size() + 1), world, Device::cpu()),
                     Contains(fmt::format("but the job has {} ranks", world->size())));
   if (world->size() > 1) {

@@ -51,7 +51,7 @@ StepStats Strategy::train_step(std::span<const MicroBatch> micro, optim::Optimiz
                      config, stats);
   }
   exchange_gradients();
-  update(optimizer, config, stats);
+  update(stepped_optimizer(optimizer), config, stats);
   return stats;
 }
 

@@ -4,6 +4,7 @@
 #include "dtrain/dist/data_parallel/data_parallel_strategy.h"
 #include "dtrain/dist/pipeline/pipeline_strategy.h"
 #include "dtrain/dist/ps/ps_strategy.h"
+#include "dtrain/dist/sharded/sharded_strategy.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -184,10 +185,8 @@ Registry& registry() {
 // The built-in kinds, most specific first: one line each.
 const std::vector<std::pair<std::string, StrategyFactory>>& built_in() {
   static const std::vector<std::pair<std::string, StrategyFactory>> kinds{
-      {"ps", make_parameter_server},
-      {"pp", make_pipeline},
-      {"dp", make_data_parallel},
-      {"local", make_local},
+      {"ps", make_parameter_server}, {"pp", make_pipeline}, {"zero", make_sharded_data_parallel},
+      {"dp", make_data_parallel},    {"local", make_local},
   };
   return kinds;
 }

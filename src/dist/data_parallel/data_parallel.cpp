@@ -35,8 +35,12 @@ DataParallel::DataParallel(std::shared_ptr<nn::Module> module, CommunicatorPtr c
   tensor_comm_ = communicator_for(comm_, device);
   for (auto& p : module_->parameters()) broadcast_in_place(*tensor_comm_, p.data(), 0);
   for (auto& [name, b] : module_->named_buffers()) broadcast_in_place(*tensor_comm_, b, 0);
+  GradientExchangePtr exchange = options_.exchange_factory
+                                     ? options_.exchange_factory(tensor_comm_)
+                                     : make_gradient_exchange(options_.gradient_exchange, tensor_comm_);
+  DTRAIN_CHECK(exchange != nullptr, "DataParallel: the exchange factory returned nothing");
   reducer_ = std::make_unique<GradientReducer>(
-      trainable_parameters(*module_), make_gradient_exchange(options_.gradient_exchange, tensor_comm_),
+      trainable_parameters(*module_), std::move(exchange),
       ReducerOptions{
           .bucket_bytes = options_.bucket_bytes, .overlap = options_.overlap, .communicate = options_.communicate},
       sync_);

@@ -136,8 +136,15 @@ struct CheckpointPlan {
   // Whether this rank's module is the whole model (else a part: the other parts' tensors in
   // a checkpoint are not an error).
   bool whole_model = true;
+  bool saves_model = true;      // the part includes the module's state (not on ranks that only hold optimizer shards)
   bool saves_optimizer = true;  // the part includes the optimizer's state (not where servers hold it)
-  bool step_saves = true;       // the ranks can save inside an epoch, all at the same update
+  // Where the optimizer's state is sharded over the ranks: what this rank saves instead of
+  // the given optimizer's state (entries "<parameter>[begin:end]/<buffer>", "<parameter>/updates",
+  // "lr", "steps"), and what takes the whole state back at a restore (by parameter name, the
+  // ranges of every rank's file joined).
+  std::function<optim::NamedTensors(const optim::Optimizer& given)> optimizer_share = {};
+  std::function<void(optim::Optimizer& given, const optim::NamedTensors& whole)> load_optimizer_share = {};
+  bool step_saves = true;  // the ranks can save inside an epoch, all at the same update
   // The job's layout as the manifest records it (checkpoint/manifest.h); a resume on the
   // same layout continues the epoch's sums.
   int stages = 1, replicas = 1, servers = 0;
@@ -211,6 +218,10 @@ class Strategy {
                                 StepStats& stats);
   // After the last micro-batch's backward: make every replica's gradients the same.
   virtual void exchange_gradients() {}
+  // The optimizer that update() steps: by default the one given to train_step; a strategy
+  // that shards the optimizer's state (sharded data parallelism) returns its own over this
+  // rank's slices, following the given one's learning rate.
+  virtual optim::Optimizer& stepped_optimizer(optim::Optimizer& given) { return given; }
   // The ranks that hold the other parts of the model's gradients (a pipeline's stages), or
   // null when this rank holds all of them: the norm for clipping is summed over them, and
   // an inf/NaN found by one rank's loss scaler skips the step on all of them.

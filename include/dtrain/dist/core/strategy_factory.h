@@ -6,7 +6,8 @@
 // A spec is comma-separated items, `key=value` or a bare `key` (a flag, or a dimension that
 // takes every rank left). It names the job's dimensions and their options; the strategy is
 // the most specific kind it names: `ps` (parameter servers), then `pp` (a pipeline, with
-// data-parallel replicas when the world holds several pipelines), then `dp` or `local`; a
+// data-parallel replicas when the world holds several pipelines), then `zero` (sharded data
+// parallelism), then `dp` or `local`; a
 // kind registered by the program outranks the built-in ones. "" is `dp` (`local` on one
 // rank). Every key must be used by the chosen kind; an unknown key, a bad value or a shape
 // that does not fit the world is an error naming the spec and the key.
@@ -18,13 +19,15 @@
 // | `pp=2,micro=8,schedule=1f1b`          | PipelineStrategy, 2 stages x world/2 replicas         |
 // | `pp=2,dp=2,schedule=interleaved,virtual=2` | the same, the grid stated                        |
 // | `ps=1,mode=async`, `ps=2,mode=ssp:3`  | ParameterServerStrategy, the last ranks serve         |
+// | `zero=1`                              | ShardedDataParallelStrategy (optimizer state sharded) |
 //
 // Keys: dp: `dp[=N]`, `bucket_mb=MB`, `exchange=KIND` (gradient_exchange.h), `sync_bn`,
 // `overlap=0|1`. pp: `pp=K`, `dp=D`, `micro=M`, `schedule=gpipe|1f1b|interleaved`,
 // `virtual=V`, `cuts=A:B:...` (layer indices), `balance=params|time`, `recompute`, and the
-// dp keys for the replicas. ps: `ps=S`, `mode=sync|async|ssp:K`, `bucket_mb=MB`.
+// dp keys for the replicas. ps: `ps=S`, `mode=sync|async|ssp:K`, `bucket_mb=MB`. zero:
+// `zero=STAGE` (1; 2 and 3 are refused as not built), `dp=N`, `bucket_mb=MB`, `overlap=0|1`.
 // Later capabilities take keys of their kind (`exchange=` for compression) or a kind of
-// their own (a sharded data-parallel strategy), registered below.
+// their own, registered below.
 #pragma once
 
 #include "dtrain/dist/core/strategy.h"

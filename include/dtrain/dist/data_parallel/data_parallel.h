@@ -22,6 +22,7 @@
 #pragma once
 
 #include "dtrain/dist/comm/communicator.h"
+#include "dtrain/dist/data_parallel/gradient_exchange.h"
 #include "dtrain/layers/module.h"
 
 #include <cstddef>
@@ -39,6 +40,9 @@ struct DataParallelOptions {
   // What each full bucket goes through (gradient_exchange.h): "all_reduce" (the mean) or a
   // registered kind.
   std::string gradient_exchange = "all_reduce";
+  // When set, builds the exchange instead of the kind named above: a strategy that must
+  // reach its exchange's state (sharded data parallelism's gradient shards) keeps a pointer.
+  GradientExchangeFactory exchange_factory = {};
 };
 
 class DataParallel {

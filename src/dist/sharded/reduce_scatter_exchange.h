@@ -1,0 +1,38 @@
+// The gradient exchange of sharded data parallelism (private to dist): each full bucket is
+// reduce-scattered (the mean over the replicas) as backward produces it, so that rank r
+// receives chunk r of the averaged bucket (shard_layout.h) while backward goes on, as plain
+// data parallelism's all-reduce does. The chunks live here, one per bucket, for the
+// optimizer's slices to read as their gradients; a bucket whose length is not a multiple of
+// the ranks goes through a padded copy (the padding stays zero).
+#pragma once
+
+#include "dist/sharded/shard_layout.h"
+#include "dtrain/dist/data_parallel/gradient_exchange.h"
+
+#include <vector>
+
+namespace dtrain::dist {
+
+class ReduceScatterExchange final : public GradientExchange {
+ public:
+  // `device`: the model's, where the chunks live.
+  ReduceScatterExchange(CommunicatorPtr replicas, Device device);
+  std::string name() const override { return "reduce_scatter"; }
+  void plan(const std::vector<BucketLayout>& buckets) override;
+  WorkPtr start(std::size_t index, Tensor& buffer) override;
+
+  const std::vector<BucketLayout>& buckets() const { return layouts_; }
+  const BucketShard& shard(std::size_t bucket) const { return shards_.at(bucket); }
+  // This rank's chunk of bucket `bucket`'s averaged gradients, after the exchange's work.
+  const Tensor& gradient_chunk(std::size_t bucket) const { return chunks_.at(bucket); }
+
+ private:
+  CommunicatorPtr replicas_;
+  Device device_;
+  std::vector<BucketLayout> layouts_;
+  std::vector<BucketShard> shards_;
+  std::vector<Tensor> chunks_;
+  std::vector<Tensor> padded_;  // undefined where the bucket needs no padding
+};
+
+}  // namespace dtrain::dist

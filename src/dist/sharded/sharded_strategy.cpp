@@ -1,0 +1,235 @@
+#include "dtrain/dist/sharded/sharded_strategy.h"
+
+#include "dist/sharded/reduce_scatter_exchange.h"
+#include "dtrain/core/trace.h"
+
+#include <fmt/format.h>
+
+#include <map>
+
+namespace dtrain::dist {
+
+// One segment of this rank's chunk of a bucket, as the optimizer sees it.
+struct ShardedDataParallelStrategy::Slice {
+  std::string parameter;    // its name in the module
+  std::int64_t offset = 0;  // first element in the parameter
+  std::int64_t length = 0;
+  Variable variable;  // a view of the flat buffer; its gradient a view of the chunk
+};
+
+ShardedDataParallelStrategy::ShardedDataParallelStrategy(CommunicatorPtr comm, Device device,
+                                                         ShardedDataParallelOptions options)
+    : Strategy(device, comm), comm_(std::move(comm)), options_(options) {
+  DTRAIN_CHECK(options_.stage == 1,
+               "sharded data parallel: stage {} is not built (built: 1, the optimizer state sharded; stages 2 and 3 "
+               "are planned)",
+               options_.stage);
+  DTRAIN_CHECK(options_.bucket_bytes > 0, "sharded data parallel: bucket_bytes must be positive");
+}
+
+ShardedDataParallelStrategy::~ShardedDataParallelStrategy() = default;
+
+DataParallel& ShardedDataParallelStrategy::data_parallel() const {
+  DTRAIN_CHECK(ddp_ != nullptr, "sharded data parallel: prepare() the model first");
+  return *ddp_;
+}
+
+std::shared_ptr<nn::Module> ShardedDataParallelStrategy::prepare(std::shared_ptr<nn::Module> model) {
+  DTRAIN_CHECK(model != nullptr, "sharded data parallel: prepare() needs a model");
+  DTRAIN_CHECK(ddp_ == nullptr, "sharded data parallel: prepare() was already called");
+  model->to(device_);
+  DataParallelOptions o;
+  o.bucket_bytes = options_.bucket_bytes;
+  o.overlap = options_.overlap;
+  o.exchange_factory = [this](const CommunicatorPtr& replicas) {
+    auto exchange = std::make_unique<ReduceScatterExchange>(replicas, device_);
+    exchange_ = exchange.get();
+    return exchange;
+  };
+  ddp_ = std::make_unique<DataParallel>(model, comm_, o);
+
+  const int rank = comm_->rank(), ranks = comm_->size();
+  const std::vector<BucketLayout>& buckets = exchange_->buckets();
+  // Every rank must own some elements, or its optimizer would have nothing to hold; every
+  // rank computes the same counts, so all of them refuse together.
+  for (int q = 0; q < ranks; ++q) {
+    std::int64_t owned = 0;
+    for (const BucketLayout& b : buckets) owned += static_cast<std::int64_t>(shard_bucket(b, q, ranks).segments.size());
+    DTRAIN_CHECK(owned > 0,
+                 "sharded data parallel: rank {} of {} would own no parameter elements (the model's buckets are too "
+                 "small to cut {} ways; use fewer ranks or plain data parallelism)",
+                 q, ranks, ranks);
+  }
+  std::map<std::string, Variable> params;
+  for (auto& [name, p] : model->named_parameters()) params.emplace(name, p);
+  NoGradGuard no_grad;
+  for (std::size_t b = 0; b < buckets.size(); ++b) {
+    const BucketLayout& layout = buckets[b];
+    const BucketShard& shard = exchange_->shard(b);
+    // The bucket's parameters move into one flat buffer (padding at the end), so that the
+    // all-gather of the chunks writes the parameters themselves.
+    Tensor flat = Tensor::zeros({shard.padded}, {layout.dtype, device_});
+    for (const BucketLayout::Member& m : layout.members) {
+      Variable& p = params.at(m.name);
+      Tensor region = flat.narrow(0, m.offset, p.numel());
+      region.copy_(p.data().reshape({p.numel()}));
+      p.set_data(region.view(m.shape));
+    }
+    const Tensor& gradients = exchange_->gradient_chunk(b);
+    for (const ShardSegment& s : shard.segments) {
+      const BucketLayout::Member& m = layout.members[s.member];
+      const std::vector<std::int64_t> shape = segment_shape(s, m.shape.size());
+      Variable v(flat.narrow(0, shard.chunk * rank + s.at, s.length).view(shape), true);
+      v.set_grad(gradients.narrow(0, s.at, s.length).view(shape));
+      slices_.push_back({m.name, s.offset, s.length, std::move(v)});
+    }
+    send_.push_back(Tensor::zeros({shard.chunk}, {layout.dtype, device_}));
+    flat_.push_back(std::move(flat));
+  }
+  module_ = std::move(model);
+  return module_;
+}
+
+std::int64_t ShardedDataParallelStrategy::shard_elements() const {
+  std::int64_t n = 0;
+  for (const Slice& s : slices_) n += s.length;
+  return n;
+}
+
+void ShardedDataParallelStrategy::forward_backward(const MicroBatch& batch, double weight, bool last,
+                                                   const StepConfig& config, StepStats& stats) {
+  if (last) {
+    Strategy::forward_backward(batch, weight, last, config, stats);
+    return;
+  }
+  // Gradient accumulation: only the update's last backward communicates (the sum).
+  DataParallel::NoSyncGuard no_sync = data_parallel().no_sync();
+  Strategy::forward_backward(batch, weight, last, config, stats);
+}
+
+void ShardedDataParallelStrategy::exchange_gradients() { data_parallel().finish_gradient_sync(); }
+
+optim::Optimizer& ShardedDataParallelStrategy::stepped_optimizer(optim::Optimizer& given) {
+  if (!shard_optimizer_) {
+    std::vector<Variable> variables;
+    for (const Slice& s : slices_) variables.push_back(s.variable);
+    shard_optimizer_ = given.rebind(std::move(variables));
+  }
+  shard_optimizer_->set_lr(given.lr());  // an LR schedule sets the given one
+  return *shard_optimizer_;
+}
+
+void ShardedDataParallelStrategy::apply_update(optim::Optimizer& optimizer, const StepConfig& config, bool nonfinite) {
+  Strategy::apply_update(optimizer, config, nonfinite);
+  gather_parameters();
+}
+
+void ShardedDataParallelStrategy::gather_parameters() {
+  trace::Span span("parameter all-gather", trace::Phase::Communication);
+  const CommunicatorPtr& comm = data_parallel().tensor_communicator();
+  const int rank = comm->rank(), ranks = comm->size();
+  std::vector<WorkPtr> works;
+  for (std::size_t b = 0; b < flat_.size(); ++b) {
+    const std::int64_t chunk = send_[b].numel();
+    // MPI forbids the input inside the output: this rank's chunk goes through send_.
+    send_[b].copy_(flat_[b].narrow(0, chunk * rank, chunk));
+    Tensor out = flat_[b].view({ranks, chunk});
+    works.push_back(comm->all_gather_async(send_[b], out));
+  }
+  for (const WorkPtr& w : works) w->wait();
+}
+
+void ShardedDataParallelStrategy::reduce_sums(Tensor& sums) { comm_->all_reduce(sums, ReduceOp::Sum); }
+
+Capabilities ShardedDataParallelStrategy::capabilities() {
+  return {.replica_divergence = [this] { return data_parallel().check_replicas(); }};
+}
+
+CheckpointPlan ShardedDataParallelStrategy::checkpoint_plan() const {
+  const int rank = comm_->rank();
+  CheckpointPlan plan{.rank = rank,
+                      .ranks = comm_->size(),
+                      .part = rank == 0 ? "model" : fmt::format("shard{}", rank),
+                      .replicas = comm_->size()};
+  plan.saves_model = rank == 0;  // the replicas' parameters are identical
+  // Each rank's chunks of the optimizer state, as element ranges of whole parameters.
+  plan.optimizer_share = [this](const optim::Optimizer& given) {
+    optim::NamedTensors out;
+    if (!shard_optimizer_) {  // no step yet: nothing but the counters
+      out.emplace_back("lr", Tensor::scalar(given.lr(), {DType::f64}));
+      out.emplace_back("steps", Tensor::scalar(0, {DType::i64}));
+      return out;
+    }
+    const optim::NamedTensors state = shard_optimizer_->state_view();
+    for (const auto& [key, t] : state) {
+      if (key == "lr" || key == "steps") {
+        out.emplace_back(key, t);
+      } else if (key == "updates") {
+        const std::vector<std::int64_t> counts = t.to_vector<std::int64_t>();
+        for (std::size_t i = 0; i < slices_.size(); ++i) {
+          out.emplace_back(slices_[i].parameter + "/updates",
+                           Tensor::scalar(static_cast<double>(counts[i]), {DType::i64}));
+        }
+      } else {
+        const auto dot = key.rfind('.');
+        const Slice& s = slices_.at(std::stoul(key.substr(dot + 1)));
+        out.emplace_back(fmt::format("{}[{}:{}]/{}", s.parameter, s.offset, s.offset + s.length, key.substr(0, dot)),
+                         t.reshape({s.length}));
+      }
+    }
+    return out;
+  };
+  // The whole state by parameter name (joined from any number of ranks' ranges, or one
+  // process's whole tensors): this rank takes its slices of it.
+  // The hook runs later, from the Checkpointer's restore, on this same (non-const) strategy.
+  plan.load_optimizer_share = [self = const_cast<ShardedDataParallelStrategy*>(this)](
+                                  optim::Optimizer& given, const optim::NamedTensors& whole) {
+    const std::vector<Slice>& slices = self->slices_;
+    std::map<std::string, std::vector<std::size_t>> by_parameter;
+    for (std::size_t i = 0; i < slices.size(); ++i) by_parameter[slices[i].parameter].push_back(i);
+    optim::NamedTensors state;
+    std::vector<std::int64_t> updates(slices.size(), 0);
+    bool lr = false, steps = false;
+    for (const auto& [key, t] : whole) {
+      if (key == "lr" || key == "steps") {
+        bool& seen = key == "lr" ? lr : steps;
+        if (!seen) state.emplace_back(key, t);
+        seen = true;
+        continue;
+      }
+      const auto slash = key.rfind('/');
+      if (slash == std::string::npos) continue;
+      const auto it = by_parameter.find(key.substr(0, slash));
+      if (it == by_parameter.end()) continue;  // another rank's parameter, or the scaler's
+      const std::string what = key.substr(slash + 1);
+      for (std::size_t i : it->second) {
+        const Slice& s = slices[i];
+        if (what == "updates") {
+          updates[i] = static_cast<std::int64_t>(t.item());
+        } else {
+          state.emplace_back(fmt::format("{}.{}", what, i),
+                             t.reshape({t.numel()}).narrow(0, s.offset, s.length).reshape(s.variable.shape()));
+        }
+      }
+    }
+    state.emplace_back("updates", Tensor::from_vector(updates, {static_cast<std::int64_t>(updates.size())}));
+    self->stepped_optimizer(given).load_state(state);
+  };
+  return plan;
+}
+
+std::shared_ptr<Strategy> make_sharded_data_parallel(StrategySpec& spec, const CommunicatorPtr& world, Device device,
+                                                     const StrategyHints&) {
+  ShardedDataParallelOptions o;
+  o.stage = spec.integer("zero", 1);
+  DTRAIN_CHECK(o.stage >= 1 && o.stage <= 3, "strategy spec '{}': zero={} must be a ZeRO stage, 1, 2 or 3", spec.text(),
+               o.stage);
+  const int dp = spec.integer("dp", world->size());
+  DTRAIN_CHECK(dp == world->size(), "strategy spec '{}': dp={} but the job has {} ranks", spec.text(), dp,
+               world->size());
+  o.bucket_bytes = static_cast<std::size_t>(spec.number("bucket_mb", 4.0) * (1 << 20));
+  o.overlap = spec.flag("overlap", true);
+  return std::make_shared<ShardedDataParallelStrategy>(world, device, o);
+}
+
+}  // namespace dtrain::dist
