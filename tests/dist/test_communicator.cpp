@@ -187,6 +187,27 @@ TEST_CASE("all_gather stacks every rank's tensor in rank order", "[cpu][dist]") 
   }
 }
 
+TEST_CASE("all_gather runs in place when in is this rank's slot of out, and refuses other overlaps", "[cpu][dist]") {
+  CommunicatorPtr c = comm();
+  const int n = c->size(), r = c->rank();
+  Tensor out = Tensor::full({n, 4}, -1.0);
+  out.select(0, r).copy_(rank_input(r, 4, DType::f32));
+  c->all_gather_async(out.select(0, r), out)->wait();
+  // Another rank's slot (or a part of one's own) as the input: refused before anything is
+  // sent, by every rank.
+  // (One rank has no other slot.)
+  Tensor other = Tensor::zeros({n, 4});
+  using Catch::Matchers::Contains;
+  if (n > 1) {
+    CHECK_THROWS_WITH(c->all_gather(other.select(0, (r + 1) % n), other),
+                      Contains("in shares out's memory but is not out[" + std::to_string(r) + "]"));
+  }
+  for (int q = 0; q < n; ++q) {
+    INFO("slot " << q);
+    require_equal(out.select(0, q), rank_input(q, 4, DType::f32));
+  }
+}
+
 TEST_CASE("reduce_scatter gives rank r the reduction of every rank's row r", "[cpu][dist]") {
   CommunicatorPtr c = comm();
   const int n = c->size();

@@ -53,6 +53,14 @@ void check_gather_shapes(const Tensor& in, const Tensor& out, int size, const ch
                dtype_name(in.dtype()), shape_str(out.shape()), dtype_name(out.dtype()));
 }
 
+bool gather_in_place(const Tensor& in, const Tensor& out, int rank, const char* op) {
+  if (!in.same_storage(out)) return false;
+  const bool own_slot = in.is_contiguous() && out.is_contiguous() && in.offset() == out.offset() + rank * in.numel();
+  DTRAIN_CHECK(own_slot, "{}: in shares out's memory but is not out[{}] (this rank's slot); in place, in must be it",
+               op, rank);
+  return true;
+}
+
 void check_scatter_shapes(const Tensor& in, const Tensor& out, int size, const char* op) {
   Shape want = stacked(size, out.shape());
   DTRAIN_CHECK(in.shape() == want && in.dtype() == out.dtype(),

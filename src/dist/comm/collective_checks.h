@@ -21,6 +21,9 @@ void check_reduction(const Tensor& t, ReduceOp reduce, const char* op,
                      ReducibleDtypes dtypes = ReducibleDtypes::Standard);
 // all_gather: out has shape (size, *in.shape()) and in's dtype.
 void check_gather_shapes(const Tensor& in, const Tensor& out, int size, const char* op);
+// True when `in` is out[rank] itself (contiguous, same storage and place): the all-gather
+// runs in place. Throws when `in` shares out's storage in any other way.
+bool gather_in_place(const Tensor& in, const Tensor& out, int rank, const char* op);
 // reduce_scatter: in has shape (size, *out.shape()) and out's dtype.
 void check_scatter_shapes(const Tensor& in, const Tensor& out, int size, const char* op);
 // 0 <= r < size; `role` names the argument ("root", "dst", "src").

@@ -39,11 +39,12 @@ DataParallel::DataParallel(std::shared_ptr<nn::Module> module, CommunicatorPtr c
                                      ? options_.exchange_factory(tensor_comm_)
                                      : make_gradient_exchange(options_.gradient_exchange, tensor_comm_);
   DTRAIN_CHECK(exchange != nullptr, "DataParallel: the exchange factory returned nothing");
-  reducer_ = std::make_unique<GradientReducer>(
-      trainable_parameters(*module_), std::move(exchange),
-      ReducerOptions{
-          .bucket_bytes = options_.bucket_bytes, .overlap = options_.overlap, .communicate = options_.communicate},
-      sync_);
+  reducer_ = std::make_unique<GradientReducer>(trainable_parameters(*module_), std::move(exchange),
+                                               ReducerOptions{.bucket_bytes = options_.bucket_bytes,
+                                                              .overlap = options_.overlap,
+                                                              .communicate = options_.communicate,
+                                                              .keep_buckets = options_.keep_gradients},
+                                               sync_);
 }
 
 DataParallel::~DataParallel() = default;

@@ -35,7 +35,10 @@ std::vector<std::vector<std::size_t>> assign_buckets(const std::vector<BucketPar
 
 GradientReducer::GradientReducer(std::vector<std::pair<std::string, Variable>> params, GradientExchangePtr exchange,
                                  const ReducerOptions& options, const bool& sync)
-    : exchange_(std::move(exchange)), communicate_(options.communicate), sync_(sync) {
+    : exchange_(std::move(exchange)),
+      communicate_(options.communicate),
+      keep_buckets_(options.keep_buckets),
+      sync_(sync) {
   std::vector<BucketParam> sizes;
   for (const auto& [name, p] : params) sizes.push_back({p.dtype(), p.data().nbytes()});
   const auto plan = assign_buckets(sizes, options.bucket_bytes);
@@ -48,16 +51,18 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, Variable>> p
     for (std::size_t k : plan[b]) numel += params[k].second.numel();
     const Variable& first = params[plan[b].front()].second;
     Bucket bucket;
-    bucket.buffer = Tensor::zeros({numel}, first.data().options());
+    bucket.numel = numel;
+    bucket.options = first.data().options();
+    if (keep_buckets_) bucket.buffer = Tensor::zeros({numel}, bucket.options);
     bucket.slots = bucket.pending = plan[b].size();
     BucketLayout layout{.dtype = first.dtype(), .numel = numel, .members = {}};
     std::int64_t offset = 0;
     for (std::size_t k : plan[b]) {
       auto& [name, p] = params[k];
       layout.members.push_back({name, p.shape(), offset});
-      Tensor view = bucket.buffer.narrow(0, offset, p.numel()).view(p.shape());
-      offset += p.numel();
-      slots_.push_back(Slot{std::move(name), std::move(p), b, std::move(view)});
+      Tensor view = keep_buckets_ ? bucket.buffer.narrow(0, offset, p.numel()).view(p.shape()) : Tensor();
+      slots_.push_back(Slot{std::move(name), std::move(p), b, offset, std::move(view)});
+      offset += slots_.back().param.numel();
     }
     buckets_.push_back(std::move(bucket));
     layouts.push_back(std::move(layout));
@@ -94,13 +99,22 @@ void GradientReducer::on_grad_ready(std::size_t i) {
 
 // Copies the parameter's gradient (zero when it has none) into its slot, then launches
 // whatever that completes.
+Tensor GradientReducer::slot_view(Slot& slot) {
+  if (keep_buckets_) return slot.view;
+  Bucket& bucket = buckets_[slot.bucket];
+  if (!bucket.buffer.defined()) bucket.buffer = Tensor::empty({bucket.numel}, bucket.options);  // every slot writes
+  return bucket.buffer.narrow(0, slot.offset, slot.param.numel()).view(slot.param.shape());
+}
+
 void GradientReducer::mark_ready(std::size_t i) {
   Slot& slot = slots_[i];
+  Tensor view = slot_view(slot);
   if (!slot.param.has_grad()) {
-    slot.view.zero_();
-  } else if (const Tensor& g = slot.param.grad(); !(g.same_storage(slot.view) && g.offset() == slot.view.offset())) {
-    slot.view.copy_(g);  // unless the gradient already is the slot (a view kept from the last step)
+    view.zero_();
+  } else if (const Tensor& g = slot.param.grad(); !(g.same_storage(view) && g.offset() == view.offset())) {
+    view.copy_(g);  // unless the gradient already is the slot (a view kept from the last step)
   }
+  if (!keep_buckets_) slot.param.zero_grad();  // the bucket holds it now
   slot.ready = true;
   --buckets_[slot.bucket].pending;
   launch_in_order();
@@ -110,10 +124,18 @@ void GradientReducer::mark_ready(std::size_t i) {
 // would pair up wrongly; ready buckets wait for all earlier ones to be launched.
 void GradientReducer::launch_in_order() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
+    // Transient buckets: at most two in flight, so that the gradients held stay near two buckets.
+    if (!keep_buckets_ && next_launch_ >= 2) complete(buckets_[next_launch_ - 2]);
     Bucket& bucket = buckets_[next_launch_++];
     if (trace::recording()) trace::instant(fmt::format("bucket {} ready", next_launch_ - 1), "communication");
     if (communicate_) bucket.work = exchange_->start(next_launch_ - 1, bucket.buffer);
   }
+}
+
+void GradientReducer::complete(Bucket& bucket) {
+  if (bucket.work) bucket.work->wait();
+  bucket.work.reset();
+  if (!keep_buckets_) bucket.buffer = Tensor();
 }
 
 void GradientReducer::finish() {
@@ -124,12 +146,11 @@ void GradientReducer::finish() {
   trace::Span wait("gradient all-reduce wait",
                    trace::Phase::Communication);  // tests/examples/check_trace.py looks for this name
   for (auto& bucket : buckets_) {
-    if (bucket.work) bucket.work->wait();
-    bucket.work.reset();
+    complete(bucket);
     bucket.pending = bucket.slots;
   }
   for (auto& slot : slots_) {
-    slot.param.set_grad(slot.view);
+    if (keep_buckets_) slot.param.set_grad(slot.view);
     slot.ready = false;
   }
   next_launch_ = 0;

@@ -32,6 +32,11 @@ struct ReducerOptions {
   std::size_t bucket_bytes = 4u << 20;
   bool overlap = true;      // false: start every bucket in finish()
   bool communicate = true;  // false: start none (to measure what the exchange costs)
+  // false (sharded data parallelism's stage 2, whose exchange keeps what each rank needs):
+  // a bucket's buffer exists from its first gradient until its exchange is done, each
+  // gradient is dropped once copied into it, at most two buckets are in flight (starting a
+  // third waits for the oldest), and finish() leaves the parameters without gradients.
+  bool keep_buckets = true;
 };
 
 class GradientReducer {
@@ -60,11 +65,14 @@ class GradientReducer {
     std::string name;
     Variable param;
     std::size_t bucket;
-    Tensor view;  // the parameter's region of its bucket, shaped like the parameter
+    std::int64_t offset;  // the parameter's first element in its bucket
+    Tensor view;          // its region of the bucket, shaped like it (kept buckets only)
     bool ready = false;
   };
   struct Bucket {
-    Tensor buffer;  // flat, one dtype
+    Tensor buffer;  // flat, one dtype (undefined between steps when buckets are not kept)
+    std::int64_t numel = 0;
+    TensorOptions options;
     std::size_t slots = 0;
     std::size_t pending = 0;  // slots not yet ready this step
     WorkPtr work;             // in flight; null when not launched or communicate is off
@@ -73,9 +81,14 @@ class GradientReducer {
   void on_grad_ready(std::size_t slot);
   void mark_ready(std::size_t slot);
   void launch_in_order();
+  // The parameter's region of its bucket, allocating the bucket first when it is transient.
+  Tensor slot_view(Slot& slot);
+  // Waits for a bucket's exchange; a transient bucket's buffer goes back to the cache.
+  void complete(Bucket& bucket);
 
   GradientExchangePtr exchange_;
   bool communicate_;
+  bool keep_buckets_;
   const bool& sync_;
   std::vector<Slot> slots_;
   std::vector<Bucket> buckets_;

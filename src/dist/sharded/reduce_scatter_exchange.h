@@ -3,7 +3,7 @@
 // receives chunk r of the averaged bucket (shard_layout.h) while backward goes on, as plain
 // data parallelism's all-reduce does. The chunks live here, one per bucket, for the
 // optimizer's slices to read as their gradients; a bucket whose length is not a multiple of
-// the ranks goes through a padded copy (the padding stays zero).
+// the ranks goes through a padded copy, which lives until the exchange's work is waited on.
 #pragma once
 
 #include "dist/sharded/shard_layout.h"
@@ -32,7 +32,6 @@ class ReduceScatterExchange final : public GradientExchange {
   std::vector<BucketLayout> layouts_;
   std::vector<BucketShard> shards_;
   std::vector<Tensor> chunks_;
-  std::vector<Tensor> padded_;  // undefined where the bucket needs no padding
 };
 
 }  // namespace dtrain::dist

@@ -20,9 +20,9 @@ struct ShardedDataParallelStrategy::Slice {
 ShardedDataParallelStrategy::ShardedDataParallelStrategy(CommunicatorPtr comm, Device device,
                                                          ShardedDataParallelOptions options)
     : Strategy(device, comm), comm_(std::move(comm)), options_(options) {
-  DTRAIN_CHECK(options_.stage == 1,
-               "sharded data parallel: stage {} is not built (built: 1, the optimizer state sharded; stages 2 and 3 "
-               "are planned)",
+  DTRAIN_CHECK(options_.stage == 1 || options_.stage == 2,
+               "sharded data parallel: stage {} is not built (built: 1, the optimizer state sharded, and 2, the "
+               "gradients too; stage 3 is planned)",
                options_.stage);
   DTRAIN_CHECK(options_.bucket_bytes > 0, "sharded data parallel: bucket_bytes must be positive");
 }
@@ -41,6 +41,7 @@ std::shared_ptr<nn::Module> ShardedDataParallelStrategy::prepare(std::shared_ptr
   DataParallelOptions o;
   o.bucket_bytes = options_.bucket_bytes;
   o.overlap = options_.overlap;
+  o.keep_gradients = options_.stage < 2;  // stage 2: only this rank's chunks outlive the exchange
   o.exchange_factory = [this](const CommunicatorPtr& replicas) {
     auto exchange = std::make_unique<ReduceScatterExchange>(replicas, device_);
     exchange_ = exchange.get();
@@ -83,7 +84,6 @@ std::shared_ptr<nn::Module> ShardedDataParallelStrategy::prepare(std::shared_ptr
       v.set_grad(gradients.narrow(0, s.at, s.length).view(shape));
       slices_.push_back({m.name, s.offset, s.length, std::move(v)});
     }
-    send_.push_back(Tensor::zeros({shard.chunk}, {layout.dtype, device_}));
     flat_.push_back(std::move(flat));
   }
   module_ = std::move(model);
@@ -130,11 +130,10 @@ void ShardedDataParallelStrategy::gather_parameters() {
   const int rank = comm->rank(), ranks = comm->size();
   std::vector<WorkPtr> works;
   for (std::size_t b = 0; b < flat_.size(); ++b) {
-    const std::int64_t chunk = send_[b].numel();
-    // MPI forbids the input inside the output: this rank's chunk goes through send_.
-    send_[b].copy_(flat_[b].narrow(0, chunk * rank, chunk));
+    const std::int64_t chunk = flat_[b].numel() / ranks;
+    // In place: this rank's chunk is its own slot of the gathered bucket.
     Tensor out = flat_[b].view({ranks, chunk});
-    works.push_back(comm->all_gather_async(send_[b], out));
+    works.push_back(comm->all_gather_async(flat_[b].narrow(0, chunk * rank, chunk), out));
   }
   for (const WorkPtr& w : works) w->wait();
 }

@@ -151,7 +151,8 @@ class Communicator {
   // it to its communication thread and wait (the hand-off costs microseconds).
   virtual void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum) { all_reduce_async(t, op)->wait(); }
   virtual void broadcast(Tensor& t, int root) = 0;
-  // out has shape (size(), *in.shape()); rank r's input lands in out[r].
+  // out has shape (size(), *in.shape()); rank r's input lands in out[r]. `in` may be out[rank()]
+  // itself (in place: no copy of this rank's part); any other overlap is an error.
   virtual WorkPtr all_gather_async(const Tensor& in, Tensor& out) = 0;
   // in has shape (size(), *out.shape()); rank r receives the reduction of every rank's in[r].
   virtual WorkPtr reduce_scatter_async(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::Sum) = 0;

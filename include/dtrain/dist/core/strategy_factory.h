@@ -19,13 +19,13 @@
 // | `pp=2,micro=8,schedule=1f1b`          | PipelineStrategy, 2 stages x world/2 replicas         |
 // | `pp=2,dp=2,schedule=interleaved,virtual=2` | the same, the grid stated                        |
 // | `ps=1,mode=async`, `ps=2,mode=ssp:3`  | ParameterServerStrategy, the last ranks serve         |
-// | `zero=1`                              | ShardedDataParallelStrategy (optimizer state sharded) |
+// | `zero=1`, `zero=2`                    | ShardedDataParallelStrategy (ZeRO stage 1 or 2)       |
 //
 // Keys: dp: `dp[=N]`, `bucket_mb=MB`, `exchange=KIND` (gradient_exchange.h), `sync_bn`,
 // `overlap=0|1`. pp: `pp=K`, `dp=D`, `micro=M`, `schedule=gpipe|1f1b|interleaved`,
 // `virtual=V`, `cuts=A:B:...` (layer indices), `balance=params|time`, `recompute`, and the
 // dp keys for the replicas. ps: `ps=S`, `mode=sync|async|ssp:K`, `bucket_mb=MB`. zero:
-// `zero=STAGE` (1; 2 and 3 are refused as not built), `dp=N`, `bucket_mb=MB`, `overlap=0|1`.
+// `zero=STAGE` (1 or 2; 3 is refused as not built), `dp=N`, `bucket_mb=MB`, `overlap=0|1`.
 // Later capabilities take keys of their kind (`exchange=` for compression) or a kind of
 // their own, registered below.
 #pragma once

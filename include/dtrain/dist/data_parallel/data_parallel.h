@@ -37,6 +37,10 @@ struct DataParallelOptions {
   std::size_t bucket_bytes = 4u << 20;  // gradient bytes per all-reduce
   bool overlap = true;                  // false: all-reduce every bucket in finish_gradient_sync()
   bool communicate = true;              // false: skip all-reduce (to measure its cost); replicas diverge
+  // false: each bucket lives only until its exchange is done and parameters keep no
+  // gradient after finish_gradient_sync() (for an exchange that keeps what the rank needs:
+  // sharded data parallelism's stage 2).
+  bool keep_gradients = true;
   // What each full bucket goes through (gradient_exchange.h): "all_reduce" (the mean) or a
   // registered kind.
   std::string gradient_exchange = "all_reduce";

@@ -1,32 +1,38 @@
-// ShardedDataParallelStrategy: data parallelism whose optimizer state is sharded over the
-// replicas, ZeRO's stage 1 (DeepSpeed; PyTorch's ZeroRedundancyOptimizer, but cut by
-// elements, not by whole tensors). Every rank holds the whole model and runs forward and
-// backward on its shard of the data, as under DataParallelStrategy; then:
+// ShardedDataParallelStrategy: data parallelism whose optimizer state (ZeRO stage 1) and
+// gradients (stage 2) are sharded over the replicas, as DeepSpeed's ZeRO and PyTorch's
+// ZeroRedundancyOptimizer, but cut by elements, not by whole tensors. Every rank holds the
+// whole model and runs forward and backward on its shard of the data, as under
+// DataParallelStrategy; then:
 //
 //   - each gradient bucket is reduce-scattered (the mean) as backward fills it, overlapped
 //     with the rest of backward, so that rank r receives chunk r of every bucket;
 //   - rank r's optimizer holds state for, and updates, chunk r only: a 1/N slice of the
 //     flat parameter vector (a tensor may straddle two ranks; the last chunk of a bucket is
-//     padded). With Adam that is 8 bytes per parameter of state per rank divided by N;
+//     padded). With Adam that is 8 bytes of state per parameter divided by N;
 //   - the updated chunks are all-gathered into every replica's parameters, which live in one
-//     flat buffer per bucket so that the gather lands in them directly.
+//     flat buffer per bucket so that the gather runs in place, straight into them.
 //
-// The reduce-scatter and the all-gather move the bytes one all-reduce moves. Gradient
-// accumulation (no_sync before the last micro-batch), clipping by the global norm (the
-// squared norms of the chunks summed over the ranks), the loss scaler (an inf or NaN in any
-// chunk skips the step on every rank) and mixed precision work as under data parallelism.
-// The optimizer given to train_step is not stepped: it is rebound (Optimizer::rebind) to
-// this rank's slices at the first step and lends them its learning rate at every step, so
-// its kind must allow rebinding (SGD, Adam, AdamW; not LARS or LAMB, whose trust ratios are
-// norms of whole tensors).
+// Stage 1 keeps the full gradient buckets between steps, as plain data parallelism does;
+// stage 2 frees each bucket once its reduce-scatter is done (at most two in flight) and
+// leaves the parameters without gradients, so that a rank holds its chunks (1/N) plus about
+// two buckets of gradients. Under gradient accumulation the micro-batches before the last
+// still accumulate whole gradients, as under DataParallel's no_sync().
+//
+// The reduce-scatter and the all-gather move the bytes one all-reduce moves. Clipping by
+// the global norm (the squared norms of the chunks summed over the ranks), the loss scaler
+// (an inf or NaN in any chunk skips the step on every rank) and mixed precision work as
+// under data parallelism. The optimizer given to train_step is not stepped: it is rebound
+// (Optimizer::rebind) to this rank's slices at the first step and lends them its learning
+// rate at every step, so its kind must allow rebinding (SGD, Adam, AdamW; not LARS or
+// LAMB, whose trust ratios are norms of whole tensors).
 //
 // Checkpoints: rank 0 writes the model; every rank writes its chunks' optimizer state as
 // element ranges of each parameter ("<name>[begin:end]/<buffer>"), which load into any
 // number of ranks, into plain data parallelism and into one process.
 //
-// Spec: `zero=1` (dtrain/dist/core/strategy_factory.h), with the dp keys `bucket_mb` and
-// `overlap`. Stages 2 (gradients kept only as chunks) and 3 (parameters sharded too) are not
-// built yet and are refused by name.
+// Spec: `zero=1` or `zero=2` (dtrain/dist/core/strategy_factory.h), with the dp keys
+// `bucket_mb` and `overlap`. Stage 3 (parameters sharded too) is not built yet and is
+// refused by name.
 #pragma once
 
 #include "dtrain/dist/core/strategy.h"
@@ -40,7 +46,7 @@ namespace dtrain::dist {
 class ReduceScatterExchange;
 
 struct ShardedDataParallelOptions {
-  int stage = 1;                        // ZeRO stage: 1 (optimizer state sharded)
+  int stage = 1;                        // ZeRO stage: 1 (optimizer state sharded) or 2 (gradients too)
   std::size_t bucket_bytes = 4u << 20;  // gradient bytes per reduce-scatter
   bool overlap = true;                  // false: reduce-scatter every bucket after backward
 };
@@ -87,7 +93,6 @@ class ShardedDataParallelStrategy final : public Strategy {
   std::unique_ptr<DataParallel> ddp_;
   ReduceScatterExchange* exchange_ = nullptr;  // owned by ddp_'s reducer
   std::vector<Tensor> flat_;                   // per bucket: the parameters, padded
-  std::vector<Tensor> send_;                   // per bucket: this rank's chunk, for the all-gather
   std::vector<Slice> slices_;
   std::unique_ptr<optim::Optimizer> shard_optimizer_;
 };

@@ -182,6 +182,7 @@ class NcclCommunicator final : public Communicator {
     check_gpu_buffer(in, "all_gather", "in");
     check_gpu_buffer(out, "all_gather", "out");
     check_gather_shapes(in, out, size_, "all_gather");
+    gather_in_place(in, out, rank_, "all_gather");  // NCCL runs out[rank] in place as it is
     return work(collectives_, fmt::format("all_gather ({} bytes per rank)", in.nbytes()),
                 [&](ncclComm_t c, cudaStream_t s) {
                   return ncclAllGather(in.raw_data(), out.raw_data(), count(in), nccl_type(in.dtype()), c, s);

@@ -258,9 +258,12 @@ std::pair<OpInfo, std::function<void()>> MpiCommunicator::prepare_all_gather(con
   check_gather_shapes(in, out, size_, "all_gather");
   int count = mpi_count(in.numel(), "all_gather");
   mpi_count(out.numel(), "all_gather");
-  auto body = [comm = state_->comm, in, out, count] {
+  const bool in_place = gather_in_place(in, out, rank_, "all_gather");  // MPI forbids any other overlap
+  auto body = [comm = state_->comm, in, out, count, in_place] {
     MPI_Datatype type = datatype(in.dtype());
-    check(MPI_Allgather(in.raw_data(), count, type, out.raw_data(), count, type, comm), "MPI_Allgather");
+    check(in_place ? MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.raw_data(), count, type, comm)
+                   : MPI_Allgather(in.raw_data(), count, type, out.raw_data(), count, type, comm),
+          "MPI_Allgather");
   };
   return {OpInfo{"all_gather", out.nbytes(), "all ranks"}, checked(body, CollectiveOp::AllGather, &in)};
 }

@@ -1,0 +1,143 @@
+// bench_zero_memory: what one rank holds under plain data parallelism and under sharded
+// data parallelism (ZeRO stages), training the same model with Adam, next to the ZeRO
+// paper's per-rank formulas for f32 training (4 bytes of parameters, 4 of gradients and 8
+// of Adam state per parameter, Psi parameters, N ranks):
+//
+//   dp       16 Psi            (parameters + gradients + optimizer state)
+//   zero=1    8 Psi +  8 Psi/N (optimizer state sharded)
+//   zero=2    4 Psi + 12 Psi/N (gradients too; plus the buckets in flight)
+//
+// Per spec, after --warmup updates (the optimizer's state exists from the first), one
+// update is measured on every rank: the bytes of the optimizer's state (the shard's under
+// ZeRO), the whole gradients the parameters still hold after the update, the peak of the
+// device's block cache during the update (memory_stats: everything the rank allocated,
+// activations included) and what stays in use after it. Rank 0 prints one row per spec, the
+// largest figure over the ranks.
+//
+//   mpirun -np 2 bench_zero_memory --model mlp_50m --batch 256 --specs dp,zero=1,zero=2 [--json]
+#include "dtrain/dist/core/strategy_factory.h"
+#include "dtrain/dist/sharded/sharded_strategy.h"
+#include "dtrain/optim/adam.h"
+#include "dtrain/tensor/memory_stats.h"
+
+#include "bench_machine.h"
+#include "bench_models.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+using namespace dtrain;
+
+namespace {
+
+struct Config {
+  std::string model = "mlp_50m";
+  std::int64_t batch = 256;  // global, split over the ranks
+  std::vector<std::string> specs{"dp", "zero=1", "zero=2"};
+  int warmup = 1;
+  bool json = false;
+};
+
+std::size_t state_bytes(const optim::Optimizer& o) {
+  std::size_t bytes = 0;
+  for (const auto& [key, t] : o.state_view()) {
+    if (key != "lr" && key != "steps" && key != "updates") bytes += t.nbytes();
+  }
+  return bytes;
+}
+
+struct Row {
+  std::string spec;
+  double params = 0, state = 0, grads = 0, peak = 0, in_use = 0;  // bytes, largest over the ranks
+};
+
+Row measure(const Config& c, const std::string& spec, const dist::CommunicatorPtr& world) {
+  manual_seed(1);
+  bench::BenchModel m = bench::bench_model(c.model);
+  const std::string full = world->size() == 1 && spec == "dp" ? "local" : spec;
+  auto strategy = dist::make_strategy(full, world, Device::cpu());
+  auto model = strategy->prepare(m.model);
+  optim::Adam adam(model->parameters(), {.lr = 1e-4});
+  const auto [x, y] = bench::synthetic_batch(m, c.batch / world->size(), 7 + static_cast<std::uint64_t>(world->rank()));
+  const dist::StepConfig config{.loss = [](const Variable& out, const Tensor& t) { return cross_entropy(out, t); }};
+  const std::vector<dist::MicroBatch> micro{{x, y}};
+  for (int i = 0; i < c.warmup; ++i) strategy->train_step(micro, adam, config);
+  reset_peak_memory(Device::cpu());
+  strategy->train_step(micro, adam, config);
+  const MemoryStats after = memory_stats(Device::cpu());
+
+  const auto* sharded = dynamic_cast<const dist::ShardedDataParallelStrategy*>(strategy.get());
+  const optim::Optimizer& stepped = sharded != nullptr ? *sharded->shard_optimizer() : adam;
+  std::vector<double> v{0, static_cast<double>(state_bytes(stepped)), 0, static_cast<double>(after.peak_bytes),
+                        static_cast<double>(after.in_use_bytes)};
+  for (const Variable& p : model->parameters()) {
+    v[0] += static_cast<double>(p.data().nbytes());
+    if (p.has_grad()) v[2] += static_cast<double>(p.grad().nbytes());
+  }
+  Tensor t = Tensor::from_vector(v, {static_cast<std::int64_t>(v.size())});
+  world->all_reduce(t, ReduceOp::Max);
+  const std::vector<double> w = t.to_vector<double>();
+  return {spec, w[0], w[1], w[2], w[3], w[4]};
+}
+
+// The ZeRO paper's bytes per rank for f32 Adam, from the parameter bytes.
+double formula(const std::string& spec, double param_bytes, int ranks) {
+  const double psi = param_bytes / 4, n = ranks;
+  if (spec == "zero=1") return 8 * psi + 8 * psi / n;
+  if (spec == "zero=2") return 4 * psi + 12 * psi / n;
+  if (spec == "zero=3") return 16 * psi / n;
+  return 16 * psi;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config c;
+  CLI::App app{"What one rank holds under data parallelism and ZeRO stages (Adam, f32)"};
+  app.add_option("--model", c.model, "a bench model (bench_models.h)")
+      ->check(CLI::IsMember(bench::bench_model_names()));
+  app.add_option("--batch", c.batch, "global batch, split over the ranks")->check(CLI::PositiveNumber);
+  app.add_option("--specs", c.specs, "strategy specs to compare (dtrain/dist/core/strategy_factory.h)")->delimiter(',');
+  app.add_option("--warmup", c.warmup, "updates before the measured one (>= 1: Adam's state exists from the first)")
+      ->check(CLI::Range(1, 100));
+  app.add_flag("--json", c.json, "one JSON line per spec instead of the table");
+  CLI11_PARSE(app, argc, argv);
+
+  auto world = dist::world();
+  DTRAIN_CHECK(c.batch % world->size() == 0, "bench_zero_memory: --batch {} is not a multiple of the {} ranks", c.batch,
+               world->size());
+  std::vector<Row> rows;
+  for (const std::string& spec : c.specs) rows.push_back(measure(c, spec, world));
+  if (world->rank() != 0) return 0;
+
+  constexpr double kMB = 1e6;
+  const double dp_state = rows.front().state;
+  if (!c.json) {
+    fmt::print("{}, Adam f32, global batch {}, {} rank(s), {}\n", c.model, c.batch, world->size(), bench::cpu_model());
+    fmt::print("{:<8} {:>10} {:>12} {:>8} {:>12} {:>12} {:>12} {:>14}\n", "spec", "params MB", "opt state MB",
+               "vs first", "grads MB", "peak MB", "in use MB", "ZeRO formula MB");
+  }
+  for (const Row& r : rows) {
+    const double f = formula(r.spec, r.params, world->size());
+    if (c.json) {
+      fmt::print("{}\n", nlohmann::json{{"bench", "zero_memory"},
+                                        {"model", c.model},
+                                        {"spec", r.spec},
+                                        {"ranks", world->size()},
+                                        {"batch", c.batch},
+                                        {"param_bytes", r.params},
+                                        {"optimizer_state_bytes", r.state},
+                                        {"state_vs_first", r.state / dp_state},
+                                        {"gradient_bytes_held", r.grads},
+                                        {"peak_step_bytes", r.peak},
+                                        {"in_use_bytes", r.in_use},
+                                        {"zero_formula_bytes", f}}
+                             .dump());
+    } else {
+      fmt::print("{:<8} {:>10.1f} {:>12.1f} {:>8.3f} {:>12.1f} {:>12.1f} {:>12.1f} {:>14.1f}\n", r.spec, r.params / kMB,
+                 r.state / kMB, r.state / dp_state, r.grads / kMB, r.peak / kMB, r.in_use / kMB, f / kMB);
+    }
+  }
+  return 0;
+}
