@@ -1,5 +1,6 @@
 // bench_scaling: weak and strong scaling of training over 1..N ranks, per strategy
-// (data parallel, pipeline, parameter server sync and async), as the Trainer runs it on
+// (data parallel, sharded data parallel stages 1 and 2, pipeline, parameter server sync and
+// async), as the Trainer runs it on
 // synthetic data held in memory. One job measures every rank count: for a count n the
 // first n ranks of the world train (the others wait in a barrier, asleep) and then the next
 // count starts.
@@ -94,6 +95,7 @@ std::int64_t worker_batch(const Config& c, const Case& k) {
 std::shared_ptr<dist::Strategy> make_strategy(const Config& c, const Case& k, const dist::CommunicatorPtr& comm) {
   std::string spec = "local";
   if (k.ranks > 1 && k.strategy == "data_parallel") spec = "dp";
+  if (k.ranks > 1 && k.strategy.starts_with("zero")) spec = "zero=" + k.strategy.substr(4);
   if (k.ranks > 1 && k.strategy == "pipeline") spec = fmt::format("pp={},micro={}", k.ranks, c.micro_batches);
   if (k.ranks > 1 && k.strategy.starts_with("ps_"))
     spec = k.strategy == "ps_sync" ? "ps=1,mode=sync" : "ps=1,mode=async";
@@ -315,9 +317,9 @@ int run(Config c, const dist::CommunicatorPtr& world) {
 int main(int argc, char** argv) {
   CLI::App app{"Weak and strong scaling of training over 1..N ranks per strategy, on synthetic data", "bench_scaling"};
   Config c;
-  app.add_option("--strategies", c.strategies, "data_parallel, pipeline, ps_sync, ps_async")
+  app.add_option("--strategies", c.strategies, "data_parallel, zero1, zero2 (sharded), pipeline, ps_sync, ps_async")
       ->delimiter(',')
-      ->check(CLI::IsMember({"data_parallel", "pipeline", "ps_sync", "ps_async"}))
+      ->check(CLI::IsMember({"data_parallel", "zero1", "zero2", "pipeline", "ps_sync", "ps_async"}))
       ->capture_default_str();
   app.add_option("--modes", c.modes, "weak, strong")
       ->delimiter(',')
