@@ -1,12 +1,14 @@
-// Sharded data parallelism (ZeRO stages 1 and 2) at any world size W (1 as a plain process, 2 and
-// 4 under mpirun): the layout of the chunks; 5 updates of Adam and of SGD with momentum equal
-// plain data parallelism's on the same per-rank batches within 1e-5 relative (the order of
-// float sums differs: a reduce-scatter and a global norm summed by chunks), with uneven
-// chunks and parameters straddling ranks (tiny buckets over an MLP of 66 elements), with
-// gradient accumulation and with clipping; every rank's optimizer holds state for 1/W of the
-// elements, and stage 2 leaves no whole gradient behind; a checkpoint resumes bit for bit under the same strategy and
-// into plain data parallelism; bad stages are refused by name. Checks come after the last collective of each test, so
-// that a failure on one rank cannot leave the others waiting.
+// Sharded data parallelism (ZeRO stages 1 and 2) at any world size W (1 as a plain process,
+// 2 and 4 under mpirun): the layout of the chunks; 5 updates of Adam, SGD with momentum, LARS
+// and LAMB (their trust ratios' norms summed over the ranks' slices) equal plain data
+// parallelism's on the same per-rank batches within 1e-5 relative (the order of float sums
+// differs: a reduce-scatter and a global norm summed by chunks), with uneven chunks and
+// parameters straddling ranks (tiny buckets over an MLP of 66 elements), with gradient
+// accumulation and with clipping; every rank's optimizer holds state for 1/W of the
+// elements, and stage 2 leaves no whole gradient behind; a checkpoint resumes bit for bit
+// under the same strategy and into plain data parallelism; bad stages are refused by name.
+// Checks come after the last collective of each test, so that a failure on one rank cannot
+// leave the others waiting.
 #include "dist/sharded/shard_layout.h"
 #include "dtrain/data/tensor_dataset.h"
 #include "dtrain/dist/core/strategy_factory.h"
@@ -14,6 +16,8 @@
 #include "dtrain/dist/sharded/sharded_strategy.h"
 #include "dtrain/layers/models.h"
 #include "dtrain/optim/adam.h"
+#include "dtrain/optim/lamb.h"
+#include "dtrain/optim/lars.h"
 #include "dtrain/optim/sgd.h"
 #include "dtrain/train/trainer.h"
 #include "support/test_support.h"
@@ -80,6 +84,12 @@ struct Setting {
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const std::string& kind, const nn::Module& m) {
   if (kind == "adam") return std::make_unique<optim::Adam>(m.parameters(), optim::AdamOptions{.lr = 0.01});
+  // Trust ratios from norms of whole tensors, which straddle ranks under tiny buckets.
+  if (kind == "lars") {
+    return std::make_unique<optim::LARS>(
+        m.parameters(), optim::LarsOptions{.lr = 0.5, .momentum = 0.9, .weight_decay = 1e-3, .eta = 0.02});
+  }
+  if (kind == "lamb") return std::make_unique<optim::LAMB>(m.parameters(), optim::LambOptions{.lr = 0.01});
   return std::make_unique<optim::SGD>(m.parameters(), optim::SgdOptions{.lr = 0.1, .momentum = 0.9});
 }
 
@@ -132,8 +142,8 @@ TEST_CASE("Sharded data parallel: each rank's chunk of a bucket, padding and str
 
 TEST_CASE("Sharded data parallel (stages 1 and 2) equals plain data parallelism after 5 updates", "[dist][mpi]") {
   auto world = dist::world();
-  const std::vector<Setting> settings{
-      {"adam", 1, 0}, {"sgd", 1, 0}, {"adam", 2, 0}, {"sgd", 1, 0.05}, {"adam", 2, 0.05}};
+  const std::vector<Setting> settings{{"adam", 1, 0},    {"sgd", 1, 0},  {"adam", 2, 0},   {"sgd", 1, 0.05},
+                                      {"adam", 2, 0.05}, {"lars", 1, 0}, {"lamb", 2, 0.05}};
   for (int stage : {1, 2}) {
     for (const Setting& s : settings) {
       for (std::size_t buckets : {kTinyBuckets, std::size_t{4} << 20}) {

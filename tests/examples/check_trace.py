@@ -4,12 +4,15 @@ that Perfetto and chrome://tracing load (the "JSON Object Format": a traceEvents
 complete events "X" with ts and dur in microseconds, instant events "i", metadata "M"),
 and that it holds what a data-parallel training step is made of.
 
-usage: check_trace.py FILE --ranks N --updates K
+usage: check_trace.py FILE --ranks N --updates K [--collective NAME] [--overlapped]
 
 Every rank 0..N-1 must have a process name and a named training thread, and K of each of
 data, forward, backward, optimizer and the gradient all-reduce wait on it, and at least K
-all-reduces (on a communication thread, or inline on the training thread); spans on one thread must nest (Perfetto draws overlapping
-siblings wrongly). Standard library only."""
+of the gradients' collective (all_reduce, or NAME: reduce_scatter under sharded data
+parallelism) on a communication thread or inline on the training thread; with
+--overlapped, in each update at least one of them starts before that update's backward
+ends (the exchange overlaps backward). Spans on one thread must nest (Perfetto draws
+overlapping siblings wrongly). Standard library only."""
 import argparse
 import json
 import sys
@@ -64,6 +67,8 @@ def main():
     parser.add_argument("file")
     parser.add_argument("--ranks", type=int, required=True)
     parser.add_argument("--updates", type=int, required=True)
+    parser.add_argument("--collective", default="all_reduce")
+    parser.add_argument("--overlapped", action="store_true")
     args = parser.parse_args()
     try:
         with open(args.file) as f:
@@ -81,6 +86,8 @@ def main():
                if e["ph"] == "M" and e["name"] == "thread_name"}
     counts = Counter()
     reduces = Counter()
+    starts = defaultdict(list)  # rank -> start times of the gradients' collective
+    backwards = defaultdict(list)  # rank -> (start, end) of each backward on the training thread
     spans = defaultdict(list)
     for e in events:
         if e["ph"] != "X":
@@ -89,8 +96,11 @@ def main():
         thread = threads.get((e["pid"], e["tid"]))
         if thread == "training":
             counts[(e["pid"], e["name"])] += 1
-        if e["name"] == "all_reduce":
+            if e["name"] == "backward":
+                backwards[e["pid"]].append((e["ts"], e["ts"] + e["dur"]))
+        if e["name"] == args.collective:
             reduces[e["pid"]] += 1
+            starts[e["pid"]].append(e["ts"])
     for rank in range(args.ranks):
         if rank not in process_names:
             fail(f"rank {rank} has no process_name event")
@@ -101,7 +111,12 @@ def main():
                 fail(f"rank {rank}: {counts[(rank, part)]} '{part}' spans on the training thread, "
                      f"expected {args.updates}")
         if reduces[rank] < args.updates:
-            fail(f"rank {rank}: {reduces[rank]} all_reduce spans, expected at least {args.updates}")
+            fail(f"rank {rank}: {reduces[rank]} {args.collective} spans, expected at least {args.updates}")
+        if args.overlapped:
+            for begin, end in backwards[rank]:
+                if not any(begin <= t < end for t in starts[rank]):
+                    fail(f"rank {rank}: no {args.collective} starts inside the backward at [{begin}, {end}]: "
+                         "the exchange does not overlap backward")
     check_nesting(spans)
     print(f"check_trace: {args.file}: {len(events)} events of {args.ranks} rank(s), {args.updates} update(s) each, "
           "in the Chrome trace-event format")

@@ -6,6 +6,8 @@
 
 #include "dtrain/optim/optimizer.h"
 
+#include <optional>
+
 namespace dtrain::optim {
 
 struct LambOptions {
@@ -39,8 +41,17 @@ class LAMB final : public Optimizer {
   // Throws: the trust ratio is a per-tensor quantity, and a parameter server's shards are
   // slices of a flat parameter vector, so LAMB cannot be sharded that way.
   std::unique_ptr<Optimizer> rebind(std::vector<Variable> params) const override;
+  // Over slices (sharded data parallelism): each step first computes every slice's update
+  // direction and sums the squared norms of the weights and directions into their whole
+  // tensors' over the ranks, then applies the updates with the whole tensors' trust ratios.
+  std::unique_ptr<Optimizer> rebind_slices(std::vector<Variable> params, SliceNorms norms) const override;
 
  private:
+  // One parameter's direction u (moments updated, weight decay added) and whether its
+  // trust ratio applies.
+  Tensor direction(std::size_t i, const Tensor& p, const Tensor& grad, std::int64_t update);
+  void sliced_step();
+  std::optional<SliceNorms> slices_;
   double beta1_;
   double beta2_;
   double eps_;

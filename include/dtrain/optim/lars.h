@@ -6,15 +6,18 @@
 
 #include "dtrain/optim/optimizer.h"
 
+#include <optional>
+#include <utility>
+
 namespace dtrain::optim {
 
 struct LarsOptions {
-  double lr = 1e-3;            // >= 0; the global rate gamma
-  double momentum = 0.9;       // [0, 1)
-  double weight_decay = 0;     // >= 0; beta, added to the gradient (L2)
-  double eta = 1e-3;           // > 0; the trust coefficient
-  double eps = 1e-9;           // >= 0; keeps the trust ratio finite
-  bool nesterov = false;       // needs momentum > 0
+  double lr = 1e-3;         // >= 0; the global rate gamma
+  double momentum = 0.9;    // [0, 1)
+  double weight_decay = 0;  // >= 0; beta, added to the gradient (L2)
+  double eta = 1e-3;        // > 0; the trust coefficient
+  double eps = 1e-9;        // >= 0; keeps the trust ratio finite
+  bool nesterov = false;    // needs momentum > 0
   // Parameters with fewer than 2 dimensions (biases, batch-norm scales and shifts) get
   // neither weight decay nor a trust ratio, as in the MLPerf recipes: scaling them by
   // their own tiny norms stalls them.
@@ -41,8 +44,16 @@ class LARS final : public Optimizer {
   // Throws: the trust ratio is a per-tensor quantity, and a parameter server's shards are
   // slices of a flat parameter vector, so LARS cannot be sharded that way.
   std::unique_ptr<Optimizer> rebind(std::vector<Variable> params) const override;
+  // Over slices (sharded data parallelism): each step first sums every slice's squared
+  // weight and gradient norms into its whole tensor's over the ranks, then updates.
+  std::unique_ptr<Optimizer> rebind_slices(std::vector<Variable> params, SliceNorms norms) const override;
 
  private:
+  LarsOptions options() const;
+  // The whole tensors' squared norms (weight, gradient) per parameter, from this rank's
+  // slices and the others' (slices_ set).
+  std::vector<std::pair<double, double>> slice_norms();
+  std::optional<SliceNorms> slices_;
   double momentum_;
   double weight_decay_;
   double eta_;

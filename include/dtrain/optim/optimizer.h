@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -37,6 +38,23 @@ class Optimizer {
   // on 1-D parameters reads. Optimizers whose update depends on a whole tensor (LARS's and
   // LAMB's trust ratios) throw instead.
   virtual std::unique_ptr<Optimizer> rebind(std::vector<Variable> params) const = 0;
+
+  // How slices of whole tensors (sharded data parallelism's chunks: a slice per rank) give
+  // the whole tensors' norms that LARS and LAMB read. `tensor_of[i]` is the whole tensor
+  // (of `tensors`) that parameter i is a slice of; `sum_over_ranks` adds an f64 CPU tensor of
+  // shape [tensors, k] up in place over the ranks that hold the other slices (collective:
+  // every rank calls it once per step, with the same shape).
+  struct SliceNorms {
+    std::vector<std::size_t> tensor_of;
+    std::size_t tensors = 0;
+    std::function<void(Tensor&)> sum_over_ranks;
+  };
+  // rebind() over slices of whole tensors. The default is rebind() (rules that update each
+  // element from its own gradient and buffers need no norms); LARS and LAMB take their
+  // norms over the whole tensors through `norms`.
+  virtual std::unique_ptr<Optimizer> rebind_slices(std::vector<Variable> params, SliceNorms norms) const {
+    return rebind(std::move(params));
+  }
 
   double lr() const { return lr_; }
   void set_lr(double lr);  // e.g. from an LrSchedule before each step

@@ -111,9 +111,20 @@ void ShardedDataParallelStrategy::exchange_gradients() { data_parallel().finish_
 
 optim::Optimizer& ShardedDataParallelStrategy::stepped_optimizer(optim::Optimizer& given) {
   if (!shard_optimizer_) {
+    // Whole tensors are numbered the same way on every rank: bucket by bucket, member by member.
+    std::map<std::string, std::size_t> whole;
+    for (const BucketLayout& b : exchange_->buckets()) {
+      for (const BucketLayout::Member& m : b.members) whole.emplace(m.name, whole.size());
+    }
     std::vector<Variable> variables;
-    for (const Slice& s : slices_) variables.push_back(s.variable);
-    shard_optimizer_ = given.rebind(std::move(variables));
+    optim::Optimizer::SliceNorms norms;
+    for (const Slice& s : slices_) {
+      variables.push_back(s.variable);
+      norms.tensor_of.push_back(whole.at(s.parameter));
+    }
+    norms.tensors = whole.size();
+    norms.sum_over_ranks = [comm = comm_](Tensor& t) { comm->all_reduce(t, ReduceOp::Sum); };
+    shard_optimizer_ = given.rebind_slices(std::move(variables), std::move(norms));
   }
   shard_optimizer_->set_lr(given.lr());  // an LR schedule sets the given one
   return *shard_optimizer_;

@@ -22,9 +22,10 @@
 // the global norm (the squared norms of the chunks summed over the ranks), the loss scaler
 // (an inf or NaN in any chunk skips the step on every rank) and mixed precision work as
 // under data parallelism. The optimizer given to train_step is not stepped: it is rebound
-// (Optimizer::rebind) to this rank's slices at the first step and lends them its learning
-// rate at every step, so its kind must allow rebinding (SGD, Adam, AdamW; not LARS or
-// LAMB, whose trust ratios are norms of whole tensors).
+// (Optimizer::rebind_slices) to this rank's slices at the first step and lends them its
+// learning rate at every step. Every optimizer works: SGD, Adam and AdamW update element by
+// element; LARS and LAMB, whose trust ratios are norms of whole tensors, sum their slices'
+// squared norms over the ranks (one small all-reduce per step).
 //
 // Checkpoints: rank 0 writes the model; every rank writes its chunks' optimizer state as
 // element ranges of each parameter ("<name>[begin:end]/<buffer>"), which load into any
