@@ -13,9 +13,10 @@
 // Statistics stay on the model's device (StepStats), so a step on a GPU never waits for the
 // host; reading them (item()) waits for the step. Implementations: LocalStrategy (one
 // process, strategy.h), DataParallelStrategy (data_parallel_strategy.h),
-// PipelineStrategy (pipeline_strategy.h, which overrides train_step and eval_step) and
-// ParameterServerStrategy (ps_strategy.h); dist::make_strategy builds any of them from a
-// spec (strategy_factory.h).
+// PipelineStrategy (pipeline_strategy.h, which overrides train_step and eval_step),
+// ParameterServerStrategy (ps_strategy.h) and ShardedDataParallelStrategy (ZeRO stages 1
+// and 2, sharded_strategy.h); dist::make_strategy builds any of them from a spec
+// (strategy_factory.h).
 //
 // The shape: a small core every strategy has (nine public virtuals below, and four hooks
 // for the parts of the base train_step), plus optional capabilities (a server loop, a
