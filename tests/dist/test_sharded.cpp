@@ -135,8 +135,8 @@ TEST_CASE("Sharded data parallel: each rank's chunk of a bucket, padding and str
   CHECK((r1.segments[1].member == 1 && r1.segments[1].offset == 0 && r1.segments[1].length == 2));
   REQUIRE(r3.segments.size() == 1);
   CHECK((r3.segments[0].member == 2 && r3.segments[0].offset == 2 && r3.segments[0].length == 1));
-  CHECK(dist::segment_shape(r3.segments[0], 2) == std::vector<std::int64_t>{1, 1});
-  CHECK(dist::segment_shape(r1.segments[1], 1) == std::vector<std::int64_t>{2});
+  CHECK(dist::slice_shape(r3.segments[0].length, 2) == std::vector<std::int64_t>{1, 1});
+  CHECK(dist::slice_shape(r1.segments[1].length, 1) == std::vector<std::int64_t>{2});
   CHECK_THROWS_WITH(dist::shard_bucket(bucket, 4, 4), Catch::Matchers::Contains("rank 4 of 4 is out of range"));
 }
 

@@ -355,8 +355,9 @@ optim::NamedTensors ParameterServer::piece_state(const ServerState& proto, const
       const PsSegment& s = piece.segments[k];
       if (!slots[s.param].defined()) continue;  // never updated: the server's optimizer starts it
       const Tensor part = slots[s.param].reshape({-1}).narrow(0, s.offset, s.length);
-      state.emplace_back(fmt::format("{}.{}", name, k),
-                         part.reshape(ps_segment_shape(s, params_[s.param].data().dim())).clone());
+      state.emplace_back(
+          fmt::format("{}.{}", name, k),
+          part.reshape(slice_shape(s.length, static_cast<std::size_t>(params_[s.param].data().dim()))).clone());
     }
   }
   return state;

@@ -7,6 +7,8 @@
 // computes the same layout from the same parameter sizes.
 #pragma once
 
+#include "dist/comm/partition.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -20,14 +22,6 @@ struct PsSegment {
   std::int64_t length = 0;
   std::int64_t at = 0;
 };
-
-// How a server's optimizer sees a segment: [length] when its parameter has fewer than two
-// dimensions, else [1, length], so that rules read from shapes (no weight decay on biases
-// and norms) hold for a slice as for the parameter.
-inline std::vector<std::int64_t> ps_segment_shape(const PsSegment& s, std::int64_t param_dim) {
-  if (param_dim < 2) return {s.length};
-  return {1, s.length};
-}
 
 struct PsPiece {
   int server = 0;

@@ -62,7 +62,8 @@ PsServer::PsServer(Communicator& comm, int workers, int server, const PsLayout& 
     p.length = layout.pieces[p.id].length;
     p.value = std::move(values[i]);
     for (const PsSegment& s : layout.pieces[p.id].segments) {
-      p.segments.emplace_back(p.value.narrow(0, s.at, s.length).reshape(ps_segment_shape(s, param_dims[s.param])),
+      p.segments.emplace_back(p.value.narrow(0, s.at, s.length)
+                                  .reshape(slice_shape(s.length, static_cast<std::size_t>(param_dims[s.param]))),
                               true);
     }
     p.optimizer = prototype.rebind(p.segments);

@@ -19,7 +19,7 @@ class PsServer {
   // `values`: this server's pieces (layout.server_pieces[server]), flat, in order; updated
   // in place by a rebound copy of `prototype` per piece, over the piece's segments.
   // `param_dims`: each parameter's number of dimensions, by registration index (the
-  // segments' shapes: ps_segment_shape).
+  // segments' shapes: slice_shape in comm/partition.h).
   // `states`: per piece, the optimizer state to start from (empty: fresh); `share` turns a
   // piece's optimizer state into the checkpoint's named entries; `save` receives them.
   PsServer(Communicator& comm, int workers, int server, const PsLayout& layout,

@@ -25,9 +25,4 @@ BucketShard shard_bucket(const BucketLayout& bucket, int rank, int ranks) {
   return s;
 }
 
-std::vector<std::int64_t> segment_shape(const ShardSegment& s, std::size_t parameter_dims) {
-  if (parameter_dims < 2) return {s.length};
-  return {1, s.length};
-}
-
 }  // namespace dtrain::dist

@@ -8,6 +8,7 @@
 // parameters (each rank updates chunk r; an all-gather of the chunks rebuilds the bucket).
 #pragma once
 
+#include "dist/comm/partition.h"
 #include "dtrain/dist/data_parallel/gradient_exchange.h"
 
 #include <cstdint>
@@ -32,10 +33,5 @@ struct BucketShard {
 
 // This rank's chunk of `bucket` among `ranks`. Throws on an empty bucket or a rank out of range.
 BucketShard shard_bucket(const BucketLayout& bucket, int rank, int ranks);
-
-// The shape a segment takes for the optimizer: [length] when its parameter has fewer than
-// two dimensions, else [1, length], so that rules read from shapes (no weight decay on
-// biases and norms) hold for a slice as for the whole parameter.
-std::vector<std::int64_t> segment_shape(const ShardSegment& s, std::size_t parameter_dims);
 
 }  // namespace dtrain::dist

@@ -79,7 +79,7 @@ std::shared_ptr<nn::Module> ShardedDataParallelStrategy::prepare(std::shared_ptr
     const Tensor& gradients = exchange_->gradient_chunk(b);
     for (const ShardSegment& s : shard.segments) {
       const BucketLayout::Member& m = layout.members[s.member];
-      const std::vector<std::int64_t> shape = segment_shape(s, m.shape.size());
+      const std::vector<std::int64_t> shape = slice_shape(s.length, m.shape.size());
       Variable v(flat.narrow(0, shard.chunk * rank + s.at, s.length).view(shape), true);
       v.set_grad(gradients.narrow(0, s.at, s.length).view(shape));
       slices_.push_back({m.name, s.offset, s.length, std::move(v)});
