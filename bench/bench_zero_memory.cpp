@@ -6,15 +6,18 @@
 //   dp       16 Psi            (parameters + gradients + optimizer state)
 //   zero=1    8 Psi +  8 Psi/N (optimizer state sharded)
 //   zero=2    4 Psi + 12 Psi/N (gradients too; plus the buckets in flight)
+//   zero=3   16 Psi/N          (parameters too; plus the gather units whole at the time)
 //
 // Per spec, after --warmup updates (the optimizer's state exists from the first), one
 // update is measured on every rank: the bytes of the optimizer's state (the shard's under
 // ZeRO), the whole gradients the parameters still hold after the update, the peak of the
 // device's block cache during the update (memory_stats: everything the rank allocated,
-// activations included) and what stays in use after it. Rank 0 prints one row per spec, the
-// largest figure over the ranks.
+// activations included), what stays in use after it and, at stage 3, the most gather units
+// whole at once during it. Rank 0 prints one row per spec, the largest figure over the ranks.
+// At stage 3 "params MB" is the model's size (the parameters' logical bytes), not what is
+// allocated for them.
 //
-//   mpirun -np 2 bench_zero_memory --model mlp_50m --batch 256 --specs dp,zero=1,zero=2 [--json]
+//   mpirun -np 2 bench_zero_memory --model mlp_50m --batch 256 --specs dp,zero=1,zero=2,zero=3 [--json]
 #include "dtrain/dist/core/strategy_factory.h"
 #include "dtrain/dist/sharded/sharded_strategy.h"
 #include "dtrain/optim/adam.h"
@@ -34,7 +37,7 @@ namespace {
 struct Config {
   std::string model = "mlp_50m";
   std::int64_t batch = 256;  // global, split over the ranks
-  std::vector<std::string> specs{"dp", "zero=1", "zero=2"};
+  std::vector<std::string> specs{"dp", "zero=1", "zero=2", "zero=3"};
   int warmup = 1;
   bool json = false;
 };
@@ -50,6 +53,8 @@ std::size_t state_bytes(const optim::Optimizer& o) {
 struct Row {
   std::string spec;
   double params = 0, state = 0, grads = 0, peak = 0, in_use = 0;  // bytes, largest over the ranks
+  double whole_units = 0;  // stage 3: the most gather units whole at once in the measured update
+  double units = 0;        // stage 3: the gather units
 };
 
 Row measure(const Config& c, const std::string& spec, const dist::CommunicatorPtr& world) {
@@ -62,15 +67,21 @@ Row measure(const Config& c, const std::string& spec, const dist::CommunicatorPt
   const auto [x, y] = bench::synthetic_batch(m, c.batch / world->size(), 7 + static_cast<std::uint64_t>(world->rank()));
   const dist::StepConfig config{.loss = [](const Variable& out, const Tensor& t) { return cross_entropy(out, t); }};
   const std::vector<dist::MicroBatch> micro{{x, y}};
+  auto* sharded = dynamic_cast<dist::ShardedDataParallelStrategy*>(strategy.get());
   for (int i = 0; i < c.warmup; ++i) strategy->train_step(micro, adam, config);
+  if (sharded != nullptr) sharded->take_peak_whole_units();
   reset_peak_memory(Device::cpu());
   strategy->train_step(micro, adam, config);
   const MemoryStats after = memory_stats(Device::cpu());
 
-  const auto* sharded = dynamic_cast<const dist::ShardedDataParallelStrategy*>(strategy.get());
   const optim::Optimizer& stepped = sharded != nullptr ? *sharded->shard_optimizer() : adam;
-  std::vector<double> v{0, static_cast<double>(state_bytes(stepped)), 0, static_cast<double>(after.peak_bytes),
-                        static_cast<double>(after.in_use_bytes)};
+  std::vector<double> v{0,
+                        static_cast<double>(state_bytes(stepped)),
+                        0,
+                        static_cast<double>(after.peak_bytes),
+                        static_cast<double>(after.in_use_bytes),
+                        sharded != nullptr ? static_cast<double>(sharded->take_peak_whole_units()) : 0,
+                        sharded != nullptr ? static_cast<double>(sharded->gather_units()) : 0};
   for (const Variable& p : model->parameters()) {
     v[0] += static_cast<double>(p.data().nbytes());
     if (p.has_grad()) v[2] += static_cast<double>(p.grad().nbytes());
@@ -78,7 +89,7 @@ Row measure(const Config& c, const std::string& spec, const dist::CommunicatorPt
   Tensor t = Tensor::from_vector(v, {static_cast<std::int64_t>(v.size())});
   world->all_reduce(t, ReduceOp::Max);
   const std::vector<double> w = t.to_vector<double>();
-  return {spec, w[0], w[1], w[2], w[3], w[4]};
+  return {spec, w[0], w[1], w[2], w[3], w[4], w[5], w[6]};
 }
 
 // The ZeRO paper's bytes per rank for f32 Adam, from the parameter bytes.
@@ -115,8 +126,8 @@ int main(int argc, char** argv) {
   const double dp_state = rows.front().state;
   if (!c.json) {
     fmt::print("{}, Adam f32, global batch {}, {} rank(s), {}\n", c.model, c.batch, world->size(), bench::cpu_model());
-    fmt::print("{:<8} {:>10} {:>12} {:>8} {:>12} {:>12} {:>12} {:>14}\n", "spec", "params MB", "opt state MB",
-               "vs first", "grads MB", "peak MB", "in use MB", "ZeRO formula MB");
+    fmt::print("{:<8} {:>10} {:>12} {:>8} {:>12} {:>12} {:>12} {:>14} {:>12}\n", "spec", "params MB", "opt state MB",
+               "vs first", "grads MB", "peak MB", "in use MB", "ZeRO formula MB", "whole units");
   }
   for (const Row& r : rows) {
     const double f = formula(r.spec, r.params, world->size());
@@ -132,11 +143,15 @@ int main(int argc, char** argv) {
                                         {"gradient_bytes_held", r.grads},
                                         {"peak_step_bytes", r.peak},
                                         {"in_use_bytes", r.in_use},
-                                        {"zero_formula_bytes", f}}
+                                        {"zero_formula_bytes", f},
+                                        {"whole_units_peak", r.whole_units},
+                                        {"gather_units", r.units}}
                              .dump());
     } else {
-      fmt::print("{:<8} {:>10.1f} {:>12.1f} {:>8.3f} {:>12.1f} {:>12.1f} {:>12.1f} {:>14.1f}\n", r.spec, r.params / kMB,
-                 r.state / kMB, r.state / dp_state, r.grads / kMB, r.peak / kMB, r.in_use / kMB, f / kMB);
+      const std::string units = r.units > 0 ? fmt::format("{:.0f} of {:.0f}", r.whole_units, r.units) : "-";
+      fmt::print("{:<8} {:>10.1f} {:>12.1f} {:>8.3f} {:>12.1f} {:>12.1f} {:>12.1f} {:>14.1f} {:>12}\n", r.spec,
+                 r.params / kMB, r.state / kMB, r.state / dp_state, r.grads / kMB, r.peak / kMB, r.in_use / kMB,
+                 f / kMB, units);
     }
   }
   return 0;

@@ -45,8 +45,7 @@ void Module::replace_child(const std::string& name, std::shared_ptr<Module> modu
   DTRAIN_FAIL("replace_child: no child named '{}'", name);
 }
 
-void Module::collect_parameters(const std::string& prefix,
-                                std::vector<std::pair<std::string, Variable>>& out) const {
+void Module::collect_parameters(const std::string& prefix, std::vector<std::pair<std::string, Variable>>& out) const {
   for (const auto& [name, p] : parameters_) out.emplace_back(join(prefix, name), p);
   for (const auto& [name, child] : children_) child->collect_parameters(join(prefix, name), out);
 }
@@ -80,6 +79,13 @@ std::int64_t Module::num_parameters() const {
   std::int64_t n = 0;
   for (const auto& p : parameters()) n += p.numel();
   return n;
+}
+
+Variable Module::hooked(const std::function<Variable()>& run) {
+  if (!hooks_) return run();
+  const std::shared_ptr<ForwardHooks> hooks = hooks_;  // the hooks may remove themselves
+  hooks->before(*this);
+  return hooks->after(*this, run());
 }
 
 void Module::train(bool on) {

@@ -27,8 +27,8 @@ class ResidualBlock : public Module {
   }
 
   Variable forward(const Variable& x) override {
-    Variable identity = shortcut_ ? shortcut_->forward(x) : x;
-    return add_relu(body_->forward(x), identity);
+    Variable identity = shortcut_ ? (*shortcut_)(x) : x;
+    return add_relu((*body_)(x), identity);
   }
   std::string describe() const override { return kind_; }
 
@@ -76,7 +76,10 @@ std::shared_ptr<Sequential> resnet(int depth, std::int64_t classes, ResNetStem s
   switch (depth) {
     case 18: blocks = {2, 2, 2, 2}; break;
     case 34: blocks = {3, 4, 6, 3}; break;
-    case 50: blocks = {3, 4, 6, 3}; use_bottleneck = true; break;
+    case 50:
+      blocks = {3, 4, 6, 3};
+      use_bottleneck = true;
+      break;
     default: DTRAIN_FAIL("resnet: depth {} unsupported (expected 18, 34 or 50)", depth);
   }
   auto model = std::make_shared<Sequential>();

@@ -28,13 +28,13 @@ Variable Sequential::forward(const Variable& x) {
   for (std::size_t i = 0; i < modules.size(); ++i) {
     Module& m = *modules[i].second;
     if (auto* bn = dynamic_cast<BatchNorm*>(&m); bn != nullptr && is_relu(i + 1)) {
-      y = bn->forward_relu(y);
+      y = bn->hooked([&] { return bn->forward_relu(y); });
       ++i;  // the ReLU ran inside
       continue;
     }
     // Only the class itself: a subclass may compute its forward differently.
     if (typeid(m) == typeid(Linear) && is_relu(i + 1)) {
-      y = static_cast<Linear&>(m).forward_relu(y);
+      y = m.hooked([&] { return static_cast<Linear&>(m).forward_relu(y); });
       ++i;
       continue;
     }
@@ -43,11 +43,11 @@ Variable Sequential::forward(const Variable& x) {
     // included, survives both ways), with the ReLU's passes on a quarter of the elements.
     // Only the class itself: a subclass may pool differently.
     if (is_relu(i) && i + 1 < modules.size() && typeid(*modules[i + 1].second) == typeid(MaxPool2d)) {
-      y = m.forward(modules[i + 1].second->forward(y));
+      y = m((*modules[i + 1].second)(y));
       ++i;
       continue;
     }
-    y = m.forward(y);
+    y = m(y);
   }
   return y;
 }

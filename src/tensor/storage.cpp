@@ -35,9 +35,33 @@ void Storage::replace_with_layout(std::shared_ptr<const StorageLayout> layout) {
   deferred_.store(true, std::memory_order_release);
 }
 
+void Storage::release(std::string why) {
+  DTRAIN_CHECK(!pinned_, "Storage::release: not for pinned memory");
+  std::lock_guard lock(layout_mutex_);
+  if (data_ != nullptr) detail::backend(device_).deallocate(data_, nbytes_);
+  data_ = nullptr;
+  layout_.reset();
+  released_why_ = why.empty() ? "this storage's bytes were released" : std::move(why);
+  deferred_.store(true, std::memory_order_release);
+}
+
+void Storage::reallocate() {
+  std::lock_guard lock(layout_mutex_);
+  if (released_why_.empty()) return;
+  data_ = allocate(nbytes_, device_, false);
+  released_why_.clear();
+  deferred_.store(false, std::memory_order_release);
+}
+
+bool Storage::released() const {
+  std::lock_guard lock(layout_mutex_);
+  return !released_why_.empty();
+}
+
 void Storage::materialize() const {
   std::lock_guard lock(layout_mutex_);
   if (!deferred_.load(std::memory_order_relaxed)) return;  // another thread got here first
+  DTRAIN_CHECK(released_why_.empty(), "{}", released_why_);
   data_ = allocate(nbytes_, device_, false);
   layout_->write_plain(data_);
   layout_.reset();

@@ -293,7 +293,9 @@ void Checkpointer::save(const optim::Optimizer& optimizer, const optim::LossScal
   s.step = step;
   // The live tensors: a synchronous save writes them before training changes them; an
   // asynchronous one copies them into host memory first.
-  if (!plan_.part.empty() && plan_.saves_model) s.model = strategy_.module().state_dict();
+  if (!plan_.part.empty() && plan_.saves_model) {
+    s.model = plan_.model_share ? plan_.model_share() : strategy_.module().state_dict();
+  }
   if (!plan_.part.empty() && plan_.saves_optimizer) {
     s.optimizer = plan_.optimizer_share
                       ? plan_.optimizer_share(optimizer)
@@ -464,20 +466,25 @@ std::optional<Restored> Checkpointer::restore(optim::Optimizer& optimizer, optim
   nn::Module& module = strategy_.module();
   const nn::StateDict mine = module.state_dict();
   std::map<std::string, std::pair<Tensor, std::string>> found;  // name -> (tensor, file)
-  NamedTensors optimizer_tensors;
+  NamedTensors optimizer_tensors, model_ranges;
   std::vector<std::string> model_files;
   for (const checkpoint::FileRecord& f : c.manifest.files) {
     const bool model = f.name.rfind("model", 0) == 0, optim = f.name.rfind("optimizer", 0) == 0;
     if (!model && !optim) continue;
     const auto file = checkpoint::SafetensorsFile::parse((c.dir / f.name).string(), c.read_verified(f));
     for (const std::string& name : file.names()) {
-      if (model) found.emplace(name, std::pair{file.tensor(name), f.name});
-      else optimizer_tensors.emplace_back(name, file.tensor(name));
+      if (!model) optimizer_tensors.emplace_back(name, file.tensor(name));
+      else if (name.find('[') != std::string::npos) model_ranges.emplace_back(name, file.tensor(name));
+      else found.emplace(name, std::pair{file.tensor(name), f.name});
     }
     if (model) model_files.push_back(f.name);
   }
   DTRAIN_CHECK(!model_files.empty(), "checkpoint {}: the manifest lists no model file", dir.string());
   const std::string files = fmt::format("{}", fmt::join(model_files, ", "));
+  // Parameters saved in element ranges by the ranks that held them (sharded stage 3).
+  for (auto& [name, t] : join_ranges(model_ranges, module, fmt::format("checkpoint {} (model files)", dir.string()))) {
+    found.emplace(name, std::pair{t, files});
+  }
   std::size_t present = 0;
   for (const auto& [name, t] : mine) present += found.count(name);
   DTRAIN_CHECK(present > 0 || mine.empty(),
@@ -507,7 +514,8 @@ std::optional<Restored> Checkpointer::restore(optim::Optimizer& optimizer, optim
                    dir.string(), entry.second, name, m.model);
     }
   }
-  module.load_state_dict(load);
+  if (plan_.load_model_share) plan_.load_model_share(load);
+  else module.load_state_dict(load);
   const std::string optimizer_origin = fmt::format("checkpoint {} (optimizer files)", dir.string());
   optimizer_tensors = join_ranges(optimizer_tensors, module, optimizer_origin);
   if (plan_.load_optimizer_share) {

@@ -1,12 +1,15 @@
-// Sharded data parallelism (ZeRO stages 1 and 2) at any world size W (1 as a plain process,
+// Sharded data parallelism (ZeRO stages 1, 2 and 3) at any world size W (1 as a plain process,
 // 2 and 4 under mpirun): the layout of the chunks; 5 updates of Adam, SGD with momentum, LARS
 // and LAMB (their trust ratios' norms summed over the ranks' slices) equal plain data
 // parallelism's on the same per-rank batches within 1e-5 relative (the order of float sums
 // differs: a reduce-scatter and a global norm summed by chunks), with uneven chunks and
 // parameters straddling ranks (tiny buckets over an MLP of 66 elements), with gradient
 // accumulation and with clipping; every rank's optimizer holds state for 1/W of the
-// elements, and stage 2 leaves no whole gradient behind; a checkpoint resumes bit for bit
-// under the same strategy and into plain data parallelism; bad stages are refused by name.
+// elements, and stages 2 and 3 leave no whole gradient behind; stage 3 holds at most two
+// gather units whole, and none between steps; a checkpoint (stage 1, or stage 3's
+// parameters in ranges) resumes bit for bit under the same strategy and loads into plain
+// data parallelism and the other stage; bad stages, and what stage 3 cannot gather, are
+// refused on every rank with the layer's name.
 // Checks come after the last collective of each test, so that a failure on one rank cannot
 // leave the others waiting.
 #include "dist/sharded/shard_layout.h"
@@ -14,6 +17,7 @@
 #include "dtrain/dist/core/strategy_factory.h"
 #include "dtrain/dist/data_parallel/data_parallel_strategy.h"
 #include "dtrain/dist/sharded/sharded_strategy.h"
+#include "dtrain/layers/linear.h"
 #include "dtrain/layers/models.h"
 #include "dtrain/optim/adam.h"
 #include "dtrain/optim/lamb.h"
@@ -98,8 +102,17 @@ struct Trained {
   double divergence = 0;
 };
 
-Trained train_steps(const std::shared_ptr<dist::Strategy>& strategy, const Setting& s) {
-  strategy->prepare(fresh_model());
+// The parameters, whole (stage 3 gathers them for the copy).
+std::vector<Tensor> whole_snapshot(dist::Strategy& strategy) {
+  auto* sharded = dynamic_cast<dist::ShardedDataParallelStrategy*>(&strategy);
+  if (sharded == nullptr) return snapshot(strategy.module());
+  const auto whole = sharded->whole_parameters();
+  return snapshot(strategy.module());
+}
+
+Trained train_steps(const std::shared_ptr<dist::Strategy>& strategy, const Setting& s,
+                    const std::shared_ptr<nn::Module>& model = fresh_model()) {
+  strategy->prepare(model);
   auto optimizer = make_optimizer(s.optimizer, strategy->module());
   const dist::StepConfig config{.loss = [](const Variable& out, const Tensor& y) { return cross_entropy(out, y); },
                                 .clip_grad_norm = s.clip};
@@ -107,7 +120,10 @@ Trained train_steps(const std::shared_ptr<dist::Strategy>& strategy, const Setti
     const auto micro = batches(step, s.accumulate, strategy->rank(), strategy->ranks());
     strategy->train_step(micro, *optimizer, config);
   }
-  return {snapshot(strategy->module()), strategy->capabilities().replica_divergence()};
+  // Stage 3 holds no replica to compare (its chunks are distinct by design).
+  const auto divergence = strategy->capabilities().replica_divergence;
+  const double diverged = divergence ? divergence() : 0;
+  return {whole_snapshot(*strategy), diverged};
 }
 
 }  // namespace
@@ -140,21 +156,23 @@ TEST_CASE("Sharded data parallel: each rank's chunk of a bucket, padding and str
   CHECK_THROWS_WITH(dist::shard_bucket(bucket, 4, 4), Catch::Matchers::Contains("rank 4 of 4 is out of range"));
 }
 
-TEST_CASE("Sharded data parallel (stages 1 and 2) equals plain data parallelism after 5 updates", "[dist][mpi]") {
+TEST_CASE("Sharded data parallel (stages 1, 2 and 3) equals plain data parallelism after 5 updates", "[dist][mpi]") {
   auto world = dist::world();
   const std::vector<Setting> settings{{"adam", 1, 0},    {"sgd", 1, 0},  {"adam", 2, 0},   {"sgd", 1, 0.05},
                                       {"adam", 2, 0.05}, {"lars", 1, 0}, {"lamb", 2, 0.05}};
-  for (int stage : {1, 2}) {
+  for (int stage : {1, 2, 3}) {
     for (const Setting& s : settings) {
+      // Stage 3's buckets are its gather units: tiny ones put every layer in its own.
       for (std::size_t buckets : {kTinyBuckets, std::size_t{4} << 20}) {
         const Trained plain =
             train_steps(std::make_shared<dist::DataParallelStrategy>(
                             world, Device::cpu(), dist::DataParallelStrategyOptions{{.bucket_bytes = buckets}}),
                         s);
         auto sharded = std::make_shared<dist::ShardedDataParallelStrategy>(
-            world, Device::cpu(), dist::ShardedDataParallelOptions{.stage = stage, .bucket_bytes = buckets});
+            world, Device::cpu(),
+            dist::ShardedDataParallelOptions{.stage = stage, .bucket_bytes = buckets, .unit_bytes = buckets});
         const Trained zero = train_steps(sharded, s);
-        // Stage 2 keeps no whole gradient after a step; stage 1 keeps them, as data parallelism does.
+        // Stages 2 and 3 keep no whole gradient after a step; stage 1 keeps them, as data parallelism does.
         std::size_t with_gradient = 0;
         for (const auto& p : sharded->module().parameters()) with_gradient += p.has_grad();
         const std::int64_t owned = sharded->shard_elements();
@@ -201,34 +219,114 @@ TEST_CASE("Sharded data parallel: a checkpoint resumes bit for bit, and into pla
     train::Trainer trainer(strategy, {.train = data(), .test = nullptr, .batch_size = 16, .seed = 4},
                            {.epochs = epochs, .verbose = false, .checkpoint = checkpoint});
     trainer.fit(adam);
-    return snapshot(strategy->module());
+    return whole_snapshot(*strategy);
   };
-  const std::string zero = "zero=1,bucket_mb=0.0001";  // buckets of ~100 bytes: straddling chunks
-  const std::vector<Tensor> whole = run(zero, 2, {.dir = dir, .async = false});
-  // From the checkpoint at the end of epoch 1 (the first of the two), epoch 2 again.
-  const fs::path first = [&] {
-    std::vector<fs::path> saved;
-    for (const auto& e : fs::directory_iterator(dir)) {
-      if (e.is_directory() && fs::exists(e.path() / "manifest.json")) saved.push_back(e.path());
-    }
-    std::sort(saved.begin(), saved.end());
-    return saved.empty() ? fs::path() : saved.front();
-  }();
-  world->barrier();
-  REQUIRE(!first.empty());
-  const std::vector<Tensor> resumed = run(zero, 2, {.dir = {}, .async = false, .resume = first.string()});
-  const std::vector<Tensor> plain = run("dp", 2, {.resume = first.string()});
-  world->barrier();
+  // Buckets (or gather units) of ~100 bytes: chunks straddle parameters.
+  for (const std::string zero : {"zero=1,bucket_mb=0.0001", "zero=3,gather_mb=0.0001"}) {
+    INFO(zero);
+    if (world->rank() == 0) fs::remove_all(dir);
+    world->barrier();
+    const std::vector<Tensor> whole = run(zero, 2, {.dir = dir, .async = false});
+    // From the checkpoint at the end of epoch 1 (the first of the two), epoch 2 again.
+    const fs::path first = [&] {
+      std::vector<fs::path> saved;
+      for (const auto& e : fs::directory_iterator(dir)) {
+        if (e.is_directory() && fs::exists(e.path() / "manifest.json")) saved.push_back(e.path());
+      }
+      std::sort(saved.begin(), saved.end());
+      return saved.empty() ? fs::path() : saved.front();
+    }();
+    world->barrier();
+    REQUIRE(!first.empty());
+    const std::vector<Tensor> resumed = run(zero, 2, {.dir = {}, .async = false, .resume = first.string()});
+    const std::vector<Tensor> plain = run("dp", 2, {.resume = first.string()});
+    // The other stage from the same checkpoint (its parameters in ranges, or whole).
+    const std::vector<Tensor> other =
+        run(zero.starts_with("zero=1") ? "zero=3" : "zero=2", 2, {.resume = first.string()});
+    world->barrier();
+    CHECK(relative_diff(resumed, whole) == 0);
+    CHECK(relative_diff(plain, whole) <= kRelative);
+    CHECK(relative_diff(other, whole) <= kRelative);
+  }
   if (world->rank() == 0) fs::remove_all(dir);
-  CHECK(relative_diff(resumed, whole) == 0);
-  CHECK(relative_diff(plain, whole) <= kRelative);
 }
 
-TEST_CASE("Sharded data parallel refuses stages it does not build, on every rank", "[dist][mpi]") {
+TEST_CASE("Sharded data parallel, stage 3: at most two gather units are whole, none between steps", "[dist][mpi]") {
+  auto world = dist::world();
+  manual_seed(5);
+  auto model = nn::mlp(5, {7, 7, 7, 7}, 3);  // five Linear layers
+  auto sharded = std::make_shared<dist::ShardedDataParallelStrategy>(
+      world, Device::cpu(), dist::ShardedDataParallelOptions{.stage = 3, .unit_bytes = 0});  // a layer per unit
+  const Trained trained = train_steps(sharded, {"adam", 2, 0.05}, model);  // ends with a gather of every unit
+  sharded->take_peak_whole_units();
+  optim::Adam adam(model->parameters(), {.lr = 0.01});
+  const dist::StepConfig config{.loss = [](const Variable& out, const Tensor& y) { return cross_entropy(out, y); },
+                                .clip_grad_norm = 0.05};
+  sharded->train_step(batches(7, 2, world->rank(), world->size()), adam, config);
+  const std::size_t peak = sharded->take_peak_whole_units();
+  // Between steps every parameter's bytes are freed: reading one names the layer.
+  std::string outside;
+  try {
+    (void)model->parameters().front().data().clone();
+  } catch (const Error& e) {
+    outside = e.what();
+  }
+  // Evaluation gathers and frees too.
+  {
+    NoGradGuard no_grad;
+    model->eval();
+    (void)(*model)(Variable(Tensor::ones({2, 5})));
+  }
+  const std::size_t eval_peak = sharded->take_peak_whole_units();
+  Tensor done = Tensor::ones({1});
+  world->all_reduce(done, ReduceOp::Sum);  // the last collective
+  CHECK(sharded->gather_units() == 5);
+  CHECK(peak == 2);
+  CHECK(eval_peak == 2);
+  CHECK_THAT(outside, Catch::Matchers::Contains("the parameters of layer '1' are whole only inside"));
+  CHECK(trained.params.size() == 10);
+}
+
+namespace {
+
+// Uses its child's weight without calling the child: nothing stage 3 can gather around.
+class ReachesIntoChild final : public nn::Module {
+ public:
+  ReachesIntoChild() { inner_ = register_module("inner", std::make_shared<nn::Linear>(5, 3)); }
+  Variable forward(const Variable& x) override { return linear(x, inner_->weight, inner_->bias); }
+  std::string describe() const override { return "ReachesIntoChild"; }
+
+ private:
+  std::shared_ptr<nn::Linear> inner_;
+};
+
+}  // namespace
+
+TEST_CASE("Sharded data parallel refuses bad stages and what stage 3 cannot gather, on every rank", "[dist][mpi]") {
   auto world = dist::world();
   using Catch::Matchers::Contains;
-  CHECK_THROWS_WITH(dist::make_strategy("zero=3", world, Device::cpu()), Contains("stage 3 is not built"));
   CHECK_THROWS_WITH(dist::make_strategy("zero=4", world, Device::cpu()),
                     Contains("zero=4 must be a ZeRO stage, 1, 2 or 3"));
   CHECK_THROWS_WITH(dist::make_strategy("zero=1,sync_bn", world, Device::cpu()), Contains("'sync_bn' not used"));
+  CHECK_THROWS_WITH(dist::make_strategy("zero=3,bucket_mb=1", world, Device::cpu()),
+                    Contains("at zero=3 the gradient buckets are the gather units"));
+  CHECK_THROWS_WITH(dist::make_strategy("zero=2,gather_mb=1", world, Device::cpu()),
+                    Contains("gather_mb sizes stage 3's gather units, and zero=2 gathers no layers"));
+  // A frozen parameter: refused when the model is prepared.
+  {
+    auto model = fresh_model();
+    model->named_parameters().back().second.set_requires_grad(false);
+    auto zero3 = dist::make_strategy("zero=3", world, Device::cpu());
+    CHECK_THROWS_WITH(zero3->prepare(model), Contains("stage 3 cannot gather '3.bias': it is frozen"));
+  }
+  // A module that reads another's parameters: refused by the first forward, naming the layer.
+  {
+    auto zero3 = dist::make_strategy("zero=3", world, Device::cpu());
+    zero3->prepare(std::make_shared<ReachesIntoChild>());
+    optim::SGD sgd(zero3->module().parameters(), {.lr = 0.1});
+    const dist::StepConfig config{.loss = [](const Variable& out, const Tensor& y) { return cross_entropy(out, y); }};
+    const std::vector<dist::MicroBatch> micro{{Tensor::ones({2, 5}), Tensor::from_vector<std::int64_t>({0, 1}, {2})}};
+    CHECK_THROWS_WITH(zero3->train_step(micro, sgd, config),
+                      Contains("the parameters of layer 'inner' are whole only inside those layers' forward"));
+  }
 }

@@ -81,8 +81,8 @@ TEST_CASE("BatchNorm2d: batch statistics in training, running statistics in eval
 
   bn.eval();
   Tensor ye = bn(Variable(x)).data();
-  Tensor expected = div(sub(x, bn.running_mean.reshape({1, 2, 1, 1})),
-                        sqrt(add(bn.running_var, 1e-5)).reshape({1, 2, 1, 1}));
+  Tensor expected =
+      div(sub(x, bn.running_mean.reshape({1, 2, 1, 1})), sqrt(add(bn.running_var, 1e-5)).reshape({1, 2, 1, 1}));
   test::require_close(ye, expected, 1e-4, 1e-5);
   CHECK_THROWS_WITH(bn(Variable(Tensor::zeros({4, 2}))), Catch::Contains("4-d"));
   CHECK_THROWS_WITH(bn(Variable(Tensor::zeros({4, 3, 2, 2}))), Catch::Contains("3 channels"));
@@ -111,7 +111,8 @@ TEST_CASE("Sequential runs BatchNorm then ReLU fused: the same outputs, gradient
   }
 }
 
-TEST_CASE("Linear::forward_relu, and Sequential's Linear then ReLU: the same outputs and gradients as apart", "[layers][cpu]") {
+TEST_CASE("Linear::forward_relu, and Sequential's Linear then ReLU: the same outputs and gradients as apart",
+          "[layers][cpu]") {
   for (const bool with_bias : {true, false}) {
     for (const bool autocast : {false, true}) {
       for (const Shape& shape : {Shape{5}, Shape{6, 5}, Shape{2, 3, 5}}) {
@@ -242,4 +243,64 @@ TEST_CASE("train/eval propagates to children", "[layers][cpu]") {
   for (const auto& [name, child] : model->children()) CHECK_FALSE(child->is_training());
   model->train();
   CHECK((*model)[1]->is_training());
+}
+
+namespace {
+
+// Records which modules' hooks ran, in order, and scales the outputs by `factor`.
+class RecordingHooks final : public Module::ForwardHooks {
+ public:
+  RecordingHooks(std::vector<std::string>& log, double factor) : log_(log), factor_(factor) {}
+  void before(Module& m) override { log_.push_back("before " + m.describe()); }
+  Variable after(Module& m, Variable out) override {
+    log_.push_back("after " + m.describe());
+    const double f = factor_;
+    return Variable(mul(out.data(), Tensor::scalar(f)), {out},
+                    [f](std::vector<Variable>& in, const Tensor& g) { in[0].add_grad(mul(g, Tensor::scalar(f))); });
+  }
+
+ private:
+  std::vector<std::string>& log_;
+  double factor_;
+};
+
+}  // namespace
+
+TEST_CASE("forward hooks run around operator() and a Sequential's fused layers", "[layers][cpu]") {
+  manual_seed(3);
+  // Linear then ReLU, and BatchNorm then ReLU, are fused by Sequential: the hooks still run.
+  auto model = std::make_shared<Sequential>(
+      std::vector<ModulePtr>{std::make_shared<Linear>(4, 3), std::make_shared<ReLU>(), std::make_shared<BatchNorm1d>(3),
+                             std::make_shared<ReLU>(), std::make_shared<Linear>(3, 2)});
+  Tensor x = Tensor::ones({5, 4});
+  std::vector<std::string> log;
+  auto hooks = std::make_shared<RecordingHooks>(log, 1.0);
+  for (const auto& [name, child] : model->children()) {
+    if (!child->own_parameters().empty()) child->set_forward_hooks(hooks);
+  }
+  (void)(*model)(Variable(x));
+  CHECK(log == std::vector<std::string>{"before Linear(4, 3)", "after Linear(4, 3)", "before BatchNorm1d(3)",
+                                        "after BatchNorm1d(3)", "before Linear(3, 2)", "after Linear(3, 2)"});
+  // forward() called directly runs without them; removed hooks run no more.
+  log.clear();
+  (void)model->children().front().second->forward(Variable(x));
+  for (const auto& [name, child] : model->children()) child->set_forward_hooks(nullptr);
+  (void)(*model)(Variable(x));
+  CHECK(log.empty());
+}
+
+TEST_CASE("what a forward hook's after() returns is the module's output, backward included", "[layers][cpu]") {
+  manual_seed(4);
+  auto layer = std::make_shared<Linear>(4, 3);
+  Tensor x = Tensor::ones({2, 4});
+  Variable plain = (*layer)(Variable(x));
+  sum(plain).backward();
+  const Tensor plain_grad = layer->weight.grad().clone();
+  layer->zero_grad();
+  std::vector<std::string> log;
+  layer->set_forward_hooks(std::make_shared<RecordingHooks>(log, 3.0));
+  Variable tripled = (*layer)(Variable(x));
+  sum(tripled).backward();
+  CHECK(max_abs_diff(tripled.data(), mul(plain.data(), Tensor::scalar(3))) < 1e-5);
+  CHECK(max_abs_diff(layer->weight.grad(), mul(plain_grad, Tensor::scalar(3))) < 1e-5);
 }

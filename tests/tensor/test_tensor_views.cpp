@@ -209,4 +209,19 @@ TEST_CASE("item and to_vector read values on the host", "[cpu][tensor]") {
   CHECK(iota({2, 2}).t().to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 2, 1, 3});
 }
 
+TEST_CASE("a released storage refuses its views' reads until reallocated", "[cpu][tensor]") {
+  Tensor whole = Tensor::arange(0, 6, 1);
+  Tensor view = whole.narrow(0, 2, 3);
+  whole.storage()->release("layer 'fc' is sharded here");
+  CHECK(whole.storage()->released());
+  CHECK_THROWS_WITH(view.clone(), Catch::Matchers::Contains("layer 'fc' is sharded here"));
+  CHECK_THROWS_WITH(whole.fill_(1), Catch::Matchers::Contains("layer 'fc' is sharded here"));
+  whole.storage()->reallocate();  // fresh bytes: the views see what is written now
+  CHECK_FALSE(whole.storage()->released());
+  whole.copy_(Tensor::arange(10, 16, 1));
+  CHECK(values(view) == std::vector<float>{12, 13, 14});
+  whole.storage()->reallocate();  // nothing to do when the bytes are there
+  CHECK(values(view) == std::vector<float>{12, 13, 14});
+}
+
 }  // namespace dtrain

@@ -7,6 +7,7 @@
 
 #include "dtrain/autograd/functions.h"
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -25,7 +26,26 @@ class Module {
   Module& operator=(const Module&) = delete;
 
   virtual Variable forward(const Variable& x) = 0;
-  Variable operator()(const Variable& x) { return forward(x); }
+  // forward() between the forward hooks, when there are any. Containers call their children
+  // this way (a direct forward() runs without the hooks).
+  Variable operator()(const Variable& x) {
+    return hooks_ ? hooked([&] { return forward(x); }) : forward(x);
+  }
+
+  // What runs around this module's forward: sharded data parallelism's stage 3 gathers a
+  // layer's parameters before it and frees them after it (and arranges, through the output,
+  // their gathering again before the layer's backward).
+  class ForwardHooks {
+   public:
+    virtual ~ForwardHooks() = default;
+    virtual void before(Module& module) = 0;
+    // Returns what the caller gets instead of `output` (itself, or an op on it).
+    virtual Variable after(Module& module, Variable output) = 0;
+  };
+  // Null removes them. One set per module.
+  void set_forward_hooks(std::shared_ptr<ForwardHooks> hooks) { hooks_ = std::move(hooks); }
+  // `run` (this module's forward, or a container's fused form of it) between the hooks.
+  Variable hooked(const std::function<Variable()>& run);
   // The layer's type and configuration, e.g. "Linear(784, 512)".
   virtual std::string describe() const = 0;
 
@@ -35,6 +55,8 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> named_buffers() const;
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
   std::int64_t num_parameters() const;
+  // This module's own parameters, without its children's (names relative to it).
+  const std::vector<std::pair<std::string, Variable>>& own_parameters() const { return parameters_; }
   // Replaces the registered child `name` (throws when there is none). Forward passes that
   // iterate children() (Sequential) see the new one; a module that keeps its own typed
   // pointer to a child keeps calling the old one.
@@ -74,6 +96,7 @@ class Module {
   std::vector<std::pair<std::string, Tensor*>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
+  std::shared_ptr<ForwardHooks> hooks_;
 };
 
 using ModulePtr = std::shared_ptr<Module>;

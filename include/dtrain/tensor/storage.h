@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <string>
 
 namespace dtrain {
 
@@ -49,6 +50,16 @@ class Storage {
   // until data() is called. For a kernel's freshly allocated output only (CPU, not pinned).
   void replace_with_layout(std::shared_ptr<const StorageLayout> layout);
 
+  // Frees the bytes while the Storage, and every view of it, lives on: reading or writing
+  // them throws `why` until reallocate(). For memory needed only part of the time: sharded
+  // data parallelism's stage 3 gathers a layer's parameters into their storage for the
+  // layer's forward and backward and frees it in between, while the autograd graph still
+  // holds views of it. Not for pinned memory.
+  void release(std::string why);
+  // Allocates the bytes again (their values undefined); nothing when they are there.
+  void reallocate();
+  bool released() const;
+
  private:
   void materialize() const;
 
@@ -58,7 +69,8 @@ class Storage {
   bool pinned_ = false;
   mutable std::mutex layout_mutex_;
   mutable std::shared_ptr<const StorageLayout> layout_;
-  mutable std::atomic<bool> deferred_{false};
+  mutable std::atomic<bool> deferred_{false};  // the bytes are not plain: held in layout_, or released
+  std::string released_why_;                   // set while released
 };
 
 }  // namespace dtrain

@@ -16,7 +16,7 @@ namespace {
 std::pair<Variable, Variable> output_and_loss(nn::Module& module, const MicroBatch& batch, const StepConfig& config) {
   std::optional<AutocastGuard> guard;
   if (config.autocast) guard.emplace(*config.autocast);
-  Variable output = module.forward(Variable(batch.inputs));
+  Variable output = module(Variable(batch.inputs));
   Variable loss = config.loss(output, batch.targets);
   return {output, loss};
 }
@@ -81,7 +81,7 @@ void Strategy::forward_backward(const MicroBatch& batch, double weight, bool las
     trace::Span span("forward", trace::Phase::Forward);
     std::optional<AutocastGuard> guard;  // forward and loss only, as in output_and_loss
     if (config.autocast) guard.emplace(*config.autocast);
-    scaled = weighted_loss(module_->forward(Variable(batch.inputs)), batch.targets, weight, config, &stats);
+    scaled = weighted_loss((*module_)(Variable(batch.inputs)), batch.targets, weight, config, &stats);
   }
   {
     trace::Span span("backward", trace::Phase::Backward);

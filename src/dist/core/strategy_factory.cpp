@@ -53,13 +53,14 @@ int StrategySpec::integer(const std::string& key, int fallback, int min) {
   return value;
 }
 
-double StrategySpec::number(const std::string& key, double fallback) {
+double StrategySpec::number(const std::string& key, double fallback, bool zero_allowed) {
   const std::optional<std::string> v = text_of(key);
   if (!v || v->empty()) return fallback;
   double value = 0;
   const auto [end, error] = std::from_chars(v->data(), v->data() + v->size(), value);
-  DTRAIN_CHECK(error == std::errc() && end == v->data() + v->size() && value > 0,
-               "strategy spec '{}': {}={} must be a positive number", text_, key, *v);
+  DTRAIN_CHECK(error == std::errc() && end == v->data() + v->size() && (value > 0 || (zero_allowed && value == 0)),
+               "strategy spec '{}': {}={} must be a {} number", text_, key, *v,
+               zero_allowed ? "non-negative" : "positive");
   return value;
 }
 

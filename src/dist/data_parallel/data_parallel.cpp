@@ -43,7 +43,8 @@ DataParallel::DataParallel(std::shared_ptr<nn::Module> module, CommunicatorPtr c
                                                ReducerOptions{.bucket_bytes = options_.bucket_bytes,
                                                               .overlap = options_.overlap,
                                                               .communicate = options_.communicate,
-                                                              .keep_buckets = options_.keep_gradients},
+                                                              .keep_buckets = options_.keep_gradients,
+                                                              .buckets = options_.buckets},
                                                sync_);
 }
 

@@ -33,6 +33,38 @@ std::vector<std::vector<std::size_t>> assign_buckets(const std::vector<BucketPar
   return buckets;
 }
 
+namespace {
+
+// The given buckets as indices into `params`: every trained parameter in exactly one, one
+// dtype per bucket.
+std::vector<std::vector<std::size_t>> named_buckets(const std::vector<std::pair<std::string, Variable>>& params,
+                                                    const std::vector<std::vector<std::string>>& names) {
+  std::map<std::string, std::size_t> index;
+  for (std::size_t k = 0; k < params.size(); ++k) index.emplace(params[k].first, k);
+  std::vector<bool> placed(params.size(), false);
+  std::vector<std::vector<std::size_t>> plan;
+  for (const auto& bucket : names) {
+    DTRAIN_CHECK(!bucket.empty(), "gradient buckets: bucket {} is empty", plan.size());
+    plan.emplace_back();
+    for (const std::string& name : bucket) {
+      const auto it = index.find(name);
+      DTRAIN_CHECK(it != index.end(), "gradient buckets: '{}' is not a trained parameter of the model", name);
+      DTRAIN_CHECK(!placed[it->second], "gradient buckets: '{}' is in two buckets", name);
+      const DType dtype = params[it->second].second.dtype();
+      DTRAIN_CHECK(plan.back().empty() || dtype == params[plan.back().front()].second.dtype(),
+                   "gradient buckets: '{}' is {}, unlike the rest of its bucket", name, dtype_name(dtype));
+      placed[it->second] = true;
+      plan.back().push_back(it->second);
+    }
+  }
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    DTRAIN_CHECK(placed[k], "gradient buckets: the trained parameter '{}' is in none", params[k].first);
+  }
+  return plan;
+}
+
+}  // namespace
+
 GradientReducer::GradientReducer(std::vector<std::pair<std::string, Variable>> params, GradientExchangePtr exchange,
                                  const ReducerOptions& options, const bool& sync)
     : exchange_(std::move(exchange)),
@@ -41,7 +73,8 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, Variable>> p
       sync_(sync) {
   std::vector<BucketParam> sizes;
   for (const auto& [name, p] : params) sizes.push_back({p.dtype(), p.data().nbytes()});
-  const auto plan = assign_buckets(sizes, options.bucket_bytes);
+  const auto plan =
+      options.buckets.empty() ? assign_buckets(sizes, options.bucket_bytes) : named_buckets(params, options.buckets);
 
   // Slots in the plan's order, so that a bucket's slots are contiguous in its buffer.
   slots_.reserve(params.size());

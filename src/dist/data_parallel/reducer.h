@@ -37,6 +37,8 @@ struct ReducerOptions {
   // gradient is dropped once copied into it, at most two buckets are in flight (starting a
   // third waits for the oldest), and finish() leaves the parameters without gradients.
   bool keep_buckets = true;
+  // Given buckets (parameter names, DataParallelOptions::buckets) instead of assign_buckets'.
+  std::vector<std::vector<std::string>> buckets = {};
 };
 
 class GradientReducer {

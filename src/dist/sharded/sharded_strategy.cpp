@@ -1,5 +1,6 @@
 #include "dtrain/dist/sharded/sharded_strategy.h"
 
+#include "dist/sharded/layer_gatherer.h"
 #include "dist/sharded/reduce_scatter_exchange.h"
 #include "dtrain/core/trace.h"
 
@@ -20,9 +21,9 @@ struct ShardedDataParallelStrategy::Slice {
 ShardedDataParallelStrategy::ShardedDataParallelStrategy(CommunicatorPtr comm, Device device,
                                                          ShardedDataParallelOptions options)
     : Strategy(device, comm), comm_(std::move(comm)), options_(options) {
-  DTRAIN_CHECK(options_.stage == 1 || options_.stage == 2,
-               "sharded data parallel: stage {} is not built (built: 1, the optimizer state sharded, and 2, the "
-               "gradients too; stage 3 is planned)",
+  DTRAIN_CHECK(options_.stage >= 1 && options_.stage <= 3,
+               "sharded data parallel: stage {} is not a ZeRO stage (1: the optimizer state sharded, 2: the "
+               "gradients too, 3: the parameters too)",
                options_.stage);
   DTRAIN_CHECK(options_.bucket_bytes > 0, "sharded data parallel: bucket_bytes must be positive");
 }
@@ -42,6 +43,12 @@ std::shared_ptr<nn::Module> ShardedDataParallelStrategy::prepare(std::shared_ptr
   o.bucket_bytes = options_.bucket_bytes;
   o.overlap = options_.overlap;
   o.keep_gradients = options_.stage < 2;  // stage 2: only this rank's chunks outlive the exchange
+  std::vector<UnitPlan> units;
+  if (options_.stage == 3) {
+    // The gather units are the buckets, so one flat layout serves parameters and gradients.
+    units = plan_units(*model, options_.unit_bytes);
+    for (const UnitPlan& u : units) o.buckets.push_back(u.parameters);
+  }
   o.exchange_factory = [this](const CommunicatorPtr& replicas) {
     auto exchange = std::make_unique<ReduceScatterExchange>(replicas, device_);
     exchange_ = exchange.get();
@@ -76,15 +83,27 @@ std::shared_ptr<nn::Module> ShardedDataParallelStrategy::prepare(std::shared_ptr
       region.copy_(p.data().reshape({p.numel()}));
       p.set_data(region.view(m.shape));
     }
+    flat_.push_back(std::move(flat));
+  }
+  // Stage 3: from here on this rank keeps only its chunks; the flat buffers are whole only
+  // while the gatherer needs them.
+  if (options_.stage == 3) {
+    gatherer_ = std::make_unique<LayerGatherer>(data_parallel().tensor_communicator(), std::move(units), buckets,
+                                                std::move(flat_), model);
+    flat_.clear();
+  }
+  for (std::size_t b = 0; b < buckets.size(); ++b) {
+    const BucketLayout& layout = buckets[b];
+    const BucketShard& shard = exchange_->shard(b);
+    const Tensor chunk = gatherer_ ? gatherer_->chunk(b) : flat_[b].narrow(0, shard.chunk * rank, shard.chunk);
     const Tensor& gradients = exchange_->gradient_chunk(b);
     for (const ShardSegment& s : shard.segments) {
       const BucketLayout::Member& m = layout.members[s.member];
       const std::vector<std::int64_t> shape = slice_shape(s.length, m.shape.size());
-      Variable v(flat.narrow(0, shard.chunk * rank + s.at, s.length).view(shape), true);
+      Variable v(chunk.narrow(0, s.at, s.length).view(shape), true);
       v.set_grad(gradients.narrow(0, s.at, s.length).view(shape));
       slices_.push_back({m.name, s.offset, s.length, std::move(v)});
     }
-    flat_.push_back(std::move(flat));
   }
   module_ = std::move(model);
   return module_;
@@ -107,7 +126,25 @@ void ShardedDataParallelStrategy::forward_backward(const MicroBatch& batch, doub
   Strategy::forward_backward(batch, weight, last, config, stats);
 }
 
-void ShardedDataParallelStrategy::exchange_gradients() { data_parallel().finish_gradient_sync(); }
+void ShardedDataParallelStrategy::exchange_gradients() {
+  data_parallel().finish_gradient_sync();
+  // A unit whose parameters got no gradient (unused in this step) is still whole.
+  if (gatherer_) gatherer_->release_all();
+}
+
+ShardedDataParallelStrategy::WholeParameters::WholeParameters(LayerGatherer* gatherer) : gatherer_(gatherer) {
+  if (gatherer_) gatherer_->gather_all();
+}
+
+ShardedDataParallelStrategy::WholeParameters::~WholeParameters() {
+  if (gatherer_) gatherer_->release_all();
+}
+
+std::size_t ShardedDataParallelStrategy::gather_units() const { return gatherer_ ? gatherer_->units() : 0; }
+
+std::size_t ShardedDataParallelStrategy::take_peak_whole_units() {
+  return gatherer_ ? gatherer_->take_peak_whole() : 0;
+}
 
 optim::Optimizer& ShardedDataParallelStrategy::stepped_optimizer(optim::Optimizer& given) {
   if (!shard_optimizer_) {
@@ -132,7 +169,7 @@ optim::Optimizer& ShardedDataParallelStrategy::stepped_optimizer(optim::Optimize
 
 void ShardedDataParallelStrategy::apply_update(optim::Optimizer& optimizer, const StepConfig& config, bool nonfinite) {
   Strategy::apply_update(optimizer, config, nonfinite);
-  gather_parameters();
+  if (!gatherer_) gather_parameters();  // stage 3: the next forward gathers the updated chunks
 }
 
 void ShardedDataParallelStrategy::gather_parameters() {
@@ -152,6 +189,7 @@ void ShardedDataParallelStrategy::gather_parameters() {
 void ShardedDataParallelStrategy::reduce_sums(Tensor& sums) { comm_->all_reduce(sums, ReduceOp::Sum); }
 
 Capabilities ShardedDataParallelStrategy::capabilities() {
+  if (gatherer_) return {};  // stage 3 keeps no replica of the parameters to compare
   return {.replica_divergence = [this] { return data_parallel().check_replicas(); }};
 }
 
@@ -161,7 +199,31 @@ CheckpointPlan ShardedDataParallelStrategy::checkpoint_plan() const {
                       .ranks = comm_->size(),
                       .part = rank == 0 ? "model" : fmt::format("shard{}", rank),
                       .replicas = comm_->size()};
-  plan.saves_model = rank == 0;  // the replicas' parameters are identical
+  plan.saves_model = rank == 0 || gatherer_;  // the replicas' parameters are identical, or each rank holds its own
+  if (gatherer_) {
+    // Each rank's chunks of the parameters as element ranges; rank 0 adds the buffers.
+    plan.model_share = [this] {
+      nn::StateDict out;
+      for (const Slice& s : slices_) {
+        out.emplace_back(fmt::format("{}[{}:{}]", s.parameter, s.offset, s.offset + s.length),
+                         s.variable.data().reshape({s.length}));
+      }
+      if (comm_->rank() == 0) {
+        for (auto& [name, b] : module_->named_buffers()) out.emplace_back(name, b);
+      }
+      return out;
+    };
+    plan.load_model_share = [self = const_cast<ShardedDataParallelStrategy*>(this)](const nn::StateDict& whole) {
+      std::map<std::string, Tensor> by_name(whole.begin(), whole.end());
+      NoGradGuard no_grad;
+      for (const Slice& s : self->slices_) {
+        const Tensor& t = by_name.at(s.parameter);
+        Tensor target = s.variable.data();
+        target.copy_(t.reshape({t.numel()}).narrow(0, s.offset, s.length).reshape(target.shape()));
+      }
+      for (auto& [name, b] : self->module_->named_buffers()) b.copy_(by_name.at(name));
+    };
+  }
   // Each rank's chunks of the optimizer state, as element ranges of whole parameters.
   plan.optimizer_share = [this](const optim::Optimizer& given) {
     optim::NamedTensors out;
@@ -237,7 +299,19 @@ std::shared_ptr<Strategy> make_sharded_data_parallel(StrategySpec& spec, const C
   const int dp = spec.integer("dp", world->size());
   DTRAIN_CHECK(dp == world->size(), "strategy spec '{}': dp={} but the job has {} ranks", spec.text(), dp,
                world->size());
-  o.bucket_bytes = static_cast<std::size_t>(spec.number("bucket_mb", 4.0) * (1 << 20));
+  if (o.stage == 3) {
+    DTRAIN_CHECK(!spec.has("bucket_mb"),
+                 "strategy spec '{}': at zero=3 the gradient buckets are the gather units; size them with gather_mb, "
+                 "not bucket_mb",
+                 spec.text());
+    // 0: every layer a unit of its own.
+    o.unit_bytes = static_cast<std::size_t>(spec.number("gather_mb", 4.0, /*zero_allowed=*/true) * (1 << 20));
+  } else {
+    DTRAIN_CHECK(!spec.has("gather_mb"),
+                 "strategy spec '{}': gather_mb sizes stage 3's gather units, and zero={} gathers no layers",
+                 spec.text(), o.stage);
+    o.bucket_bytes = static_cast<std::size_t>(spec.number("bucket_mb", 4.0) * (1 << 20));
+  }
   o.overlap = spec.flag("overlap", true);
   return std::make_shared<ShardedDataParallelStrategy>(world, device, o);
 }

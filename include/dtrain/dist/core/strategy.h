@@ -145,6 +145,12 @@ struct CheckpointPlan {
   // ranges of every rank's file joined).
   std::function<optim::NamedTensors(const optim::Optimizer& given)> optimizer_share = {};
   std::function<void(optim::Optimizer& given, const optim::NamedTensors& whole)> load_optimizer_share = {};
+  // Where the parameters themselves are sharded (sharded data parallelism's stage 3): what
+  // this rank saves instead of the module's state (entries "<parameter>[begin:end]", and
+  // the buffers), and what takes the whole state (every rank's ranges joined) back at a
+  // restore instead of Module::load_state_dict.
+  std::function<nn::StateDict()> model_share = {};
+  std::function<void(const nn::StateDict& whole)> load_model_share = {};
   bool step_saves = true;  // the ranks can save inside an epoch, all at the same update
   // The job's layout as the manifest records it (checkpoint/manifest.h); a resume on the
   // same layout continues the epoch's sums.

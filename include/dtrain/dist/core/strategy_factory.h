@@ -19,13 +19,14 @@
 // | `pp=2,micro=8,schedule=1f1b`          | PipelineStrategy, 2 stages x world/2 replicas         |
 // | `pp=2,dp=2,schedule=interleaved,virtual=2` | the same, the grid stated                        |
 // | `ps=1,mode=async`, `ps=2,mode=ssp:3`  | ParameterServerStrategy, the last ranks serve         |
-// | `zero=1`, `zero=2`                    | ShardedDataParallelStrategy (ZeRO stage 1 or 2)       |
+// | `zero=1`, `zero=2`, `zero=3`          | ShardedDataParallelStrategy (ZeRO stage 1, 2 or 3)    |
 //
 // Keys: dp: `dp[=N]`, `bucket_mb=MB`, `exchange=KIND` (gradient_exchange.h), `sync_bn`,
 // `overlap=0|1`. pp: `pp=K`, `dp=D`, `micro=M`, `schedule=gpipe|1f1b|interleaved`,
 // `virtual=V`, `cuts=A:B:...` (layer indices), `balance=params|time`, `recompute`, and the
 // dp keys for the replicas. ps: `ps=S`, `mode=sync|async|ssp:K`, `bucket_mb=MB`. zero:
-// `zero=STAGE` (1 or 2; 3 is refused as not built), `dp=N`, `bucket_mb=MB`, `overlap=0|1`.
+// `zero=STAGE` (1, 2 or 3), `dp=N`, `bucket_mb=MB` (stages 1 and 2), `gather_mb=MB` (stage 3's
+// gather units; 0: a layer each), `overlap=0|1`.
 // Later capabilities take keys of their kind (`exchange=` for compression) or a kind of
 // their own, registered below.
 #pragma once
@@ -55,7 +56,8 @@ class StrategySpec {
   std::optional<std::string> text_of(const std::string& key);
   // An integer >= `min` (throws naming the key otherwise); `fallback` when absent or bare.
   int integer(const std::string& key, int fallback, int min = 1);
-  double number(const std::string& key, double fallback);
+  // A number > 0 (or >= 0 with `zero_allowed`; throws naming the key otherwise); `fallback` when absent or bare.
+  double number(const std::string& key, double fallback, bool zero_allowed = false);
   // A bare key, "1" or "true" is true; "0" or "false" false; absent: `fallback`.
   bool flag(const std::string& key, bool fallback = false);
   // Keys present but never read.

@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace dtrain::dist {
 
@@ -41,6 +42,10 @@ struct DataParallelOptions {
   // gradient after finish_gradient_sync() (for an exchange that keeps what the rank needs:
   // sharded data parallelism's stage 2).
   bool keep_gradients = true;
+  // The buckets by parameter name, each in the order backward finishes them, the buckets
+  // in that order too; empty: filled to bucket_bytes. Sharded data parallelism's stage 3
+  // makes its gather units (whole layers) its buckets.
+  std::vector<std::vector<std::string>> buckets = {};
   // What each full bucket goes through (gradient_exchange.h): "all_reduce" (the mean) or a
   // registered kind.
   std::string gradient_exchange = "all_reduce";

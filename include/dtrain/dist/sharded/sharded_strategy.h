@@ -18,7 +18,19 @@
 // two buckets of gradients. Under gradient accumulation the micro-batches before the last
 // still accumulate whole gradients, as under DataParallel's no_sync().
 //
-// The reduce-scatter and the all-gather move the bytes one all-reduce moves. Clipping by
+// Stage 3 shards the parameters too, as PyTorch FSDP's fully_shard: the layers are grouped
+// into gather units of at least `unit_bytes` (whole layers, the last ones first), which are
+// also the gradient buckets. A rank keeps only its chunk of each unit; a unit's parameters
+// are all-gathered just before its layers' forward (the next unit prefetched meanwhile),
+// freed after it, gathered again before their backward, and freed once their gradients are
+// in the bucket (dist/sharded/layer_gatherer.h). Between steps a rank holds 1/N of the
+// parameters, gradients and optimizer state; during one, at most two units more. The
+// updated chunks are not all-gathered after the step: the next forward gathers them. The
+// model's layers must be called through Module::operator() (containers do), and no module
+// may read another's parameters: what stage 3 cannot gather is refused with the layer's name.
+//
+// The reduce-scatter and the all-gather move the bytes one all-reduce moves (stage 3
+// gathers twice, in forward and in backward: 1.5 times those bytes). Clipping by
 // the global norm (the squared norms of the chunks summed over the ranks), the loss scaler
 // (an inf or NaN in any chunk skips the step on every rank) and mixed precision work as
 // under data parallelism. The optimizer given to train_step is not stepped: it is rebound
@@ -27,13 +39,14 @@
 // element; LARS and LAMB, whose trust ratios are norms of whole tensors, sum their slices'
 // squared norms over the ranks (one small all-reduce per step).
 //
-// Checkpoints: rank 0 writes the model; every rank writes its chunks' optimizer state as
-// element ranges of each parameter ("<name>[begin:end]/<buffer>"), which load into any
-// number of ranks, into plain data parallelism and into one process.
+// Checkpoints: at stages 1 and 2 rank 0 writes the model, at stage 3 every rank writes its
+// chunks of the parameters as element ranges ("<name>[begin:end]") and rank 0 the buffers;
+// every rank writes its chunks' optimizer state as element ranges of each parameter
+// ("<name>[begin:end]/<buffer>"). Both load into any number of ranks at any stage, into
+// plain data parallelism and into one process.
 //
-// Spec: `zero=1` or `zero=2` (dtrain/dist/core/strategy_factory.h), with the dp keys
-// `bucket_mb` and `overlap`. Stage 3 (parameters sharded too) is not built yet and is
-// refused by name.
+// Spec: `zero=1`, `zero=2` or `zero=3` (dtrain/dist/core/strategy_factory.h), with the dp
+// keys `bucket_mb` (stages 1 and 2) and `overlap`, and `gather_mb` (stage 3's unit size).
 #pragma once
 
 #include "dtrain/dist/core/strategy.h"
@@ -44,24 +57,31 @@
 
 namespace dtrain::dist {
 
+class LayerGatherer;
 class ReduceScatterExchange;
 
 struct ShardedDataParallelOptions {
-  int stage = 1;                        // ZeRO stage: 1 (optimizer state sharded) or 2 (gradients too)
-  std::size_t bucket_bytes = 4u << 20;  // gradient bytes per reduce-scatter
-  bool overlap = true;                  // false: reduce-scatter every bucket after backward
+  int stage = 1;                        // ZeRO stage: 1 (optimizer state), 2 (gradients too), 3 (parameters too)
+  std::size_t bucket_bytes = 4u << 20;  // gradient bytes per reduce-scatter (stages 1 and 2)
+  // Stage 3: consecutive layers are gathered together until their parameters hold at
+  // least this many bytes (0: every layer alone). Fewer, larger all-gathers suit small
+  // models; smaller units hold less memory.
+  std::size_t unit_bytes = 4u << 20;
+  bool overlap = true;  // false: reduce-scatter every bucket after backward
 };
 
 class ShardedDataParallelStrategy final : public Strategy {
  public:
   // `comm`: the replicas (normally dist::world()); for a model on CUDA the buckets travel
-  // through an NCCL communicator built over it. Throws naming the stage for one not built.
+  // through an NCCL communicator built over it. Throws naming the stage for one out of 1-3.
   ShardedDataParallelStrategy(CommunicatorPtr comm, Device device, ShardedDataParallelOptions options = {});
   ~ShardedDataParallelStrategy() override;
 
   std::string name() const override { return "sharded_data_parallel"; }
   // Broadcasts rank 0's state (DataParallel), then moves each bucket's parameters into one
-  // flat buffer (the parameters become views of it) and makes this rank's slices.
+  // flat buffer (the parameters become views of it) and makes this rank's slices; at stage
+  // 3, keeps only this rank's chunk of each buffer. Throws, naming it, for a layer stage 3
+  // cannot gather (layer_gatherer.h's plan_units).
   std::shared_ptr<nn::Module> prepare(std::shared_ptr<nn::Module> model) override;
   Shard data_shard() const override { return {comm_->rank(), comm_->size()}; }
   bool reports() const override { return comm_->rank() == 0; }
@@ -74,6 +94,24 @@ class ShardedDataParallelStrategy final : public Strategy {
   std::int64_t shard_elements() const;
   // The optimizer over this rank's slices (null before the first step).
   const optim::Optimizer* shard_optimizer() const { return shard_optimizer_.get(); }
+  // Stage 3: every parameter whole (all-gathered) while the returned guard lives, to read
+  // the model outside a training step (FSDP's summon_full_params); a collective, and so is
+  // the guard's end. Writes to the parameters meanwhile are lost, and the model must not
+  // run inside. Stages 1 and 2 hold whole parameters anyway: the guard does nothing.
+  class WholeParameters {
+   public:
+    explicit WholeParameters(LayerGatherer* gatherer);
+    ~WholeParameters();
+    WholeParameters(const WholeParameters&) = delete;
+    WholeParameters& operator=(const WholeParameters&) = delete;
+
+   private:
+    LayerGatherer* gatherer_;
+  };
+  [[nodiscard]] WholeParameters whole_parameters() { return WholeParameters(gatherer_.get()); }
+  // Stage 3: the gather units, and the most that were whole at once since the last call.
+  std::size_t gather_units() const;
+  std::size_t take_peak_whole_units();
 
  protected:
   void forward_backward(const MicroBatch& batch, double weight, bool last, const StepConfig& config,
@@ -93,9 +131,10 @@ class ShardedDataParallelStrategy final : public Strategy {
   ShardedDataParallelOptions options_;
   std::unique_ptr<DataParallel> ddp_;
   ReduceScatterExchange* exchange_ = nullptr;  // owned by ddp_'s reducer
-  std::vector<Tensor> flat_;                   // per bucket: the parameters, padded
+  std::vector<Tensor> flat_;                   // per bucket: the parameters, padded (stages 1 and 2)
   std::vector<Slice> slices_;
   std::unique_ptr<optim::Optimizer> shard_optimizer_;
+  std::unique_ptr<LayerGatherer> gatherer_;  // stage 3 (declared after ddp_: it goes first)
 };
 
 // The factory for the spec key `zero` (strategy_factory.cpp's table).

@@ -1,0 +1,253 @@
+#include "dist/sharded/layer_gatherer.h"
+
+#include "dist/sharded/shard_layout.h"
+#include "dtrain/core/trace.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+
+namespace dtrain::dist {
+namespace {
+
+std::string join(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+
+struct Layer {
+  std::string name;
+  nn::Module* module;
+};
+
+void collect_layers(nn::Module& module, const std::string& prefix, std::vector<Layer>& out) {
+  if (!module.own_parameters().empty()) out.push_back({prefix.empty() ? "(the model)" : prefix, &module});
+  for (const auto& [name, child] : module.children()) collect_layers(*child, join(prefix, name), out);
+}
+
+}  // namespace
+
+std::vector<UnitPlan> plan_units(nn::Module& model, std::size_t unit_bytes) {
+  std::vector<Layer> layers;
+  collect_layers(model, "", layers);
+  DTRAIN_CHECK(!layers.empty(), "sharded data parallel, stage 3: the model has no parameters to shard");
+  std::map<const void*, std::string> seen;  // parameter identity -> its name
+  for (const Layer& layer : layers) {
+    const std::string prefix = layer.module == &model ? "" : layer.name;
+    const DType dtype = layer.module->own_parameters().front().second.dtype();
+    for (const auto& [name, p] : layer.module->own_parameters()) {
+      const std::string full = join(prefix, name);
+      const auto [it, fresh] = seen.emplace(p.id(), full);
+      DTRAIN_CHECK(fresh,
+                   "sharded data parallel, stage 3 cannot gather '{}': it is also '{}', and a parameter shared by two "
+                   "layers cannot be gathered with either alone (use stage 2, or untie them)",
+                   full, it->second);
+      DTRAIN_CHECK(p.requires_grad(),
+                   "sharded data parallel, stage 3 cannot gather '{}': it is frozen (requires no gradient), and stage "
+                   "3 shards trained parameters only (use stage 2)",
+                   full);
+      DTRAIN_CHECK(p.dtype() == dtype,
+                   "sharded data parallel, stage 3 cannot gather layer '{}': its parameters are {} and {}, and a "
+                   "layer is gathered as one flat buffer of one dtype",
+                   layer.name, dtype_name(dtype), dtype_name(p.dtype()));
+    }
+  }
+  // Backward order: the last layer first; a unit closes once it holds unit_bytes, or
+  // before a layer of another dtype.
+  std::vector<UnitPlan> units;
+  std::size_t bytes = 0;
+  std::optional<DType> dtype;
+  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+    const auto& own = it->module->own_parameters();
+    const DType layer_dtype = own.front().second.dtype();
+    if (units.empty() || bytes >= unit_bytes || dtype != layer_dtype) {
+      if (units.empty() || !units.back().layers.empty()) units.emplace_back();
+      bytes = 0;
+      dtype = layer_dtype;
+    }
+    UnitPlan& unit = units.back();
+    unit.layers.insert(unit.layers.begin(), it->module);
+    unit.layer_names.insert(unit.layer_names.begin(), it->name);
+    const std::string prefix = it->module == &model ? "" : it->name;
+    for (auto p = own.rbegin(); p != own.rend(); ++p) {
+      unit.parameters.push_back(join(prefix, p->first));
+      bytes += p->second.data().nbytes();
+    }
+  }
+  return units;
+}
+
+// One gather unit's state.
+struct LayerGatherer::Unit {
+  std::string name;  // for messages: "layers 'a' to 'b'"
+  nn::Module* last;  // its last layer in registration order
+  Tensor flat;       // the whole parameters (padded); its bytes exist only while whole
+  Tensor chunk;      // this rank's, the only persistent copy
+  enum class State { Released, Gathering, Whole } state = State::Released;
+  WorkPtr work;                             // the all-gather in flight
+  int active = 0;                           // the unit's layers inside their forward
+  bool last_done = false;                   // its last layer finished its forward in this pass
+  std::size_t parameters = 0, pending = 0;  // gradients still to come in this backward
+};
+
+namespace {
+
+class UnitHooks final : public nn::Module::ForwardHooks {
+ public:
+  UnitHooks(LayerGatherer* gatherer, std::size_t unit) : gatherer_(gatherer), unit_(unit) {}
+  void before(nn::Module&) override { gatherer_->before_forward(unit_); }
+  Variable after(nn::Module& layer, Variable output) override {
+    return gatherer_->after_forward(unit_, layer, std::move(output));
+  }
+
+ private:
+  LayerGatherer* gatherer_;
+  std::size_t unit_;
+};
+
+}  // namespace
+
+LayerGatherer::LayerGatherer(CommunicatorPtr comm, std::vector<UnitPlan> units,
+                             const std::vector<BucketLayout>& buckets, std::vector<Tensor> flat,
+                             std::shared_ptr<nn::Module> model)
+    : comm_(std::move(comm)), model_(std::move(model)) {
+  DTRAIN_CHECK(units.size() == buckets.size() && units.size() == flat.size(),
+               "sharded data parallel, stage 3: {} units but {} buckets and {} flat buffers", units.size(),
+               buckets.size(), flat.size());
+  std::map<std::string, Variable> params;
+  for (auto& [name, p] : model_->named_parameters()) params.emplace(name, p);
+  const int rank = comm_->rank(), ranks = comm_->size();
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    auto unit = std::make_unique<Unit>();
+    const UnitPlan& plan = units[u];
+    unit->name = plan.layer_names.size() == 1
+                     ? fmt::format("layer '{}'", plan.layer_names.front())
+                     : fmt::format("layers '{}' to '{}'", plan.layer_names.front(), plan.layer_names.back());
+    unit->last = plan.layers.back();
+    const std::int64_t chunk = flat[u].numel() / ranks;
+    unit->chunk = flat[u].narrow(0, chunk * rank, chunk).clone();
+    unit->flat = std::move(flat[u]);
+    unit->parameters = unit->pending = buckets[u].members.size();
+    units_.push_back(std::move(unit));
+    release(u);
+    const auto hooks = std::make_shared<UnitHooks>(this, u);
+    for (nn::Module* layer : plan.layers) layer->set_forward_hooks(hooks);
+    for (const BucketLayout::Member& m : buckets[u].members) {
+      params.at(m.name).register_grad_hook([this, u](Variable&) { gradient_ready(u); });
+    }
+  }
+}
+
+LayerGatherer::~LayerGatherer() {
+  for (auto& [name, p] : model_->named_parameters()) p.clear_grad_hooks();
+  std::vector<nn::Module*> stack{model_.get()};
+  while (!stack.empty()) {
+    nn::Module* m = stack.back();
+    stack.pop_back();
+    m->set_forward_hooks(nullptr);
+    for (const auto& [name, child] : m->children()) stack.push_back(child.get());
+  }
+  for (auto& unit : units_) {
+    if (unit->work) unit->work->wait();  // a prefetch still writes into the buffer
+  }
+}
+
+const Tensor& LayerGatherer::chunk(std::size_t u) const { return units_.at(u)->chunk; }
+
+void LayerGatherer::start_gather(std::size_t u) {
+  Unit& x = *units_[u];
+  x.flat.storage()->reallocate();
+  Tensor out = x.flat.view({comm_->size(), x.chunk.numel()});
+  if (trace::recording()) trace::instant(fmt::format("gather unit {}", u), "communication");
+  x.work = comm_->all_gather_async(x.chunk, out);
+  x.state = Unit::State::Gathering;
+  peak_whole_ = std::max(peak_whole_, ++whole_);
+}
+
+void LayerGatherer::ensure_whole(std::size_t u) {
+  Unit& x = *units_[u];
+  if (x.state == Unit::State::Released) start_gather(u);
+  if (x.state == Unit::State::Gathering) {
+    trace::Span span("parameter all-gather wait", trace::Phase::Communication);
+    x.work->wait();
+    x.work.reset();
+    x.state = Unit::State::Whole;
+  }
+}
+
+void LayerGatherer::release(std::size_t u) {
+  Unit& x = *units_[u];
+  if (x.work) {  // never free a buffer a collective still writes
+    x.work->wait();
+    x.work.reset();
+  }
+  if (x.state != Unit::State::Released) --whole_;
+  x.state = Unit::State::Released;
+  x.flat.storage()->release(fmt::format(
+      "sharded data parallel, stage 3: the parameters of {} are whole only inside those layers' forward and "
+      "backward, and something else read them (a module using another module's parameters, or code outside the "
+      "training step; such a model trains under stage 1 or 2)",
+      x.name));
+}
+
+void LayerGatherer::gather_all() {
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    if (units_[u]->state == Unit::State::Released) start_gather(u);
+  }
+  for (std::size_t u = 0; u < units_.size(); ++u) ensure_whole(u);
+}
+
+void LayerGatherer::release_all() {
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    Unit& x = *units_[u];
+    if (x.state != Unit::State::Released) release(u);
+    x.active = 0;
+    x.last_done = false;
+    x.pending = x.parameters;
+  }
+}
+
+std::size_t LayerGatherer::take_peak_whole() {
+  const std::size_t peak = peak_whole_;
+  peak_whole_ = whole_;
+  return peak;
+}
+
+void LayerGatherer::before_forward(std::size_t u) {
+  ensure_whole(u);
+  ++units_[u]->active;
+  // Forward runs the units from the last to the first: prefetch the next one.
+  if (u > 0 && units_[u - 1]->state == Unit::State::Released) start_gather(u - 1);
+}
+
+Variable LayerGatherer::after_forward(std::size_t u, nn::Module& layer, Variable output) {
+  Unit& x = *units_[u];
+  --x.active;
+  if (&layer == x.last) x.last_done = true;
+  // Backward starts with unit 0: keep it whole when a backward can follow.
+  if (x.active == 0 && x.last_done) {
+    x.last_done = false;
+    if (!(u == 0 && grad_enabled())) release(u);
+  }
+  if (!grad_enabled() || !output.requires_grad()) return output;
+  Tensor data = output.data();
+  return Variable(std::move(data), {std::move(output)}, [this, u](std::vector<Variable>& in, const Tensor& g) {
+    before_backward(u);
+    in[0].add_grad(g);
+  });
+}
+
+void LayerGatherer::before_backward(std::size_t u) {
+  ensure_whole(u);
+  if (u + 1 < units_.size() && units_[u + 1]->state == Unit::State::Released) start_gather(u + 1);
+}
+
+void LayerGatherer::gradient_ready(std::size_t u) {
+  Unit& x = *units_[u];
+  if (--x.pending > 0) return;
+  x.pending = x.parameters;
+  release(u);
+}
+
+}  // namespace dtrain::dist
