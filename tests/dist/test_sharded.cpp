@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 
 using namespace dtrain;
@@ -194,6 +195,50 @@ TEST_CASE("Sharded data parallel (stages 1, 2 and 3) equals plain data paralleli
   }
 }
 
+TEST_CASE("Hybrid sharding (shard groups that replicate each other) equals plain data parallelism", "[dist][mpi]") {
+  auto world = dist::world();
+  // Groups of 2 at 4 ranks (2 "hosts" x 2); groups of 1 below (every rank a whole replica).
+  const int group = world->size() >= 4 ? 2 : 1;
+  const std::vector<Setting> settings{{"adam", 2, 0.05}, {"sgd", 1, 0}, {"lamb", 1, 0.05}};
+  for (int stage : {1, 2, 3}) {
+    for (const Setting& s : settings) {
+      const Trained plain =
+          train_steps(std::make_shared<dist::DataParallelStrategy>(
+                          world, Device::cpu(), dist::DataParallelStrategyOptions{{.bucket_bytes = kTinyBuckets}}),
+                      s);
+      auto hybrid = std::make_shared<dist::ShardedDataParallelStrategy>(
+          world, Device::cpu(),
+          dist::ShardedDataParallelOptions{
+              .stage = stage, .bucket_bytes = kTinyBuckets, .unit_bytes = kTinyBuckets, .shard_ranks = group});
+      const Trained zero = train_steps(hybrid, s);
+      const std::int64_t owned = hybrid->shard_elements();
+      Tensor total = Tensor::full({1}, static_cast<double>(owned), {DType::f64});
+      world->all_reduce(total, ReduceOp::Sum);  // the last collective
+      INFO("stage " << stage << ", " << s.optimizer << ", accumulate " << s.accumulate << ", clip " << s.clip
+                    << ", groups of " << group << ", " << world->size() << " rank(s)");
+      CHECK(relative_diff(zero.params, plain.params) <= kRelative);
+      // Every group holds the model once.
+      CHECK(total.item() == 66.0 * world->size() / group);
+    }
+  }
+}
+
+// Run by the ctest dist.np4_hybrid_hosts only, which gives ranks 0-1 and 2-3 the host ids 0 and 1.
+TEST_CASE("zero=3,hybrid shards inside each host and equals plain data parallelism", "[.hybrid_hosts]") {
+  REQUIRE(std::getenv("DTRAIN_HOST_ID") != nullptr);
+  auto world = dist::world();
+  const Setting s{"adam", 1, 0.05};
+  const Trained plain = train_steps(dist::make_strategy("dp", world, Device::cpu()), s);
+  auto hybrid = dist::make_strategy("zero=3,gather_mb=0,hybrid", world, Device::cpu());
+  const Trained zero = train_steps(hybrid, s);
+  const auto* sharded = dynamic_cast<const dist::ShardedDataParallelStrategy*>(hybrid.get());
+  REQUIRE(sharded != nullptr);
+  Tensor total = Tensor::full({1}, static_cast<double>(sharded->shard_elements()), {DType::f64});
+  world->all_reduce(total, ReduceOp::Sum);  // the last collective
+  CHECK(relative_diff(zero.params, plain.params) <= kRelative);
+  CHECK(total.item() == 66.0 * 2);  // two hosts, each holding the model once
+}
+
 TEST_CASE("Sharded data parallel: a checkpoint resumes bit for bit, and into plain data parallelism",
           "[dist][mpi][checkpoint]") {
   auto world = dist::world();
@@ -312,6 +357,11 @@ TEST_CASE("Sharded data parallel refuses bad stages and what stage 3 cannot gath
                     Contains("at zero=3 the gradient buckets are the gather units"));
   CHECK_THROWS_WITH(dist::make_strategy("zero=2,gather_mb=1", world, Device::cpu()),
                     Contains("gather_mb sizes stage 3's gather units, and zero=2 gathers no layers"));
+  CHECK_THROWS_WITH(
+      dist::make_strategy(fmt::format("zero=3,shard={}", world->size() + 1), world, Device::cpu()),
+      Contains(fmt::format("shard groups of {} rank(s) do not divide the {} ranks", world->size() + 1, world->size())));
+  CHECK_THROWS_WITH(dist::make_strategy("zero=1,shard=1,hybrid", world, Device::cpu()),
+                    Contains("hybrid (shard inside each host) and shard=N (inside N ranks) exclude each other"));
   // A frozen parameter: refused when the model is prepared.
   {
     auto model = fresh_model();

@@ -18,10 +18,29 @@ class KeepInput final : public Work {
   Tensor input_;
 };
 
+// Hybrid sharding: once the reduce-scatter inside the group is done, the mean of the chunk
+// across the groups (every rank waits on its buckets in the same order, so these pair up).
+class ThenAcross final : public Work {
+ public:
+  ThenAcross(WorkPtr work, CommunicatorPtr across, Tensor chunk)
+      : work_(std::move(work)), across_(std::move(across)), chunk_(std::move(chunk)) {}
+  void wait() override {
+    if (!work_) return;
+    work_->wait();
+    work_.reset();
+    across_->all_reduce(chunk_, ReduceOp::Mean);
+  }
+
+ private:
+  WorkPtr work_;
+  CommunicatorPtr across_;
+  Tensor chunk_;
+};
+
 }  // namespace
 
-ReduceScatterExchange::ReduceScatterExchange(CommunicatorPtr replicas, Device device)
-    : replicas_(std::move(replicas)), device_(device) {}
+ReduceScatterExchange::ReduceScatterExchange(CommunicatorPtr replicas, Device device, CommunicatorPtr across)
+    : replicas_(std::move(replicas)), device_(device), across_(std::move(across)) {}
 
 void ReduceScatterExchange::plan(const std::vector<BucketLayout>& buckets) {
   layouts_ = buckets;
@@ -39,14 +58,18 @@ void ReduceScatterExchange::plan(const std::vector<BucketLayout>& buckets) {
 WorkPtr ReduceScatterExchange::start(std::size_t index, Tensor& buffer) {
   const BucketShard& s = shards_.at(index);
   const std::int64_t ranks = replicas_->size();
+  WorkPtr work;
   if (s.padded == s.numel) {
-    return replicas_->reduce_scatter_async(buffer.view({ranks, s.chunk}), chunks_[index], ReduceOp::Mean);
+    work = replicas_->reduce_scatter_async(buffer.view({ranks, s.chunk}), chunks_[index], ReduceOp::Mean);
+  } else {
+    Tensor padded = Tensor::empty({s.padded}, buffer.options());
+    padded.narrow(0, 0, s.numel).copy_(buffer);
+    padded.narrow(0, s.numel, s.padded - s.numel).zero_();
+    work = replicas_->reduce_scatter_async(padded.view({ranks, s.chunk}), chunks_[index], ReduceOp::Mean);
+    work = std::make_shared<KeepInput>(std::move(work), std::move(padded));
   }
-  Tensor padded = Tensor::empty({s.padded}, buffer.options());
-  padded.narrow(0, 0, s.numel).copy_(buffer);
-  padded.narrow(0, s.numel, s.padded - s.numel).zero_();
-  WorkPtr work = replicas_->reduce_scatter_async(padded.view({ranks, s.chunk}), chunks_[index], ReduceOp::Mean);
-  return std::make_shared<KeepInput>(std::move(work), std::move(padded));
+  if (across_ && across_->size() > 1) work = std::make_shared<ThenAcross>(std::move(work), across_, chunks_[index]);
+  return work;
 }
 
 }  // namespace dtrain::dist

@@ -15,8 +15,10 @@ namespace dtrain::dist {
 
 class ReduceScatterExchange final : public GradientExchange {
  public:
-  // `device`: the model's, where the chunks live.
-  ReduceScatterExchange(CommunicatorPtr replicas, Device device);
+  // `device`: the model's, where the chunks live. `across` (hybrid sharding): the ranks
+  // holding the same chunks in the other shard groups, over which each chunk is averaged
+  // after its reduce-scatter (when the work is waited on); null for none.
+  ReduceScatterExchange(CommunicatorPtr replicas, Device device, CommunicatorPtr across = nullptr);
   std::string name() const override { return "reduce_scatter"; }
   void plan(const std::vector<BucketLayout>& buckets) override;
   WorkPtr start(std::size_t index, Tensor& buffer) override;
@@ -29,6 +31,7 @@ class ReduceScatterExchange final : public GradientExchange {
  private:
   CommunicatorPtr replicas_;
   Device device_;
+  CommunicatorPtr across_;
   std::vector<BucketLayout> layouts_;
   std::vector<BucketShard> shards_;
   std::vector<Tensor> chunks_;

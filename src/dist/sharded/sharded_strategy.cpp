@@ -1,11 +1,14 @@
 #include "dtrain/dist/sharded/sharded_strategy.h"
 
+#include "dist/comm/mpi_entry.h"
 #include "dist/sharded/layer_gatherer.h"
 #include "dist/sharded/reduce_scatter_exchange.h"
 #include "dtrain/core/trace.h"
+#include "dtrain/dist/comm/nccl.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
 namespace dtrain::dist {
@@ -26,6 +29,19 @@ ShardedDataParallelStrategy::ShardedDataParallelStrategy(CommunicatorPtr comm, D
                "gradients too, 3: the parameters too)",
                options_.stage);
   DTRAIN_CHECK(options_.bucket_bytes > 0, "sharded data parallel: bucket_bytes must be positive");
+  const int ranks = comm_->size(), group = options_.shard_ranks == 0 ? ranks : options_.shard_ranks;
+  DTRAIN_CHECK(group >= 1 && ranks % group == 0,
+               "sharded data parallel: shard groups of {} rank(s) do not divide the {} ranks (hybrid sharding needs "
+               "as many ranks on every host)",
+               options_.shard_ranks, ranks);
+  shard_comm_ = comm_;
+  if (group < ranks) {
+    // Row-major: groups of consecutive ranks shard the model; the "replica" groups link the
+    // ranks that hold the same chunks.
+    const DeviceMesh mesh(comm_, {{"replica", ranks / group}, {"shard", group}});
+    shard_comm_ = mesh.group("shard");
+    replica_comm_ = mesh.group("replica");
+  }
 }
 
 ShardedDataParallelStrategy::~ShardedDataParallelStrategy() = default;
@@ -49,14 +65,25 @@ std::shared_ptr<nn::Module> ShardedDataParallelStrategy::prepare(std::shared_ptr
     units = plan_units(*model, options_.unit_bytes);
     for (const UnitPlan& u : units) o.buckets.push_back(u.parameters);
   }
-  o.exchange_factory = [this](const CommunicatorPtr& replicas) {
-    auto exchange = std::make_unique<ReduceScatterExchange>(replicas, device_);
+  // The chunks' mean across the shard groups travels through NCCL too for a CUDA model.
+  CommunicatorPtr across = replica_comm_;
+  if (across && !device_.is_cpu() && across->backend() != "nccl") across = nccl_communicator(across, device_);
+  o.exchange_factory = [this, across](const CommunicatorPtr& replicas) {
+    auto exchange = std::make_unique<ReduceScatterExchange>(replicas, device_, across);
     exchange_ = exchange.get();
     return exchange;
   };
-  ddp_ = std::make_unique<DataParallel>(model, comm_, o);
+  ddp_ = std::make_unique<DataParallel>(model, shard_comm_, o);
+  if (across) {
+    // DataParallel made each group equal to its first rank; this makes the groups equal.
+    for (const Variable& p : model->parameters()) {
+      Tensor t = p.data();
+      across->broadcast(t, 0);
+    }
+    for (auto& [name, b] : model->named_buffers()) across->broadcast(b, 0);
+  }
 
-  const int rank = comm_->rank(), ranks = comm_->size();
+  const int rank = shard_comm_->rank(), ranks = shard_comm_->size();
   const std::vector<BucketLayout>& buckets = exchange_->buckets();
   // Every rank must own some elements, or its optimizer would have nothing to hold; every
   // rank computes the same counts, so all of them refuse together.
@@ -160,7 +187,7 @@ optim::Optimizer& ShardedDataParallelStrategy::stepped_optimizer(optim::Optimize
       norms.tensor_of.push_back(whole.at(s.parameter));
     }
     norms.tensors = whole.size();
-    norms.sum_over_ranks = [comm = comm_](Tensor& t) { comm->all_reduce(t, ReduceOp::Sum); };
+    norms.sum_over_ranks = [comm = shard_comm_](Tensor& t) { comm->all_reduce(t, ReduceOp::Sum); };
     shard_optimizer_ = given.rebind_slices(std::move(variables), std::move(norms));
   }
   shard_optimizer_->set_lr(given.lr());  // an LR schedule sets the given one
@@ -195,9 +222,13 @@ Capabilities ShardedDataParallelStrategy::capabilities() {
 
 CheckpointPlan ShardedDataParallelStrategy::checkpoint_plan() const {
   const int rank = comm_->rank();
+  // Under hybrid sharding the first group writes; the others hold the same chunks.
+  const bool writes = !replica_comm_ || replica_comm_->rank() == 0;
   CheckpointPlan plan{.rank = rank,
                       .ranks = comm_->size(),
-                      .part = rank == 0 ? "model" : fmt::format("shard{}", rank),
+                      .part = !writes     ? ""
+                              : rank == 0 ? "model"
+                                          : fmt::format("shard{}", rank),
                       .replicas = comm_->size()};
   plan.saves_model = rank == 0 || gatherer_;  // the replicas' parameters are identical, or each rank holds its own
   if (gatherer_) {
@@ -290,6 +321,31 @@ CheckpointPlan ShardedDataParallelStrategy::checkpoint_plan() const {
   return plan;
 }
 
+namespace {
+
+// The ranks of each host, when every host has as many and holds consecutive ranks (as
+// mpirun places them by slot); collective. Hosts: MPI's shared-memory split, or
+// DTRAIN_HOST_ID (communicator.h); one process without MPI is one host.
+int ranks_per_host(Communicator& world) {
+  const int local = detail::mpi_host_rank();
+  if (local < 0) return world.size();
+  Tensor mine = Tensor::full({1}, static_cast<double>(local), {DType::f64});
+  Tensor all = Tensor::empty({world.size(), 1}, {DType::f64});
+  world.all_gather(mine, all);
+  const std::vector<double> locals = all.to_vector<double>();
+  const int per_host = static_cast<int>(*std::max_element(locals.begin(), locals.end())) + 1;
+  bool consecutive = world.size() % per_host == 0;
+  for (int r = 0; r < world.size(); ++r) consecutive = consecutive && locals[r] == r % per_host;
+  DTRAIN_CHECK(consecutive,
+               "sharded data parallel, hybrid: the hosts do not hold equal runs of consecutive ranks (up to {} per "
+               "host among {}); start as many ranks on every host, placed by slot (mpirun --map-by slot), or set "
+               "DTRAIN_HOST_ID",
+               per_host, world.size());
+  return per_host;
+}
+
+}  // namespace
+
 std::shared_ptr<Strategy> make_sharded_data_parallel(StrategySpec& spec, const CommunicatorPtr& world, Device device,
                                                      const StrategyHints&) {
   ShardedDataParallelOptions o;
@@ -313,6 +369,11 @@ std::shared_ptr<Strategy> make_sharded_data_parallel(StrategySpec& spec, const C
     o.bucket_bytes = static_cast<std::size_t>(spec.number("bucket_mb", 4.0) * (1 << 20));
   }
   o.overlap = spec.flag("overlap", true);
+  DTRAIN_CHECK(!(spec.has("hybrid") && spec.has("shard")),
+               "strategy spec '{}': hybrid (shard inside each host) and shard=N (inside N ranks) exclude each other",
+               spec.text());
+  if (spec.flag("hybrid", false)) o.shard_ranks = ranks_per_host(*world);
+  o.shard_ranks = spec.integer("shard", o.shard_ranks);
   return std::make_shared<ShardedDataParallelStrategy>(world, device, o);
 }
 

@@ -45,10 +45,17 @@
 // ("<name>[begin:end]/<buffer>"). Both load into any number of ranks at any stage, into
 // plain data parallelism and into one process.
 //
+// Hybrid sharding (shard_ranks, or the spec's `hybrid`: the ranks of a host) shards inside
+// each group of ranks and replicates across the groups: a bucket's reduce-scatter inside the
+// group is followed by the mean of this rank's chunk across the groups.
+//
 // Spec: `zero=1`, `zero=2` or `zero=3` (dtrain/dist/core/strategy_factory.h), with the dp
-// keys `bucket_mb` (stages 1 and 2) and `overlap`, and `gather_mb` (stage 3's unit size).
+// keys `bucket_mb` (stages 1 and 2) and `overlap`, `gather_mb` (stage 3's unit size), and
+// `hybrid` (shard inside each host: MPI's shared-memory split, or DTRAIN_HOST_ID) or
+// `shard=N` (inside each N consecutive ranks).
 #pragma once
 
+#include "dtrain/dist/core/device_mesh.h"
 #include "dtrain/dist/core/strategy.h"
 #include "dtrain/dist/core/strategy_factory.h"
 #include "dtrain/dist/data_parallel/data_parallel.h"
@@ -68,12 +75,19 @@ struct ShardedDataParallelOptions {
   // models; smaller units hold less memory.
   std::size_t unit_bytes = 4u << 20;
   bool overlap = true;  // false: reduce-scatter every bucket after backward
+  // Hybrid sharding: the ranks in groups of this many consecutive ones (0: one group of
+  // all), each group sharding the model among its ranks, the groups replicas of each other
+  // (FSDP's HYBRID_SHARD, on a 2-D mesh "replica" x "shard"). The reduce-scatters and the
+  // all-gathers stay inside a group (a host's fast links); only each chunk's gradient mean
+  // crosses between the groups, one all-reduce of 1/group of the bytes per bucket.
+  int shard_ranks = 0;
 };
 
 class ShardedDataParallelStrategy final : public Strategy {
  public:
-  // `comm`: the replicas (normally dist::world()); for a model on CUDA the buckets travel
-  // through an NCCL communicator built over it. Throws naming the stage for one out of 1-3.
+  // `comm`: the ranks (normally dist::world()); for a model on CUDA the buckets travel
+  // through an NCCL communicator built over it. Throws naming the stage for one out of 1-3,
+  // and naming shard_ranks when it does not divide the ranks (collective: the mesh).
   ShardedDataParallelStrategy(CommunicatorPtr comm, Device device, ShardedDataParallelOptions options = {});
   ~ShardedDataParallelStrategy() override;
 
@@ -118,7 +132,7 @@ class ShardedDataParallelStrategy final : public Strategy {
                         StepStats& stats) override;
   void exchange_gradients() override;
   optim::Optimizer& stepped_optimizer(optim::Optimizer& given) override;
-  CommunicatorPtr model_parts() const override { return comm_; }
+  CommunicatorPtr model_parts() const override { return shard_comm_; }
   // The optimizer's step on the slices, then the all-gather of the updated chunks.
   void apply_update(optim::Optimizer& optimizer, const StepConfig& config, bool nonfinite) override;
 
@@ -127,7 +141,9 @@ class ShardedDataParallelStrategy final : public Strategy {
   DataParallel& data_parallel() const;
   void gather_parameters();
 
-  CommunicatorPtr comm_;
+  CommunicatorPtr comm_;          // every rank
+  CommunicatorPtr shard_comm_;    // the ranks that share the model out (all of comm_ unless hybrid)
+  CommunicatorPtr replica_comm_;  // the ranks holding the same chunks in the other groups (hybrid)
   ShardedDataParallelOptions options_;
   std::unique_ptr<DataParallel> ddp_;
   ReduceScatterExchange* exchange_ = nullptr;  // owned by ddp_'s reducer
