@@ -30,6 +30,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+#include <cstdio>
+
 using namespace dtrain;
 
 namespace {
@@ -40,6 +43,7 @@ struct Config {
   std::vector<std::string> specs{"dp", "zero=1", "zero=2", "zero=3"};
   int warmup = 1;
   bool json = false;
+  bool show_loss = false;  // rank 0 prints every update's loss and time
 };
 
 std::size_t state_bytes(const optim::Optimizer& o) {
@@ -68,10 +72,20 @@ Row measure(const Config& c, const std::string& spec, const dist::CommunicatorPt
   const dist::StepConfig config{.loss = [](const Variable& out, const Tensor& t) { return cross_entropy(out, t); }};
   const std::vector<dist::MicroBatch> micro{{x, y}};
   auto* sharded = dynamic_cast<dist::ShardedDataParallelStrategy*>(strategy.get());
-  for (int i = 0; i < c.warmup; ++i) strategy->train_step(micro, adam, config);
+  int update = 0;
+  const auto step = [&] {
+    const auto start = std::chrono::steady_clock::now();
+    const double loss = strategy->train_step(micro, adam, config).loss.item();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (c.show_loss && world->rank() == 0) {
+      fmt::print("{} update {}: loss {:.6f} (rank 0's batch), {:.1f} s\n", spec, ++update, loss, seconds);
+      std::fflush(stdout);
+    }
+  };
+  for (int i = 0; i < c.warmup; ++i) step();
   if (sharded != nullptr) sharded->take_peak_whole_units();
   reset_peak_memory(Device::cpu());
-  strategy->train_step(micro, adam, config);
+  step();
   const MemoryStats after = memory_stats(Device::cpu());
 
   const optim::Optimizer& stepped = sharded != nullptr ? *sharded->shard_optimizer() : adam;
@@ -103,6 +117,10 @@ double formula(const std::string& spec, double param_bytes, int ranks) {
 
 }  // namespace
 
+namespace {
+int run(const Config& c, const dist::CommunicatorPtr& world);
+}  // namespace
+
 int main(int argc, char** argv) {
   Config c;
   CLI::App app{"What one rank holds under data parallelism and ZeRO stages (Adam, f32)"};
@@ -113,9 +131,15 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", c.warmup, "updates before the measured one (>= 1: Adam's state exists from the first)")
       ->check(CLI::Range(1, 100));
   app.add_flag("--json", c.json, "one JSON line per spec instead of the table");
+  app.add_flag("--show-loss", c.show_loss, "print every update's loss and time (rank 0)");
   CLI11_PARSE(app, argc, argv);
+  // An error (out of memory, say) is reported by the rank that met it, and ends the job.
+  return dist::run_program("bench_zero_memory", [&](const dist::CommunicatorPtr& world) { return run(c, world); });
+}
 
-  auto world = dist::world();
+namespace {
+
+int run(const Config& c, const dist::CommunicatorPtr& world) {
   DTRAIN_CHECK(c.batch % world->size() == 0, "bench_zero_memory: --batch {} is not a multiple of the {} ranks", c.batch,
                world->size());
   std::vector<Row> rows;
@@ -156,3 +180,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace

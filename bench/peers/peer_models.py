@@ -7,7 +7,7 @@ load). Works with torch 1.13 (Debian's python3-torch) as well as current release
 
 import os
 
-MODELS = ("mlp", "cnn", "resnet18_cifar", "resnet18_224", "resnet50_224")
+MODELS = ("mlp", "mlp_50m", "cnn", "resnet18_cifar", "resnet18_224", "resnet50_224")
 
 
 def require_at_least(parser, args, **minimums):
@@ -40,6 +40,8 @@ def build_model(name):
 
     if name == "mlp":
         return mlp((512, 512)), (1, 28, 28), 10
+    if name == "mlp_50m":  # dtrain's nn::mlp(1768, 16 x 1768, 10): 50.06M parameters
+        return mlp((1768,) * 16, inputs=1768), (1768,), 10
     if name == "cnn":  # dtrain's nn::lenet_cnn without dropout
         return nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
                              nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
@@ -137,3 +139,21 @@ def resnet18(imagenet_stem, classes):
         cin = cout
     layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, classes)]
     return nn.Sequential(*layers)
+
+
+def run_ranks(worker, ranks, args):
+    """Runs worker(rank, world, args) on every rank: the ranks torch.distributed.run started
+    (its environment names them), or `ranks` processes spawned here on localhost."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)
+        return
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    mp.spawn(worker, args=(ranks, args), nprocs=ranks, join=True)

@@ -23,7 +23,6 @@ import argparse
 import inspect
 import json
 import os
-import socket
 import statistics
 import sys
 import time
@@ -127,23 +126,10 @@ def report(args, world, version, synced, unsynced):
     print(f"efficiency {result['efficiency']:.3f}, {result['samples_per_s']:.1f} samples/s (all ranks)", flush=True)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     args = parse_args()
     set_thread_environment(args.threads)
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # launched by torch.distributed.run
-        worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)
-        return 0
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(free_port())
-    import torch.multiprocessing as mp
-
-    mp.spawn(worker, args=(args.ranks, args), nprocs=args.ranks, join=True)
+    peer_models.run_ranks(worker, args.ranks, args)
     return 0
 
 
