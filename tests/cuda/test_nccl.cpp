@@ -1,6 +1,7 @@
 // The NCCL communicator on one rank (the GPU machine has one GPU, and NCCL allows one rank
-// per GPU): every collective's plumbing (streams, events, dtypes, argument checks) and a
-// DataParallel step on a CUDA model, against the same step without it. Several ranks need
+// per GPU): every collective's plumbing (streams, events, dtypes, argument checks), and a
+// DataParallel step and sharded data parallelism's steps (stages 1-3) on a CUDA model,
+// against the same step without them. Several ranks need
 // several GPUs and MPI: tests/dist runs those when the machine has them. Without a device,
 // only the error paths run.
 #include "cuda_test.h"
@@ -9,7 +10,9 @@
 #include "dtrain/autograd/functions.h"
 #include "dtrain/dist/data_parallel/data_parallel.h"
 #include "dtrain/dist/comm/nccl.h"
+#include "dtrain/dist/sharded/sharded_strategy.h"
 #include "dtrain/layers/layers.h"
+#include "dtrain/optim/adam.h"
 #include "dtrain/optim/sgd.h"
 
 namespace dtrain::test {
@@ -189,6 +192,47 @@ TEST_CASE("nccl: a DataParallel step on a CUDA model equals the plain step", "[c
     require_close(b[i].data().to(Device::cpu()), a[i].data().to(Device::cpu()), 1e-6, 1e-7);
   }
   REQUIRE(ddp.check_replicas() == 0.0);
+}
+
+// Sharded data parallelism over NCCL on one rank: one chunk holds every element, so each
+// stage's step must equal the plain step: this checks the reduce-scatter, the in-place and
+// the layer-by-layer all-gathers (stage 3 frees and regathers each layer), and the
+// optimizer's slices on the GPU.
+TEST_CASE("nccl: sharded data parallel (stages 1-3) on one rank equals the plain step", "[cuda][nccl]") {
+  if (!cuda_ready()) return;
+  auto make_model = [] {
+    manual_seed(8);
+    return std::make_shared<nn::Sequential>(std::initializer_list<nn::ModulePtr>{
+        std::make_shared<nn::Linear>(12, 32), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(32, 5)});
+  };
+  const dist::StepConfig config{.loss = [](const Variable& out, const Tensor& y) { return cross_entropy(out, y); },
+                                .clip_grad_norm = 0.5};
+  const auto train = [&](const std::shared_ptr<dist::Strategy>& strategy) {
+    strategy->prepare(make_model());
+    optim::Adam adam(strategy->module().parameters(), {.lr = 0.01});
+    for (int step = 0; step < 3; ++step) {
+      const std::vector<dist::MicroBatch> micro{
+          {on_gpu({16, 12}, 100 + step), random_tensor({16}, 200 + step, DType::f64, 0, 5).to(DType::i64).to(kGpu)}};
+      strategy->train_step(micro, adam, config);
+    }
+    const auto copy = [&] {
+      std::vector<Tensor> out;
+      for (const auto& p : strategy->module().parameters()) out.push_back(p.data().to(Device::cpu()));
+      return out;
+    };
+    auto* sharded = dynamic_cast<dist::ShardedDataParallelStrategy*>(strategy.get());
+    if (sharded == nullptr) return copy();
+    const auto whole = sharded->whole_parameters();  // stage 3 gathers them for the copy
+    return copy();
+  };
+  const std::vector<Tensor> plain = train(std::make_shared<dist::LocalStrategy>(kGpu));
+  for (int stage : {1, 2, 3}) {
+    INFO("stage " << stage);
+    const std::vector<Tensor> sharded = train(std::make_shared<dist::ShardedDataParallelStrategy>(
+        nccl_world(), kGpu, dist::ShardedDataParallelOptions{.stage = stage, .bucket_bytes = 512, .unit_bytes = 0}));
+    REQUIRE(sharded.size() == plain.size());
+    for (std::size_t i = 0; i < plain.size(); ++i) require_close(sharded[i], plain[i], 1e-6, 1e-7);
+  }
 }
 
 }  // namespace dtrain::test
