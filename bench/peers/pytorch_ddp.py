@@ -22,7 +22,6 @@ Prints a table, or with --json one line in the bench output contract's style.
 import argparse
 import inspect
 import json
-import os
 import statistics
 import sys
 import time
@@ -42,11 +41,6 @@ def parse_args():
     args = p.parse_args()
     peer_models.require_at_least(p, args, ranks=1, batch=1, threads=1, steps=1, warmup=0)
     return args
-
-
-def set_thread_environment(threads):
-    peer_models.set_thread_environment(threads)  # before torch is imported
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 
 
 def worker(rank, world, args):
@@ -91,12 +85,7 @@ def worker(rank, world, args):
     dist.all_reduce(times, op=dist.ReduceOp.MAX)  # a step lasts as long as its slowest rank
     if rank == 0:
         report(args, world, torch.__version__, times[0].tolist(), times[1].tolist())
-    dist.destroy_process_group()
-    # Leave without running interpreter and C++ static teardown: in about one run of ten,
-    # torch 2.15's gloo threads abort there ("terminate called without an active
-    # exception", SIGABRT) after the results are out, which fails the whole run.
-    sys.stdout.flush()
-    os._exit(0)
+    peer_models.leave()
 
 
 def report(args, world, version, synced, unsynced):
@@ -128,7 +117,7 @@ def report(args, world, version, synced, unsynced):
 
 def main():
     args = parse_args()
-    set_thread_environment(args.threads)
+    peer_models.set_gloo_environment(args.threads)  # before torch is imported
     peer_models.run_ranks(worker, args.ranks, args)
     return 0
 

@@ -185,11 +185,7 @@ def worker(rank, world, args):
     if rank == 0:
         n_losses = min(2, args.warmup + args.steps)
         code = report(args, world, torch.__version__, times, first_losses[:n_losses].tolist())
-    dist.destroy_process_group()
-    # Leave without running interpreter and C++ static teardown: torch 2.15's gloo threads
-    # sometimes abort there (see pytorch_ddp.py) after the results are out.
-    sys.stdout.flush()
-    os._exit(code)
+    peer_models.leave(code)
 
 
 def result_line(args, version, stages, micro_batches, schedule, times, cuts):
@@ -252,8 +248,7 @@ def free_port():
 
 def main():
     parser, args = parse_args()
-    peer_models.set_thread_environment(args.threads)  # before torch is imported
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    peer_models.set_gloo_environment(args.threads)  # before torch is imported
     import torch
 
     resolve_cuts(parser, args)

@@ -50,7 +50,6 @@ Prints a table, or with --json one line per mode in the bench output contract's 
 import argparse
 import copy
 import json
-import os
 import statistics
 import sys
 import time
@@ -79,11 +78,6 @@ def parse_args():
         p.error(f"--modes must name distinct modes out of {','.join(MODES)}, got '{args.modes}'")
     args.modes = [m for m in MODES if m in modes]  # always in the canonical order
     return args
-
-
-def set_thread_environment(threads):
-    peer_models.set_thread_environment(threads)  # before torch is imported
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 
 
 def wrap(mode, model, world):
@@ -158,12 +152,7 @@ def worker(rank, world, args):
     dist.all_reduce(losses)
     if rank == 0:
         report(args, world, torch.__version__, times.tolist(), (losses / world).tolist())
-    dist.destroy_process_group()
-    # Leave without running interpreter and C++ static teardown: in about one run of ten,
-    # torch 2.15's gloo threads abort there ("terminate called without an active
-    # exception", SIGABRT) after the results are out, which fails the whole run.
-    sys.stdout.flush()
-    os._exit(0)
+    peer_models.leave()
 
 
 def report(args, world, version, times, losses):
@@ -198,7 +187,7 @@ def report(args, world, version, times, losses):
 
 def main():
     args = parse_args()
-    set_thread_environment(args.threads)
+    peer_models.set_gloo_environment(args.threads)  # before torch is imported
     peer_models.run_ranks(worker, args.ranks, args)
     return 0
 

@@ -52,6 +52,15 @@ DataParallel::~DataParallel() = default;
 
 Variable DataParallel::forward(const Variable& x) { return module_->forward(x); }
 
+void DataParallel::run_micro_batch(bool last, const std::function<void()>& body) {
+  if (last) {
+    body();
+    return;
+  }
+  NoSyncGuard no_sync(*this);
+  body();
+}
+
 void DataParallel::finish_gradient_sync() {
   if (sync_) reducer_->finish();
 }

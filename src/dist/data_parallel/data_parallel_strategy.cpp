@@ -31,13 +31,8 @@ DataParallel& DataParallelStrategy::data_parallel() {
 
 void DataParallelStrategy::forward_backward(const MicroBatch& batch, double weight, bool last, const StepConfig& config,
                                             StepStats& stats) {
-  if (last) {
-    Strategy::forward_backward(batch, weight, last, config, stats);
-    return;
-  }
   // Gradient accumulation: only the update's last backward communicates (the sum).
-  DataParallel::NoSyncGuard no_sync = data_parallel().no_sync();
-  Strategy::forward_backward(batch, weight, last, config, stats);
+  data_parallel().run_micro_batch(last, [&] { Strategy::forward_backward(batch, weight, last, config, stats); });
 }
 
 void DataParallelStrategy::exchange_gradients() { data_parallel().finish_gradient_sync(); }

@@ -7,7 +7,7 @@
 
 #include <algorithm>
 #include <map>
-#include <optional>
+#include <iterator>
 
 namespace dtrain::dist {
 namespace {
@@ -16,14 +16,20 @@ std::string join(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
 }
 
+// A module that owns parameters, as stage 3 gathers it.
 struct Layer {
-  std::string name;
+  std::string path;  // in the model ("" for the model itself)
   nn::Module* module;
+  std::vector<std::string> parameters;  // full names, in registration order
+  DType dtype = DType::f32;
+  std::size_t bytes = 0;
+
+  std::string name() const { return path.empty() ? "(the model)" : path; }
 };
 
-void collect_layers(nn::Module& module, const std::string& prefix, std::vector<Layer>& out) {
-  if (!module.own_parameters().empty()) out.push_back({prefix.empty() ? "(the model)" : prefix, &module});
-  for (const auto& [name, child] : module.children()) collect_layers(*child, join(prefix, name), out);
+void collect_layers(nn::Module& module, const std::string& path, std::vector<Layer>& out) {
+  if (!module.own_parameters().empty()) out.push_back({.path = path, .module = &module});
+  for (const auto& [name, child] : module.children()) collect_layers(*child, join(path, name), out);
 }
 
 }  // namespace
@@ -33,11 +39,10 @@ std::vector<UnitPlan> plan_units(nn::Module& model, std::size_t unit_bytes) {
   collect_layers(model, "", layers);
   DTRAIN_CHECK(!layers.empty(), "sharded data parallel, stage 3: the model has no parameters to shard");
   std::map<const void*, std::string> seen;  // parameter identity -> its name
-  for (const Layer& layer : layers) {
-    const std::string prefix = layer.module == &model ? "" : layer.name;
-    const DType dtype = layer.module->own_parameters().front().second.dtype();
+  for (Layer& layer : layers) {
+    layer.dtype = layer.module->own_parameters().front().second.dtype();
     for (const auto& [name, p] : layer.module->own_parameters()) {
-      const std::string full = join(prefix, name);
+      const std::string full = join(layer.path, name);
       const auto [it, fresh] = seen.emplace(p.id(), full);
       DTRAIN_CHECK(fresh,
                    "sharded data parallel, stage 3 cannot gather '{}': it is also '{}', and a parameter shared by two "
@@ -47,43 +52,38 @@ std::vector<UnitPlan> plan_units(nn::Module& model, std::size_t unit_bytes) {
                    "sharded data parallel, stage 3 cannot gather '{}': it is frozen (requires no gradient), and stage "
                    "3 shards trained parameters only (use stage 2)",
                    full);
-      DTRAIN_CHECK(p.dtype() == dtype,
+      DTRAIN_CHECK(p.dtype() == layer.dtype,
                    "sharded data parallel, stage 3 cannot gather layer '{}': its parameters are {} and {}, and a "
                    "layer is gathered as one flat buffer of one dtype",
-                   layer.name, dtype_name(dtype), dtype_name(p.dtype()));
+                   layer.name(), dtype_name(layer.dtype), dtype_name(p.dtype()));
+      layer.parameters.push_back(full);
+      layer.bytes += p.data().nbytes();
     }
   }
   // Backward order: the last layer first; a unit closes once it holds unit_bytes, or
   // before a layer of another dtype.
   std::vector<UnitPlan> units;
   std::size_t bytes = 0;
-  std::optional<DType> dtype;
   for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
-    const auto& own = it->module->own_parameters();
-    const DType layer_dtype = own.front().second.dtype();
-    if (units.empty() || bytes >= unit_bytes || dtype != layer_dtype) {
-      if (units.empty() || !units.back().layers.empty()) units.emplace_back();
+    if (units.empty() || bytes >= unit_bytes || std::prev(it)->dtype != it->dtype) {
+      units.emplace_back();
       bytes = 0;
-      dtype = layer_dtype;
     }
     UnitPlan& unit = units.back();
     unit.layers.insert(unit.layers.begin(), it->module);
-    unit.layer_names.insert(unit.layer_names.begin(), it->name);
-    const std::string prefix = it->module == &model ? "" : it->name;
-    for (auto p = own.rbegin(); p != own.rend(); ++p) {
-      unit.parameters.push_back(join(prefix, p->first));
-      bytes += p->second.data().nbytes();
-    }
+    unit.layer_names.insert(unit.layer_names.begin(), it->name());
+    unit.parameters.insert(unit.parameters.end(), it->parameters.rbegin(), it->parameters.rend());
+    bytes += it->bytes;
   }
   return units;
 }
 
 // One gather unit's state.
 struct LayerGatherer::Unit {
-  std::string name;  // for messages: "layers 'a' to 'b'"
-  nn::Module* last;  // its last layer in registration order
-  Tensor flat;       // the whole parameters (padded); its bytes exist only while whole
-  Tensor chunk;      // this rank's, the only persistent copy
+  std::string released_why;  // what a read of its parameters while freed throws (made once)
+  nn::Module* last;          // its last layer in registration order
+  Tensor flat;               // the whole parameters (padded); its bytes exist only while whole
+  Tensor chunk;              // this rank's, the only persistent copy
   enum class State { Released, Gathering, Whole } state = State::Released;
   WorkPtr work;                             // the all-gather in flight
   int active = 0;                           // the unit's layers inside their forward
@@ -121,9 +121,14 @@ LayerGatherer::LayerGatherer(CommunicatorPtr comm, std::vector<UnitPlan> units,
   for (std::size_t u = 0; u < units.size(); ++u) {
     auto unit = std::make_unique<Unit>();
     const UnitPlan& plan = units[u];
-    unit->name = plan.layer_names.size() == 1
-                     ? fmt::format("layer '{}'", plan.layer_names.front())
-                     : fmt::format("layers '{}' to '{}'", plan.layer_names.front(), plan.layer_names.back());
+    const std::string name = plan.layer_names.size() == 1 ? fmt::format("layer '{}'", plan.layer_names.front())
+                                                          : fmt::format("layers '{}' to '{}'", plan.layer_names.front(),
+                                                                        plan.layer_names.back());
+    unit->released_why = fmt::format(
+        "sharded data parallel, stage 3: the parameters of {} are whole only inside those layers' forward and "
+        "backward, and something else read them (a module using another module's parameters, or code outside the "
+        "training step; such a model trains under stage 1 or 2)",
+        name);
     unit->last = plan.layers.back();
     const std::int64_t chunk = flat[u].numel() / ranks;
     unit->chunk = flat[u].narrow(0, chunk * rank, chunk).clone();
@@ -184,11 +189,7 @@ void LayerGatherer::release(std::size_t u) {
   }
   if (x.state != Unit::State::Released) --whole_;
   x.state = Unit::State::Released;
-  x.flat.storage()->release(fmt::format(
-      "sharded data parallel, stage 3: the parameters of {} are whole only inside those layers' forward and "
-      "backward, and something else read them (a module using another module's parameters, or code outside the "
-      "training step; such a model trains under stage 1 or 2)",
-      x.name));
+  x.flat.storage()->release(x.released_why);
 }
 
 void LayerGatherer::gather_all() {

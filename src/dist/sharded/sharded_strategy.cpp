@@ -144,13 +144,8 @@ std::int64_t ShardedDataParallelStrategy::shard_elements() const {
 
 void ShardedDataParallelStrategy::forward_backward(const MicroBatch& batch, double weight, bool last,
                                                    const StepConfig& config, StepStats& stats) {
-  if (last) {
-    Strategy::forward_backward(batch, weight, last, config, stats);
-    return;
-  }
   // Gradient accumulation: only the update's last backward communicates (the sum).
-  DataParallel::NoSyncGuard no_sync = data_parallel().no_sync();
-  Strategy::forward_backward(batch, weight, last, config, stats);
+  data_parallel().run_micro_batch(last, [&] { Strategy::forward_backward(batch, weight, last, config, stats); });
 }
 
 void ShardedDataParallelStrategy::exchange_gradients() {

@@ -26,6 +26,7 @@
 #include "dtrain/layers/module.h"
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -84,6 +85,9 @@ class DataParallel {
     bool previous_;
   };
   NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+  // One micro-batch's forward and backward (`body`) of an update: only the update's last
+  // (`last`) hands its gradients to the exchange; the earlier ones accumulate, under no_sync().
+  void run_micro_batch(bool last, const std::function<void()>& body);
 
   // The largest |parameter - rank 0's parameter| over all parameters and ranks (0 when the
   // replicas are identical). A collective: every rank must call it.
