@@ -15,7 +15,6 @@
 #include "dist/sharded/shard_layout.h"
 #include "dtrain/core/environment.h"
 #include "dtrain/dist/comm/nccl.h"
-#include "dtrain/data/tensor_dataset.h"
 #include "dtrain/dist/core/strategy_factory.h"
 #include "dtrain/dist/data_parallel/data_parallel_strategy.h"
 #include "dtrain/dist/sharded/sharded_strategy.h"
@@ -26,17 +25,18 @@
 #include "dtrain/optim/lars.h"
 #include "dtrain/optim/sgd.h"
 #include "dtrain/train/trainer.h"
+#include "sharded_test_helpers.h"
 #include "support/test_support.h"
 
 #include <fmt/format.h>
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
 using namespace dtrain;
+using test::relative_diff;
+using test::snapshot;
 namespace fs = std::filesystem;
 
 namespace {
@@ -47,40 +47,6 @@ constexpr std::size_t kTinyBuckets = 64;  // bytes: 16 f32 per bucket, so parame
 std::shared_ptr<nn::Module> fresh_model() {
   manual_seed(5);
   return nn::mlp(5, {7}, 3);  // 35 + 7 + 21 + 3 = 66 elements
-}
-
-std::vector<Tensor> snapshot(const nn::Module& m) {
-  std::vector<Tensor> out;
-  for (const auto& p : m.parameters()) out.push_back(p.data().clone());
-  return out;
-}
-
-// max |a - b| over max |b|, over all parameters.
-double relative_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
-  double diff = 0, scale = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, max_abs_diff(a[i], b[i]));
-    scale = std::max(scale, max_abs_diff(b[i], Tensor::zeros(b[i].shape())));
-  }
-  return diff / std::max(scale, 1e-30);
-}
-
-// This rank's micro-batches of update `step`: rows of one global batch, the same on every rank.
-std::vector<dist::MicroBatch> batches(int step, int accumulate, int rank, int ranks) {
-  constexpr std::int64_t kRowsPerRank = 4;
-  Generator gen(100 + static_cast<std::uint64_t>(step));
-  const std::int64_t rows = kRowsPerRank * ranks * accumulate;
-  Tensor x = Tensor::empty({rows, 5});
-  normal_(x, 0, 1, &gen);
-  std::vector<std::int64_t> labels(static_cast<std::size_t>(rows));
-  for (std::int64_t i = 0; i < rows; ++i) labels[static_cast<std::size_t>(i)] = (i * 5 + step) % 3;
-  const Tensor y = Tensor::from_vector(labels, {rows});
-  std::vector<dist::MicroBatch> out;
-  for (int a = 0; a < accumulate; ++a) {
-    const std::int64_t begin = (static_cast<std::int64_t>(a) * ranks + rank) * kRowsPerRank;
-    out.push_back({x.narrow(0, begin, kRowsPerRank).contiguous(), y.narrow(0, begin, kRowsPerRank).contiguous()});
-  }
-  return out;
 }
 
 struct Setting {
@@ -120,7 +86,7 @@ Trained train_steps(const std::shared_ptr<dist::Strategy>& strategy, const Setti
   const dist::StepConfig config{.loss = [](const Variable& out, const Tensor& y) { return cross_entropy(out, y); },
                                 .clip_grad_norm = s.clip};
   for (int step = 0; step < 5; ++step) {
-    const auto micro = batches(step, s.accumulate, strategy->rank(), strategy->ranks());
+    const auto micro = test::three_class_batches(step, s.accumulate, strategy->rank(), strategy->ranks(), 4);
     strategy->train_step(micro, *optimizer, config);
   }
   // Stage 3 holds no replica to compare (its chunks are distinct by design).
@@ -271,7 +237,8 @@ TEST_CASE("Sharded data parallel on CUDA over NCCL (stages 1-3) equals plain dat
     const dist::StepConfig config{.loss = [](const Variable& out, const Tensor& y) { return cross_entropy(out, y); },
                                   .clip_grad_norm = s.clip};
     for (int step = 0; step < 5; ++step) {
-      std::vector<dist::MicroBatch> micro = batches(step, s.accumulate, comm->rank(), comm->size());
+      std::vector<dist::MicroBatch> micro =
+          test::three_class_batches(step, s.accumulate, comm->rank(), comm->size(), 4);
       for (dist::MicroBatch& m : micro) m = {m.inputs.to(gpu), m.targets.to(gpu)};
       sharded->train_step(micro, *optimizer, config);
     }
@@ -285,26 +252,13 @@ TEST_CASE("Sharded data parallel on CUDA over NCCL (stages 1-3) equals plain dat
 TEST_CASE("Sharded data parallel: a checkpoint resumes bit for bit, and into plain data parallelism",
           "[dist][mpi][checkpoint]") {
   auto world = dist::world();
-  // One directory for every rank: rank 0 names it.
-  Tensor tag = Tensor::full({1}, static_cast<double>(::getpid()), {DType::f64});
-  world->broadcast(tag, 0);
-  const fs::path dir = fs::temp_directory_path() / fmt::format("dtrain_zero_ckpt_{}", static_cast<long>(tag.item()));
-  if (world->rank() == 0) fs::remove_all(dir);
-  world->barrier();
+  const fs::path dir = test::shared_temp_dir(*world, "dtrain_zero_ckpt");
 
-  const auto data = [] {
-    Generator gen(9);
-    Tensor x = Tensor::empty({64, 5});
-    normal_(x, 0, 1, &gen);
-    std::vector<std::int64_t> labels(64);
-    for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i * 7 % 3);
-    return std::make_shared<data::TensorDataset>(x, Tensor::from_vector(labels, {64}));
-  };
   const auto run = [&](const std::string& spec, int epochs, train::CheckpointOptions checkpoint) {
     auto strategy = dist::make_strategy(spec, world, Device::cpu());
     strategy->prepare(fresh_model());
     optim::Adam adam(strategy->module().parameters(), {.lr = 0.01});
-    train::Trainer trainer(strategy, {.train = data(), .test = nullptr, .batch_size = 16, .seed = 4},
+    train::Trainer trainer(strategy, {.train = test::three_class_data(), .test = nullptr, .batch_size = 16, .seed = 4},
                            {.epochs = epochs, .verbose = false, .checkpoint = checkpoint});
     trainer.fit(adam);
     return whole_snapshot(*strategy);
@@ -316,14 +270,7 @@ TEST_CASE("Sharded data parallel: a checkpoint resumes bit for bit, and into pla
     world->barrier();
     const std::vector<Tensor> whole = run(zero, 2, {.dir = dir, .async = false});
     // From the checkpoint at the end of epoch 1 (the first of the two), epoch 2 again.
-    const fs::path first = [&] {
-      std::vector<fs::path> saved;
-      for (const auto& e : fs::directory_iterator(dir)) {
-        if (e.is_directory() && fs::exists(e.path() / "manifest.json")) saved.push_back(e.path());
-      }
-      std::sort(saved.begin(), saved.end());
-      return saved.empty() ? fs::path() : saved.front();
-    }();
+    const fs::path first = test::first_checkpoint(dir);
     world->barrier();
     REQUIRE(!first.empty());
     const std::vector<Tensor> resumed = run(zero, 2, {.dir = {}, .async = false, .resume = first.string()});
@@ -350,7 +297,7 @@ TEST_CASE("Sharded data parallel, stage 3: at most two gather units are whole, n
   optim::Adam adam(model->parameters(), {.lr = 0.01});
   const dist::StepConfig config{.loss = [](const Variable& out, const Tensor& y) { return cross_entropy(out, y); },
                                 .clip_grad_norm = 0.05};
-  sharded->train_step(batches(7, 2, world->rank(), world->size()), adam, config);
+  sharded->train_step(test::three_class_batches(7, 2, world->rank(), world->size(), 4), adam, config);
   const std::size_t peak = sharded->take_peak_whole_units();
   // Between steps every parameter's bytes are freed: reading one names the layer.
   std::string outside;

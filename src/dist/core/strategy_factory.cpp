@@ -156,6 +156,14 @@ std::shared_ptr<Strategy> make_pipeline(StrategySpec& spec, const CommunicatorPt
   }
   o.recompute = spec.flag("recompute");
   o.data_parallel = data_parallel_options(spec);
+  if (spec.has("zero")) {
+    const int stage = spec.integer("zero", 1);
+    DTRAIN_CHECK(stage == 1,
+                 "strategy spec '{}': under a pipeline zero={} is not offered: zero=1 shards each stage's optimizer "
+                 "state over its replicas (stages 2 and 3 are sharded data parallelism's, without pp)",
+                 spec.text(), stage);
+    o.shard_optimizer = true;
+  }
   auto mesh = std::make_shared<DeviceMesh>(world, std::vector<MeshDim>{{"dp", dp}, {"pp", o.stages}});
   return std::make_shared<PipelineStrategy>(std::move(mesh), device, std::move(o));
 }

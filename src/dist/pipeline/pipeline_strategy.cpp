@@ -2,6 +2,7 @@
 
 #include "dist/comm/partition.h"
 #include "dist/pipeline/pipeline_executor.h"
+#include "dist/sharded/optimizer_shards.h"
 #include "dtrain/dist/comm/nccl.h"
 #include "dtrain/dist/pipeline/pipeline_partition.h"
 #include "dtrain/dist/data_parallel/sync_batch_norm.h"
@@ -90,6 +91,17 @@ PipelineStrategy::PipelineStrategy(std::shared_ptr<const DeviceMesh> mesh, Devic
   }
   DTRAIN_CHECK(replicas_ * K == world_->size(), "pipeline strategy: the mesh {} has dimensions besides dp and pp",
                mesh_->describe());
+  if (options_.shard_optimizer) {
+    DTRAIN_CHECK(replicas_ >= 2,
+                 "pipeline strategy: a sharded optimizer (zero=1) shards each stage's optimizer state over the stage's "
+                 "data-parallel replicas, and the mesh {} has one (use dp=2 or more)",
+                 mesh_->describe());
+    DTRAIN_CHECK(options_.data_parallel.data_parallel.gradient_exchange == "all_reduce" &&
+                     !options_.data_parallel.data_parallel.exchange_factory,
+                 "pipeline strategy: a sharded optimizer (zero=1) reduce-scatters the gradients itself; it takes no "
+                 "other gradient exchange (got '{}')",
+                 options_.data_parallel.data_parallel.gradient_exchange);
+  }
 }
 
 PipelineStrategy::~PipelineStrategy() = default;
@@ -254,7 +266,20 @@ std::shared_ptr<nn::Module> PipelineStrategy::build_stage(std::map<int, nn::Modu
       if (device_.is_cuda()) replicas = nccl_communicator(replicas_comm_, device_);
       convert_sync_batch_norm(*stage, replicas);
     }
-    ddp_ = std::make_unique<DataParallel>(stage, replicas, options_.data_parallel.data_parallel);
+    DataParallelOptions o = options_.data_parallel.data_parallel;
+    if (options_.shard_optimizer) {
+      o.exchange_factory = [this](const CommunicatorPtr& over) {
+        auto exchange = std::make_unique<ReduceScatterExchange>(over, device_);
+        exchange_ = exchange.get();
+        return exchange;
+      };
+    }
+    ddp_ = std::make_unique<DataParallel>(stage, replicas, o);
+    if (options_.shard_optimizer) {
+      check_every_rank_owns_elements(*exchange_, replicas_);
+      flat_ = flatten_buckets(*stage, *exchange_, device_);
+      shards_ = std::make_unique<OptimizerShards>(replicas_comm_, *exchange_, own_chunks(flat_, replica_, replicas_));
+    }
   }
   // The chunks, from the stage's children (after any SyncBatchNorm conversion replaced
   // some), in order: chunk v is virtual stage v * K + stage.
@@ -332,7 +357,7 @@ StepStats PipelineStrategy::train_step(std::span<const MicroBatch> micro, optim:
   const PipelineExecutor::Timing t = executor_->run(inputs, /*train=*/true, config.autocast, last, before_backward);
   no_sync.reset();
   if (ddp_) ddp_->finish_gradient_sync();
-  update(optimizer, config, stats);
+  update(stepped_optimizer(optimizer), config, stats);
   timing_ = {std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), t.compute_s, t.wait_s};
   return stats;
 }
@@ -357,6 +382,19 @@ EvalSums PipelineStrategy::eval_step(const MicroBatch& batch, const StepConfig& 
   return sums;
 }
 
+std::int64_t PipelineStrategy::shard_elements() const { return shards_ ? shards_->elements() : 0; }
+
+const optim::Optimizer* PipelineStrategy::shard_optimizer() const { return shards_ ? shards_->optimizer() : nullptr; }
+
+optim::Optimizer& PipelineStrategy::stepped_optimizer(optim::Optimizer& given) {
+  return shards_ ? shards_->optimizer(given) : given;
+}
+
+void PipelineStrategy::apply_update(optim::Optimizer& optimizer, const StepConfig& config, bool nonfinite) {
+  Strategy::apply_update(optimizer, config, nonfinite);
+  if (shards_) all_gather_chunks(*ddp_->tensor_communicator(), flat_);
+}
+
 void PipelineStrategy::reduce_sums(Tensor& sums) {
   // Only last stages hold sums; the others add zeros.
   world_->all_reduce(sums, ReduceOp::Sum);
@@ -372,12 +410,24 @@ Capabilities PipelineStrategy::capabilities() {
 }
 
 CheckpointPlan PipelineStrategy::checkpoint_plan() const {
-  return {.rank = world_->rank(),
-          .ranks = world_->size(),
-          .part = replica_ == 0 ? fmt::format("stage{}", stage_) : "",
-          .whole_model = options_.stages == 1,
-          .stages = options_.stages,
-          .replicas = replicas_};
+  CheckpointPlan plan{.rank = world_->rank(),
+                      .ranks = world_->size(),
+                      .part = replica_ == 0 ? fmt::format("stage{}", stage_) : "",
+                      .whole_model = options_.stages == 1,
+                      .stages = options_.stages,
+                      .replicas = replicas_};
+  if (shards_) {
+    // Replica 0 writes the stage's model; every replica its chunks' optimizer state.
+    if (replica_ != 0) plan.part = fmt::format("stage{}-shard{}", stage_, replica_);
+    plan.saves_model = replica_ == 0;
+    plan.optimizer_share = [this](const optim::Optimizer& given) { return shards_->save_state(given); };
+    // The hook runs later, from the Checkpointer's restore, on this same (non-const) strategy.
+    plan.load_optimizer_share = [self = const_cast<PipelineStrategy*>(this)](optim::Optimizer& given,
+                                                                             const optim::NamedTensors& whole) {
+      self->shards_->load_state(given, whole);
+    };
+  }
+  return plan;
 }
 
 }  // namespace dtrain::dist

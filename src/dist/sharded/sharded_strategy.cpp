@@ -2,6 +2,7 @@
 
 #include "dist/comm/mpi_entry.h"
 #include "dist/sharded/layer_gatherer.h"
+#include "dist/sharded/optimizer_shards.h"
 #include "dist/sharded/reduce_scatter_exchange.h"
 #include "dtrain/core/trace.h"
 #include "dtrain/dist/comm/nccl.h"
@@ -12,14 +13,6 @@
 #include <map>
 
 namespace dtrain::dist {
-
-// One segment of this rank's chunk of a bucket, as the optimizer sees it.
-struct ShardedDataParallelStrategy::Slice {
-  std::string parameter;    // its name in the module
-  std::int64_t offset = 0;  // first element in the parameter
-  std::int64_t length = 0;
-  Variable variable;  // a view of the flat buffer; its gradient a view of the chunk
-};
 
 ShardedDataParallelStrategy::ShardedDataParallelStrategy(CommunicatorPtr comm, Device device,
                                                          ShardedDataParallelOptions options)
@@ -83,63 +76,27 @@ std::shared_ptr<nn::Module> ShardedDataParallelStrategy::prepare(std::shared_ptr
     for (auto& [name, b] : model->named_buffers()) across->broadcast(b, 0);
   }
 
-  const int rank = shard_comm_->rank(), ranks = shard_comm_->size();
-  const std::vector<BucketLayout>& buckets = exchange_->buckets();
-  // Every rank must own some elements, or its optimizer would have nothing to hold; every
-  // rank computes the same counts, so all of them refuse together.
-  for (int q = 0; q < ranks; ++q) {
-    std::int64_t owned = 0;
-    for (const BucketLayout& b : buckets) owned += static_cast<std::int64_t>(shard_bucket(b, q, ranks).segments.size());
-    DTRAIN_CHECK(owned > 0,
-                 "sharded data parallel: rank {} of {} would own no parameter elements (the model's buckets are too "
-                 "small to cut {} ways; use fewer ranks or plain data parallelism)",
-                 q, ranks, ranks);
-  }
-  std::map<std::string, Variable> params;
-  for (auto& [name, p] : model->named_parameters()) params.emplace(name, p);
-  NoGradGuard no_grad;
-  for (std::size_t b = 0; b < buckets.size(); ++b) {
-    const BucketLayout& layout = buckets[b];
-    const BucketShard& shard = exchange_->shard(b);
-    // The bucket's parameters move into one flat buffer (padding at the end), so that the
-    // all-gather of the chunks writes the parameters themselves.
-    Tensor flat = Tensor::zeros({shard.padded}, {layout.dtype, device_});
-    for (const BucketLayout::Member& m : layout.members) {
-      Variable& p = params.at(m.name);
-      Tensor region = flat.narrow(0, m.offset, p.numel());
-      region.copy_(p.data().reshape({p.numel()}));
-      p.set_data(region.view(m.shape));
-    }
-    flat_.push_back(std::move(flat));
-  }
+  check_every_rank_owns_elements(*exchange_, shard_comm_->size());
+  flat_ = flatten_buckets(*model, *exchange_, device_);
+  const CommunicatorPtr& comm = data_parallel().tensor_communicator();
+  std::vector<Tensor> chunks = own_chunks(flat_, comm->rank(), comm->size());
   // Stage 3: from here on this rank keeps only its chunks; the flat buffers are whole only
   // while the gatherer needs them.
   if (options_.stage == 3) {
-    gatherer_ = std::make_unique<LayerGatherer>(data_parallel().tensor_communicator(), std::move(units), buckets,
-                                                std::move(flat_), model);
+    gatherer_ = std::make_unique<LayerGatherer>(comm, std::move(units), exchange_->buckets(), std::move(flat_), model);
     flat_.clear();
+    chunks.clear();
+    for (std::size_t b = 0; b < exchange_->buckets().size(); ++b) chunks.push_back(gatherer_->chunk(b));
   }
-  for (std::size_t b = 0; b < buckets.size(); ++b) {
-    const BucketLayout& layout = buckets[b];
-    const BucketShard& shard = exchange_->shard(b);
-    const Tensor chunk = gatherer_ ? gatherer_->chunk(b) : flat_[b].narrow(0, shard.chunk * rank, shard.chunk);
-    const Tensor& gradients = exchange_->gradient_chunk(b);
-    for (const ShardSegment& s : shard.segments) {
-      const BucketLayout::Member& m = layout.members[s.member];
-      const std::vector<std::int64_t> shape = slice_shape(s.length, m.shape.size());
-      Variable v(chunk.narrow(0, s.at, s.length).view(shape), true);
-      v.set_grad(gradients.narrow(0, s.at, s.length).view(shape));
-      slices_.push_back({m.name, s.offset, s.length, std::move(v)});
-    }
-  }
+  shards_ = std::make_unique<OptimizerShards>(shard_comm_, *exchange_, chunks);
   module_ = std::move(model);
   return module_;
 }
 
-std::int64_t ShardedDataParallelStrategy::shard_elements() const {
-  std::int64_t n = 0;
-  for (const Slice& s : slices_) n += s.length;
-  return n;
+std::int64_t ShardedDataParallelStrategy::shard_elements() const { return shards_ ? shards_->elements() : 0; }
+
+const optim::Optimizer* ShardedDataParallelStrategy::shard_optimizer() const {
+  return shards_ ? shards_->optimizer() : nullptr;
 }
 
 void ShardedDataParallelStrategy::forward_backward(const MicroBatch& batch, double weight, bool last,
@@ -169,43 +126,15 @@ std::size_t ShardedDataParallelStrategy::take_peak_whole_units() {
 }
 
 optim::Optimizer& ShardedDataParallelStrategy::stepped_optimizer(optim::Optimizer& given) {
-  if (!shard_optimizer_) {
-    // Whole tensors are numbered the same way on every rank: bucket by bucket, member by member.
-    std::map<std::string, std::size_t> whole;
-    for (const BucketLayout& b : exchange_->buckets()) {
-      for (const BucketLayout::Member& m : b.members) whole.emplace(m.name, whole.size());
-    }
-    std::vector<Variable> variables;
-    optim::Optimizer::SliceNorms norms;
-    for (const Slice& s : slices_) {
-      variables.push_back(s.variable);
-      norms.tensor_of.push_back(whole.at(s.parameter));
-    }
-    norms.tensors = whole.size();
-    norms.sum_over_ranks = [comm = shard_comm_](Tensor& t) { comm->all_reduce(t, ReduceOp::Sum); };
-    shard_optimizer_ = given.rebind_slices(std::move(variables), std::move(norms));
-  }
-  shard_optimizer_->set_lr(given.lr());  // an LR schedule sets the given one
-  return *shard_optimizer_;
+  DTRAIN_CHECK(shards_ != nullptr, "sharded data parallel: prepare() the model first");
+  return shards_->optimizer(given);
 }
 
 void ShardedDataParallelStrategy::apply_update(optim::Optimizer& optimizer, const StepConfig& config, bool nonfinite) {
   Strategy::apply_update(optimizer, config, nonfinite);
-  if (!gatherer_) gather_parameters();  // stage 3: the next forward gathers the updated chunks
-}
-
-void ShardedDataParallelStrategy::gather_parameters() {
-  trace::Span span("parameter all-gather", trace::Phase::Communication);
-  const CommunicatorPtr& comm = data_parallel().tensor_communicator();
-  const int rank = comm->rank(), ranks = comm->size();
-  std::vector<WorkPtr> works;
-  for (std::size_t b = 0; b < flat_.size(); ++b) {
-    const std::int64_t chunk = flat_[b].numel() / ranks;
-    // In place: this rank's chunk is its own slot of the gathered bucket.
-    Tensor out = flat_[b].view({ranks, chunk});
-    works.push_back(comm->all_gather_async(flat_[b].narrow(0, chunk * rank, chunk), out));
-  }
-  for (const WorkPtr& w : works) w->wait();
+  if (!gatherer_)
+    all_gather_chunks(*data_parallel().tensor_communicator(),
+                      flat_);  // stage 3: the next forward gathers the updated chunks
 }
 
 void ShardedDataParallelStrategy::reduce_sums(Tensor& sums) { comm_->all_reduce(sums, ReduceOp::Sum); }
@@ -229,89 +158,25 @@ CheckpointPlan ShardedDataParallelStrategy::checkpoint_plan() const {
   if (gatherer_) {
     // Each rank's chunks of the parameters as element ranges; rank 0 adds the buffers.
     plan.model_share = [this] {
-      nn::StateDict out;
-      for (const Slice& s : slices_) {
-        out.emplace_back(fmt::format("{}[{}:{}]", s.parameter, s.offset, s.offset + s.length),
-                         s.variable.data().reshape({s.length}));
-      }
+      nn::StateDict out = shards_->parameter_ranges();
       if (comm_->rank() == 0) {
         for (auto& [name, b] : module_->named_buffers()) out.emplace_back(name, b);
       }
       return out;
     };
+    // The hooks run later, from the Checkpointer's restore, on this same (non-const) strategy.
     plan.load_model_share = [self = const_cast<ShardedDataParallelStrategy*>(this)](const nn::StateDict& whole) {
-      std::map<std::string, Tensor> by_name(whole.begin(), whole.end());
+      const std::map<std::string, Tensor> by_name(whole.begin(), whole.end());
+      self->shards_->load_parameters(by_name);
       NoGradGuard no_grad;
-      for (const Slice& s : self->slices_) {
-        const Tensor& t = by_name.at(s.parameter);
-        Tensor target = s.variable.data();
-        target.copy_(t.reshape({t.numel()}).narrow(0, s.offset, s.length).reshape(target.shape()));
-      }
       for (auto& [name, b] : self->module_->named_buffers()) b.copy_(by_name.at(name));
     };
   }
   // Each rank's chunks of the optimizer state, as element ranges of whole parameters.
-  plan.optimizer_share = [this](const optim::Optimizer& given) {
-    optim::NamedTensors out;
-    if (!shard_optimizer_) {  // no step yet: nothing but the counters
-      out.emplace_back("lr", Tensor::scalar(given.lr(), {DType::f64}));
-      out.emplace_back("steps", Tensor::scalar(0, {DType::i64}));
-      return out;
-    }
-    const optim::NamedTensors state = shard_optimizer_->state_view();
-    for (const auto& [key, t] : state) {
-      if (key == "lr" || key == "steps") {
-        out.emplace_back(key, t);
-      } else if (key == "updates") {
-        const std::vector<std::int64_t> counts = t.to_vector<std::int64_t>();
-        for (std::size_t i = 0; i < slices_.size(); ++i) {
-          out.emplace_back(slices_[i].parameter + "/updates",
-                           Tensor::scalar(static_cast<double>(counts[i]), {DType::i64}));
-        }
-      } else {
-        const auto dot = key.rfind('.');
-        const Slice& s = slices_.at(std::stoul(key.substr(dot + 1)));
-        out.emplace_back(fmt::format("{}[{}:{}]/{}", s.parameter, s.offset, s.offset + s.length, key.substr(0, dot)),
-                         t.reshape({s.length}));
-      }
-    }
-    return out;
-  };
-  // The whole state by parameter name (joined from any number of ranks' ranges, or one
-  // process's whole tensors): this rank takes its slices of it.
-  // The hook runs later, from the Checkpointer's restore, on this same (non-const) strategy.
+  plan.optimizer_share = [this](const optim::Optimizer& given) { return shards_->save_state(given); };
   plan.load_optimizer_share = [self = const_cast<ShardedDataParallelStrategy*>(this)](
                                   optim::Optimizer& given, const optim::NamedTensors& whole) {
-    const std::vector<Slice>& slices = self->slices_;
-    std::map<std::string, std::vector<std::size_t>> by_parameter;
-    for (std::size_t i = 0; i < slices.size(); ++i) by_parameter[slices[i].parameter].push_back(i);
-    optim::NamedTensors state;
-    std::vector<std::int64_t> updates(slices.size(), 0);
-    bool lr = false, steps = false;
-    for (const auto& [key, t] : whole) {
-      if (key == "lr" || key == "steps") {
-        bool& seen = key == "lr" ? lr : steps;
-        if (!seen) state.emplace_back(key, t);
-        seen = true;
-        continue;
-      }
-      const auto slash = key.rfind('/');
-      if (slash == std::string::npos) continue;
-      const auto it = by_parameter.find(key.substr(0, slash));
-      if (it == by_parameter.end()) continue;  // another rank's parameter, or the scaler's
-      const std::string what = key.substr(slash + 1);
-      for (std::size_t i : it->second) {
-        const Slice& s = slices[i];
-        if (what == "updates") {
-          updates[i] = static_cast<std::int64_t>(t.item());
-        } else {
-          state.emplace_back(fmt::format("{}.{}", what, i),
-                             t.reshape({t.numel()}).narrow(0, s.offset, s.length).reshape(s.variable.shape()));
-        }
-      }
-    }
-    state.emplace_back("updates", Tensor::from_vector(updates, {static_cast<std::int64_t>(updates.size())}));
-    self->stepped_optimizer(given).load_state(state);
+    self->shards_->load_state(given, whole);
   };
   return plan;
 }

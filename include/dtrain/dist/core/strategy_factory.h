@@ -19,14 +19,17 @@
 // | `pp=2,micro=8,schedule=1f1b`          | PipelineStrategy, 2 stages x world/2 replicas         |
 // | `pp=2,dp=2,schedule=interleaved,virtual=2` | the same, the grid stated                        |
 // | `ps=1,mode=async`, `ps=2,mode=ssp:3`  | ParameterServerStrategy, the last ranks serve         |
+// | `pp=2,dp=2,zero=1`                    | the same, each stage's optimizer sharded over its replicas |
 // | `zero=1`, `zero=2`, `zero=3`          | ShardedDataParallelStrategy (ZeRO stage 1, 2 or 3)    |
+// | `zero=2,hybrid`, `zero=3,shard=4`     | the same, sharded inside each host / 4 ranks          |
 //
 // Keys: dp: `dp[=N]`, `bucket_mb=MB`, `exchange=KIND` (gradient_exchange.h), `sync_bn`,
 // `overlap=0|1`. pp: `pp=K`, `dp=D`, `micro=M`, `schedule=gpipe|1f1b|interleaved`,
-// `virtual=V`, `cuts=A:B:...` (layer indices), `balance=params|time`, `recompute`, and the
-// dp keys for the replicas. ps: `ps=S`, `mode=sync|async|ssp:K`, `bucket_mb=MB`. zero:
+// `virtual=V`, `cuts=A:B:...` (layer indices), `balance=params|time`, `recompute`, `zero=1`
+// (a sharded optimizer over each stage's replicas), and the dp keys for the replicas.
+// ps: `ps=S`, `mode=sync|async|ssp:K`, `bucket_mb=MB`. zero:
 // `zero=STAGE` (1, 2 or 3), `dp=N`, `bucket_mb=MB` (stages 1 and 2), `gather_mb=MB` (stage 3's
-// gather units; 0: a layer each), `overlap=0|1`.
+// gather units; 0: a layer each), `overlap=0|1`, `hybrid` or `shard=N`.
 // Later capabilities take keys of their kind (`exchange=` for compression) or a kind of
 // their own, registered below.
 #pragma once

@@ -25,6 +25,16 @@
 // statistics are updated once per micro-batch; SyncBatchNorm (options.data_parallel)
 // normalizes a micro-batch over the D replicas of its stage.
 //
+// Sharded optimizer (shard_optimizer): each stage's D replicas shard its optimizer state,
+// as ShardedDataParallelStrategy's stage 1 shards a replica's (sharded_strategy.h): the
+// stage's gradient buckets are reduce-scattered instead of all-reduced, replica d updates
+// chunk d of every bucket (the optimizer given to train_step is rebound to those slices at
+// the first step and lends them its learning rate), and the updated chunks are
+// all-gathered into every replica's parameters. With Adam a rank holds 8 bytes of state per
+// parameter of its stage divided by D. Checkpoints: replica 0 writes the stage's model,
+// every rank its chunks' optimizer state as element ranges of whole parameters, which load
+// into another number of replicas, another cut, or an unsharded optimizer.
+//
 // Clipping uses the global norm over every stage; with a loss scaler an inf or NaN on any
 // stage skips the step on all of them. The learning rate is the Trainer's per global
 // update, the same on every stage.
@@ -43,7 +53,9 @@
 
 namespace dtrain::dist {
 
+class OptimizerShards;
 class PipelineExecutor;
+class ReduceScatterExchange;
 
 struct PipelineOptions {
   int stages = 2;         // K; the world's size must be a multiple of it
@@ -64,6 +76,10 @@ struct PipelineOptions {
   // micro-batch, as under PyTorch's activation checkpointing.
   bool recompute = false;
   DataParallelStrategyOptions data_parallel = {};  // among the replicas of each stage
+  // ZeRO stage 1 over each stage's replicas (Megatron's "distributed optimizer"; the spec's
+  // `zero=1`): see "Sharded optimizer" above. Needs at least two replicas, and the default
+  // gradient exchange (its reduce-scatter replaces the all-reduce).
+  bool shard_optimizer = false;
 };
 
 class PipelineStrategy final : public Strategy {
@@ -112,6 +128,12 @@ class PipelineStrategy final : public Strategy {
   int stage() const { return stage_; }
   int replica() const { return replica_; }
   int replicas() const { return replicas_; }
+  // Sharded optimizer: the elements of the stage this rank updates and holds optimizer
+  // state for (0 without one).
+  std::int64_t shard_elements() const;
+  // The optimizer over this rank's slices (null without a sharded optimizer, or before the
+  // first step).
+  const optim::Optimizer* shard_optimizer() const;
   // Where every chunk begins (K x V - 1 layer indices), after prepare().
   const std::vector<int>& cuts() const { return cuts_; }
   // This rank's last train_step, in seconds (host clock: on a GPU, the time to queue the
@@ -123,8 +145,12 @@ class PipelineStrategy final : public Strategy {
   Timing last_timing() const { return timing_; }
 
  protected:
-  // The pipeline's stages (a stage's replicas hold the same averaged gradients).
-  CommunicatorPtr model_parts() const override { return pipe_; }
+  // The pipeline's stages (a stage's replicas hold the same averaged gradients), or every
+  // rank when the replicas shard the optimizer (each holds a slice of its stage's).
+  CommunicatorPtr model_parts() const override { return shards_ ? world_ : pipe_; }
+  optim::Optimizer& stepped_optimizer(optim::Optimizer& given) override;
+  // The optimizer's step, then (sharded optimizer) the all-gather of the updated chunks.
+  void apply_update(optim::Optimizer& optimizer, const StepConfig& config, bool nonfinite) override;
 
  private:
   // The micro-batches of one step or evaluation: each batch split into M parts.
@@ -146,6 +172,11 @@ class PipelineStrategy final : public Strategy {
   std::vector<int> cuts_;
   std::unique_ptr<DataParallel> ddp_;  // with data-parallel replicas
   std::unique_ptr<PipelineExecutor> executor_;
+  // Sharded optimizer: the stage's buckets of parameters, flat (their chunks all-gathered
+  // after each step), and this rank's slices of them with their optimizer.
+  ReduceScatterExchange* exchange_ = nullptr;  // owned by ddp_'s reducer
+  std::vector<Tensor> flat_;
+  std::unique_ptr<OptimizerShards> shards_;
   Timing timing_;
 };
 

@@ -65,6 +65,7 @@
 namespace dtrain::dist {
 
 class LayerGatherer;
+class OptimizerShards;
 class ReduceScatterExchange;
 
 struct ShardedDataParallelOptions {
@@ -107,7 +108,7 @@ class ShardedDataParallelStrategy final : public Strategy {
   // Elements of the flat parameter vector this rank updates (and holds optimizer state for).
   std::int64_t shard_elements() const;
   // The optimizer over this rank's slices (null before the first step).
-  const optim::Optimizer* shard_optimizer() const { return shard_optimizer_.get(); }
+  const optim::Optimizer* shard_optimizer() const;
   // Stage 3: every parameter whole (all-gathered) while the returned guard lives, to read
   // the model outside a training step (FSDP's summon_full_params); a collective, and so is
   // the guard's end. Writes to the parameters meanwhile are lost, and the model must not
@@ -137,9 +138,7 @@ class ShardedDataParallelStrategy final : public Strategy {
   void apply_update(optim::Optimizer& optimizer, const StepConfig& config, bool nonfinite) override;
 
  private:
-  struct Slice;  // one segment of this rank's chunk: its parameter, range and variable
   DataParallel& data_parallel() const;
-  void gather_parameters();
 
   CommunicatorPtr comm_;          // every rank
   CommunicatorPtr shard_comm_;    // the ranks that share the model out (all of comm_ unless hybrid)
@@ -148,9 +147,8 @@ class ShardedDataParallelStrategy final : public Strategy {
   std::unique_ptr<DataParallel> ddp_;
   ReduceScatterExchange* exchange_ = nullptr;  // owned by ddp_'s reducer
   std::vector<Tensor> flat_;                   // per bucket: the parameters, padded (stages 1 and 2)
-  std::vector<Slice> slices_;
-  std::unique_ptr<optim::Optimizer> shard_optimizer_;
-  std::unique_ptr<LayerGatherer> gatherer_;  // stage 3 (declared after ddp_: it goes first)
+  std::unique_ptr<OptimizerShards> shards_;    // this rank's slices and their optimizer
+  std::unique_ptr<LayerGatherer> gatherer_;    // stage 3 (declared after ddp_: it goes first)
 };
 
 // The factory for the spec key `zero` (strategy_factory.cpp's table).
