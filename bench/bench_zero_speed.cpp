@@ -8,13 +8,14 @@
 // (bench/peers/pytorch_zero.py: DDP, ZeroRedundancyOptimizer, FSDP2) prints too.
 //
 //   mpirun -np 2 bench_zero_speed --model cnn --batch 64 --threads 1 [--specs dp,zero=1,zero=2,zero=3] [--json]
-//   mpirun -np 2 bench_zero_speed --model mlp_50m --batch 256 --threads 1
+//   mpirun -np 2 bench_zero_speed --model mlp_50m --batch 256 --threads 1 [--phases]
 //
 // An update is Strategy::train_step: forward, loss, backward with the gradient exchange
 // overlapped, the optimizer's step (on the shards), and at stages 1 and 2 the parameters'
 // all-gather; at stage 3 the next forward gathers them layer by layer.
 #include "dtrain/core/environment.h"
 #include "dtrain/core/parallel.h"
+#include "dtrain/core/trace.h"
 #include "dtrain/dist/core/strategy_factory.h"
 #include "dtrain/optim/adam.h"
 
@@ -39,6 +40,7 @@ struct Config {
   int warmup = 3;
   int threads = 0;  // 0: dtrain's default (cores / local ranks)
   bool json = false;
+  bool phases = false;  // rank 0 prints each case's mean time per phase of an update
 };
 
 struct Case {
@@ -46,6 +48,7 @@ struct Case {
   std::shared_ptr<dist::Strategy> strategy;
   std::unique_ptr<optim::Adam> adam;
   std::vector<double> seconds;
+  trace::PhaseTotals phases;  // rank 0's training thread, summed over the measured updates
 };
 
 int run(const Config& c, const dist::CommunicatorPtr& comm) {
@@ -72,7 +75,12 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
     for (Case& k : cases) step(k);
   }
   for (int i = 0; i < c.steps; ++i) {
-    for (Case& k : cases) k.seconds.push_back(step(k));
+    for (Case& k : cases) {
+      const trace::PhaseTotals before = trace::thread_totals();
+      k.seconds.push_back(step(k));
+      const trace::PhaseTotals spent = trace::thread_totals() - before;
+      for (std::size_t p = 0; p < trace::kPhases; ++p) k.phases.seconds[p] += spent.seconds[p];
+    }
   }
   // Each update's time is the slowest rank's.
   const auto n = static_cast<std::int64_t>(c.steps);
@@ -126,6 +134,17 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
                  rate, rate / first);
     }
   }
+  if (c.phases && !c.json) {
+    fmt::print("rank 0, mean ms per update:\n{:<10}", "spec");
+    for (std::size_t p = 0; p < trace::kPhases; ++p)
+      fmt::print("{:>15}", trace::phase_name(static_cast<trace::Phase>(p)));
+    fmt::print("\n");
+    for (const Case& k : cases) {
+      fmt::print("{:<10}", k.spec);
+      for (double seconds : k.phases.seconds) fmt::print("{:>15.1f}", seconds * 1e3 / c.steps);
+      fmt::print("\n");
+    }
+  }
   return 0;
 }
 
@@ -151,6 +170,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--threads", config.threads, "intra-op threads per rank (default: cores / local ranks)")
       ->check(CLI::Range(1, 1024));
+  app.add_flag("--phases", config.phases, "also print rank 0's mean time per phase (forward, backward, ...)");
   app.add_flag("--json", config.json, "print JSON lines (the machine, then one per spec) instead of a table");
   CLI11_PARSE(app, argc, argv);
   return dist::run_program("bench_zero_speed", [&](const dist::CommunicatorPtr& comm) { return run(config, comm); });
