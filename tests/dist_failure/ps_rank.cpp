@@ -2,11 +2,12 @@
 //   ps_rank server   the server (rank 2) exits while the workers push: a worker's push or
 //                    pull waits for it, and that worker's watchdog (DTRAIN_TIMEOUT) names
 //                    the message and rank 2 and aborts the job;
-//   ps_rank worker   worker 1 exits after 5 steps: worker 0 trains on (2000 steps of at
-//                    least 2 ms, long past the server's 1 s stall report, which the server
-//                    makes when a push arrives) and then waits for worker 1 at the barrier
-//                    before the final pull, where its watchdog ends the job. (Surviving a
-//                    lost worker is the fault-tolerance issue's.)
+//   ps_rank worker   worker 1 exits after 5 steps: worker 0 trains on for 3 s (steps of at
+//                    least 2 ms; long past the server's 1 s stall report, which the server
+//                    makes when a push arrives; a time, not a step count, so that a slow
+//                    build, ASan's, does not stretch it) and then waits for worker 1 at the
+//                    barrier before the final pull, where its watchdog ends the job.
+//                    (Surviving a lost worker is the fault-tolerance issue's.)
 // Run by ctest (dist.ps_dead_server, dist.ps_dead_worker) under an mpirun that does not
 // kill the survivors when a rank exits non-zero.
 #include "dtrain/dist/ps/parameter_server.h"
@@ -40,8 +41,10 @@ int main(int argc, char** argv) {
   const Tensor x = Tensor::ones({8, 16});
   const Tensor y = Tensor::zeros({8}, {DType::i64});
   ps.join();
+  const auto start = std::chrono::steady_clock::now();
   for (std::int64_t step = 0; step < 2000; ++step) {
     if (!server_dies && ps.worker_index() == 1 && step == 5) std::_Exit(3);
+    if (!server_dies && std::chrono::steady_clock::now() - start > std::chrono::seconds(3)) break;
     sgd.zero_grad();
     ps.begin_push(0.01);
     cross_entropy((*model)(Variable(x)), y).backward();
