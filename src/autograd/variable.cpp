@@ -187,7 +187,8 @@ struct BackwardPass {
         if (side) weight_side.insert(impl.get());
       }
     }
-    const auto on_weight_side = [&](const Impl* in) { return weight_side.count(in) > 0; };
+    // A plain backward() has no weight side: no lookups on its path.
+    const auto on_weight_side = [&](const Impl* in) { return !weight_side.empty() && weight_side.count(in) > 0; };
 
     std::unordered_map<Impl*, Tensor> grads;  // gradients of non-leaf nodes
     auto fire_if_ready = [&](Variable& leaf) {

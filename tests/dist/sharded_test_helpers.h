@@ -37,9 +37,10 @@ inline double relative_diff(const std::vector<Tensor>& a, const std::vector<Tens
 }
 
 // Shard `shard` of `shards`' micro-batches of update `step` (`rows` each, `accumulate` of
-// them): rows of one global batch of 5 normal features and 3 classes, the same on every rank.
+// them): rows of one global batch of 5 normal features and 3 classes, the same on every rank,
+// on `device`.
 inline std::vector<dist::MicroBatch> three_class_batches(int step, int accumulate, int shard, int shards,
-                                                         std::int64_t rows) {
+                                                         std::int64_t rows, Device device = Device::cpu()) {
   Generator gen(100 + static_cast<std::uint64_t>(step));
   const std::int64_t total = rows * shards * accumulate;
   Tensor x = Tensor::empty({total, 5});
@@ -50,7 +51,7 @@ inline std::vector<dist::MicroBatch> three_class_batches(int step, int accumulat
   std::vector<dist::MicroBatch> out;
   for (int a = 0; a < accumulate; ++a) {
     const std::int64_t begin = (static_cast<std::int64_t>(a) * shards + shard) * rows;
-    out.push_back({x.narrow(0, begin, rows).contiguous(), y.narrow(0, begin, rows).contiguous()});
+    out.push_back({x.narrow(0, begin, rows).to(device).contiguous(), y.narrow(0, begin, rows).to(device).contiguous()});
   }
   return out;
 }

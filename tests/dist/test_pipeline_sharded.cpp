@@ -74,10 +74,9 @@ Trained train_steps(const dist::CommunicatorPtr& world, int stages, bool sharded
   const dist::StepConfig config{.loss = [](const Variable& out, const Tensor& y) { return cross_entropy(out, y); },
                                 .clip_grad_norm = s.clip};
   for (int step = 0; step < 5; ++step) {
-    std::vector<dist::MicroBatch> micro =
-        test::three_class_batches(step, s.accumulate, strategy->replica(), strategy->replicas(), 8);
-    for (dist::MicroBatch& m : micro) m = {m.inputs.to(device), m.targets.to(device)};
-    strategy->train_step(micro, *optimizer, config);
+    strategy->train_step(
+        test::three_class_batches(step, s.accumulate, strategy->replica(), strategy->replicas(), 8, device), *optimizer,
+        config);
   }
   std::vector<Tensor> params;
   for (const Tensor& t : snapshot(*stage)) params.push_back(t.to(Device::cpu()));

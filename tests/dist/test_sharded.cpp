@@ -237,10 +237,8 @@ TEST_CASE("Sharded data parallel on CUDA over NCCL (stages 1-3) equals plain dat
     const dist::StepConfig config{.loss = [](const Variable& out, const Tensor& y) { return cross_entropy(out, y); },
                                   .clip_grad_norm = s.clip};
     for (int step = 0; step < 5; ++step) {
-      std::vector<dist::MicroBatch> micro =
-          test::three_class_batches(step, s.accumulate, comm->rank(), comm->size(), 4);
-      for (dist::MicroBatch& m : micro) m = {m.inputs.to(gpu), m.targets.to(gpu)};
-      sharded->train_step(micro, *optimizer, config);
+      sharded->train_step(test::three_class_batches(step, s.accumulate, comm->rank(), comm->size(), 4, gpu), *optimizer,
+                          config);
     }
     std::vector<Tensor> params;
     for (const Tensor& t : whole_snapshot(*sharded)) params.push_back(t.to(Device::cpu()));

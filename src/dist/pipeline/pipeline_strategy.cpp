@@ -267,13 +267,7 @@ std::shared_ptr<nn::Module> PipelineStrategy::build_stage(std::map<int, nn::Modu
       convert_sync_batch_norm(*stage, replicas);
     }
     DataParallelOptions o = options_.data_parallel.data_parallel;
-    if (options_.shard_optimizer) {
-      o.exchange_factory = [this](const CommunicatorPtr& over) {
-        auto exchange = std::make_unique<ReduceScatterExchange>(over, device_);
-        exchange_ = exchange.get();
-        return exchange;
-      };
-    }
+    if (options_.shard_optimizer) o.exchange_factory = reduce_scatter_factory(device_, &exchange_);
     ddp_ = std::make_unique<DataParallel>(stage, replicas, o);
     if (options_.shard_optimizer) {
       check_every_rank_owns_elements(*exchange_, replicas_);
@@ -420,12 +414,7 @@ CheckpointPlan PipelineStrategy::checkpoint_plan() const {
     // Replica 0 writes the stage's model; every replica its chunks' optimizer state.
     if (replica_ != 0) plan.part = fmt::format("stage{}-shard{}", stage_, replica_);
     plan.saves_model = replica_ == 0;
-    plan.optimizer_share = [this](const optim::Optimizer& given) { return shards_->save_state(given); };
-    // The hook runs later, from the Checkpointer's restore, on this same (non-const) strategy.
-    plan.load_optimizer_share = [self = const_cast<PipelineStrategy*>(this)](optim::Optimizer& given,
-                                                                             const optim::NamedTensors& whole) {
-      self->shards_->load_state(given, whole);
-    };
+    shards_->share_through(plan);
   }
   return plan;
 }

@@ -7,6 +7,14 @@
 
 namespace dtrain::dist {
 
+GradientExchangeFactory reduce_scatter_factory(Device device, ReduceScatterExchange** made, CommunicatorPtr across) {
+  return [device, made, across = std::move(across)](const CommunicatorPtr& replicas) {
+    auto exchange = std::make_unique<ReduceScatterExchange>(replicas, device, across);
+    *made = exchange.get();
+    return exchange;
+  };
+}
+
 std::vector<Tensor> flatten_buckets(nn::Module& module, const ReduceScatterExchange& exchange, Device device) {
   std::map<std::string, Variable> params;
   for (auto& [name, p] : module.named_parameters()) params.emplace(name, p);
@@ -108,6 +116,13 @@ optim::Optimizer& OptimizerShards::optimizer(const optim::Optimizer& given) {
   }
   optimizer_->set_lr(given.lr());
   return *optimizer_;
+}
+
+void OptimizerShards::share_through(CheckpointPlan& plan) {
+  plan.optimizer_share = [this](const optim::Optimizer& given) { return save_state(given); };
+  plan.load_optimizer_share = [this](optim::Optimizer& given, const optim::NamedTensors& whole) {
+    load_state(given, whole);
+  };
 }
 
 optim::NamedTensors OptimizerShards::save_state(const optim::Optimizer& given) const {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "dist/sharded/reduce_scatter_exchange.h"
+#include "dtrain/dist/core/strategy.h"
 #include "dtrain/layers/module.h"
 #include "dtrain/optim/optimizer.h"
 
@@ -18,6 +19,12 @@
 #include <vector>
 
 namespace dtrain::dist {
+
+// A DataParallelOptions::exchange_factory making the ReduceScatterExchange (over the
+// replicas DataParallel hands it, averaged `across` as that constructor says), and
+// pointing *made at it (owned by the reducer).
+GradientExchangeFactory reduce_scatter_factory(Device device, ReduceScatterExchange** made,
+                                               CommunicatorPtr across = nullptr);
 
 // Moves each of the exchange's buckets of `module`'s parameters into one flat buffer on
 // `device`, padded to a multiple of the ranks (the parameters become views of it), so that
@@ -47,6 +54,9 @@ class OptimizerShards {
   optim::Optimizer& optimizer(const optim::Optimizer& given);
   const optim::Optimizer* optimizer() const { return optimizer_.get(); }
 
+  // Sets the plan's optimizer_share and load_optimizer_share to save_state and load_state
+  // (the hooks hold this object: it must outlive the plan's use).
+  void share_through(CheckpointPlan& plan);
   // CheckpointPlan::optimizer_share: this rank's state, "<parameter>[begin:end]/<buffer>",
   // "<parameter>/updates", "lr" and "steps" (only the counters before the first step).
   optim::NamedTensors save_state(const optim::Optimizer& given) const;

@@ -61,11 +61,7 @@ std::shared_ptr<nn::Module> ShardedDataParallelStrategy::prepare(std::shared_ptr
   // The chunks' mean across the shard groups travels through NCCL too for a CUDA model.
   CommunicatorPtr across = replica_comm_;
   if (across && !device_.is_cpu() && across->backend() != "nccl") across = nccl_communicator(across, device_);
-  o.exchange_factory = [this, across](const CommunicatorPtr& replicas) {
-    auto exchange = std::make_unique<ReduceScatterExchange>(replicas, device_, across);
-    exchange_ = exchange.get();
-    return exchange;
-  };
+  o.exchange_factory = reduce_scatter_factory(device_, &exchange_, across);
   ddp_ = std::make_unique<DataParallel>(model, shard_comm_, o);
   if (across) {
     // DataParallel made each group equal to its first rank; this makes the groups equal.
@@ -173,11 +169,7 @@ CheckpointPlan ShardedDataParallelStrategy::checkpoint_plan() const {
     };
   }
   // Each rank's chunks of the optimizer state, as element ranges of whole parameters.
-  plan.optimizer_share = [this](const optim::Optimizer& given) { return shards_->save_state(given); };
-  plan.load_optimizer_share = [self = const_cast<ShardedDataParallelStrategy*>(this)](
-                                  optim::Optimizer& given, const optim::NamedTensors& whole) {
-    self->shards_->load_state(given, whole);
-  };
+  shards_->share_through(plan);
   return plan;
 }
 
