@@ -12,6 +12,22 @@ namespace {
 Tensor for_product(const Tensor& t, std::optional<DType> low) {
   return low && t.dtype() == DType::f32 ? t.to(*low) : t;
 }
+
+// Adds op(a) @ op(b) into a weight's gradient: into the gradient itself where it already
+// holds one of the product's dtype (the GEMM adds with beta 1, no product-sized
+// temporary; 16-bit operands under autocast give an f32 product), else as its first.
+void add_product_grad(Variable& weight, const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
+  if (weight.is_leaf() && weight.has_grad() && a.dim() == 2 && b.dim() == 2) {
+    Tensor grad = weight.grad();
+    const DType product = is_half(a.dtype()) ? DType::f32 : a.dtype();
+    if (grad.is_contiguous() && grad.dtype() == product && is_floating(product)) {
+      matmul_add_(grad, a, b, transpose_a, transpose_b);
+      return;
+    }
+  }
+  weight.add_grad(matmul(a, b, transpose_a, transpose_b));
+}
+
 }  // namespace
 
 Variable matmul(const Variable& a, const Variable& b) {
@@ -28,9 +44,9 @@ Variable matmul(const Variable& a, const Variable& b) {
         // B was shared by every batch entry: dB = sum_b A_b^T g_b, one GEMM over (B*m).
         Tensor a2 = A.reshape({-1, A.size(-1)});
         Tensor g2 = g.reshape({-1, g.size(-1)});
-        in[1].add_grad(matmul(a2, g2, true, false));
+        add_product_grad(in[1], a2, g2, true, false);
       } else {
-        in[1].add_grad(matmul(A, g, true, false));  // dB = A^T g
+        add_product_grad(in[1], A, g, true, false);  // dB = A^T g
       }
     }
   });
@@ -57,7 +73,7 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias)
     Tensor g2 = g.reshape({-1, g.size(-1)});
     Tensor g2p = for_product(g2, low);
     if (in[0].requires_grad()) in[0].add_grad(matmul(g2p, w).reshape(in[0].shape()));
-    if (in[1].requires_grad()) in[1].add_grad(matmul(g2p, x2, true, false));
+    if (in[1].requires_grad()) add_product_grad(in[1], g2p, x2, true, false);
     if (in.size() > 2 && in[2].requires_grad()) in[2].add_grad(sum(g2, {0}));
   });
 }
@@ -158,15 +174,15 @@ Variable batch_norm_train_impl(const Variable& x, const Variable& gamma, const V
   if (beta.defined()) inputs.push_back(beta);
   const int gamma_at = gamma.defined() ? 1 : 0, beta_at = beta.defined() ? gamma_at + 1 : 0;  // 0: absent
   const Tensor relu_y = relu ? r.y : Tensor();
-  return Variable(r.y, inputs,
-                  [mean = r.mean, var = r.var, relu_y, eps, gamma_at, beta_at](std::vector<Variable>& in,
-                                                                               const Tensor& g) {
-                    const Tensor gamma_t = gamma_at ? in[gamma_at].data() : Tensor();
-                    BatchNormGrads d = batch_norm_backward(g, in[0].data(), mean, var, gamma_t, eps, relu_y);
-                    if (in[0].requires_grad()) in[0].add_grad(d.x);
-                    if (gamma_at && in[gamma_at].requires_grad()) in[gamma_at].add_grad(d.gamma);
-                    if (beta_at && in[beta_at].requires_grad()) in[beta_at].add_grad(d.beta);
-                  });
+  return Variable(
+      r.y, inputs,
+      [mean = r.mean, var = r.var, relu_y, eps, gamma_at, beta_at](std::vector<Variable>& in, const Tensor& g) {
+        const Tensor gamma_t = gamma_at ? in[gamma_at].data() : Tensor();
+        BatchNormGrads d = batch_norm_backward(g, in[0].data(), mean, var, gamma_t, eps, relu_y);
+        if (in[0].requires_grad()) in[0].add_grad(d.x);
+        if (gamma_at && in[gamma_at].requires_grad()) in[gamma_at].add_grad(d.gamma);
+        if (beta_at && in[beta_at].requires_grad()) in[beta_at].add_grad(d.beta);
+      });
 }
 }  // namespace
 
@@ -189,8 +205,7 @@ Variable batch_norm_eval(const Variable& x, const Variable& gamma, const Variabl
   return affine(xhat, gamma, beta, cs);
 }
 
-Variable layer_norm(const Variable& x, int normalized_dims, const Variable& gamma, const Variable& beta,
-                    double eps) {
+Variable layer_norm(const Variable& x, int normalized_dims, const Variable& gamma, const Variable& beta, double eps) {
   DTRAIN_CHECK(normalized_dims >= 1 && normalized_dims <= x.dim(),
                "layer_norm: cannot normalize the last {} dims of input {}", normalized_dims, shape_str(x.shape()));
   Shape trailing(x.shape().end() - normalized_dims, x.shape().end());

@@ -22,6 +22,12 @@ void Backend::sgd_momentum_step(Tensor& param, Tensor& buf, const Tensor& grad, 
   }
 }
 
+void Backend::matmul_add(const Tensor& a, const Tensor& b, Tensor& out) {
+  Tensor product = Tensor::empty(out.shape(), out.options());
+  matmul(a, b, product);
+  update(UpdateOp::AddScaled, out, product, Tensor(), 1);
+}
+
 Backend& backend(Device device) {
   if (device.is_cpu()) return cpu_backend();
   return cuda_backend(device.index);

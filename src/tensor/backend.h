@@ -85,6 +85,9 @@ class Backend {
   // ---- linear algebra --------------------------------------------------------------
   // a (B,m,k), b (B,k,n), any strides (b may have batch stride 0); out (B,m,n) contiguous.
   virtual void matmul(const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  // out += a @ b with the same shapes (matmul_add_ in ops.h). The default multiplies into a
+  // temporary and adds it.
+  virtual void matmul_add(const Tensor& a, const Tensor& b, Tensor& out);
 
   // ---- convolution and pooling -------------------------------------------------------
   virtual void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,

@@ -8,6 +8,25 @@
 
 namespace dtrain {
 
+void matmul_add_(Tensor& out, const Tensor& a_in, const Tensor& b_in, bool transpose_a, bool transpose_b) {
+  check_defined(out, "matmul_add_");
+  DTRAIN_CHECK(a_in.dim() == 2 && b_in.dim() == 2, "matmul_add_: expected 2-D operands, got {} and {}",
+               shape_str(a_in.shape()), shape_str(b_in.shape()));
+  // matmul's own checks of the operands, on an empty product: no work.
+  const Tensor probe = matmul(a_in.narrow(transpose_a ? 1 : 0, 0, 0), b_in, transpose_a, transpose_b);
+  const Tensor a = transpose_a ? a_in.transpose(0, 1) : a_in;
+  const Tensor b = transpose_b ? b_in.transpose(0, 1) : b_in;
+  const Shape shape{a.size(0), b.size(1)};
+  DTRAIN_CHECK(
+      out.shape() == shape && out.dtype() == probe.dtype() && out.device() == a.device() && out.is_contiguous(),
+      "matmul_add_: out must be a contiguous {} {} on {} (got a {} {} on {}{})", dtype_name(probe.dtype()),
+      shape_str(shape), a.device().str(), dtype_name(out.dtype()), shape_str(out.shape()), out.device().str(),
+      out.is_contiguous() ? "" : ", not contiguous");
+  DTRAIN_CHECK(!out.same_storage(a_in) && !out.same_storage(b_in), "matmul_add_: out shares storage with an operand");
+  Tensor out3 = out.view({1, shape[0], shape[1]});
+  detail::backend(a.device()).matmul_add(a.unsqueeze(0), b.unsqueeze(0), out3);
+}
+
 Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool transpose_a, bool transpose_b) {
   check_defined(a_in, "matmul");
   check_defined(b_in, "matmul");

@@ -140,4 +140,36 @@ TEST_CASE("matmul shape and dtype errors name both operands", "[cpu][tensor]") {
   REQUIRE_NOTHROW(matmul(a, Tensor::zeros({5, 3}), false, true));
 }
 
+TEST_CASE("matmul_add_ adds the product into out, with transposes, in f32 and f64", "[cpu][tensor]") {
+  for (DType dtype : {DType::f32, DType::f64}) {
+    INFO(dtype_name(dtype));
+    const double tol = dtype == DType::f32 ? 1e-5 : 1e-12;
+    Tensor a = test::random_tensor({9, 13}, 30, dtype), b = test::random_tensor({7, 13}, 31, dtype);
+    Tensor out = test::random_tensor({9, 7}, 32, dtype);
+    const Tensor before = out.clone();
+    const void* storage = out.raw_data();
+    matmul_add_(out, a, b, false, true);
+    CHECK(out.raw_data() == storage);  // in place
+    test::require_close(out, add(before, naive_mm(a, b.transpose(0, 1)).to(dtype)), tol, tol);
+    // Transposed left operand (a weight gradient: g^T x), and rows split across threads.
+    Tensor g = test::random_tensor({300, 40}, 33, dtype), x = test::random_tensor({300, 50}, 34, dtype);
+    Tensor w = test::random_tensor({40, 50}, 35, dtype);
+    const Tensor w0 = w.clone();
+    matmul_add_(w, g, x, true, false);
+    test::require_close(w, add(w0, naive_mm(g.transpose(0, 1), x).to(dtype)), 1e-4, 1e-4);
+  }
+}
+
+TEST_CASE("matmul_add_ refuses an out of the wrong shape, dtype or layout, or one it reads", "[cpu][tensor]") {
+  Tensor a = Tensor::ones({2, 3}), b = Tensor::ones({3, 4});
+  Tensor wrong_shape = Tensor::zeros({4, 2});
+  REQUIRE_THROWS_WITH(matmul_add_(wrong_shape, a, b), Catch::Contains("[2, 4]") && Catch::Contains("[4, 2]"));
+  Tensor wrong_dtype = Tensor::zeros({2, 4}, {DType::f64});
+  REQUIRE_THROWS_WITH(matmul_add_(wrong_dtype, a, b), Catch::Contains("f32") && Catch::Contains("f64"));
+  Tensor strided = Tensor::zeros({4, 2}).transpose(0, 1);
+  REQUIRE_THROWS_WITH(matmul_add_(strided, a, b), Catch::Contains("not contiguous"));
+  Tensor square = Tensor::ones({3, 3});
+  REQUIRE_THROWS_WITH(matmul_add_(square, square, square), Catch::Contains("shares storage"));
+}
+
 }  // namespace dtrain

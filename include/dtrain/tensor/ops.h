@@ -122,6 +122,11 @@ Tensor sum_to(const Tensor& x, const Shape& shape);
 // transposes are applied first, as views, without copies. f16 or bf16 operands (both the
 // same) give an f32 result, summed in f32: the mixed-precision GEMM (tensor cores on CUDA).
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+// out += a @ b for 2-D operands (transposes as in matmul), out contiguous of the product's
+// shape and dtype: the GEMM adds into out itself (beta = 1) where the backend can, with no
+// product-sized temporary (autograd accumulates weight gradients this way). The sum may
+// round differently from out + matmul(a, b) where the GEMM adds partial sums into out.
+void matmul_add_(Tensor& out, const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 
 // ============================================================================
 // Convolution and pooling (NCHW)

@@ -29,6 +29,7 @@ class CpuBackend final : public Backend {
   void argmax(const Tensor& x, std::int64_t dim, Tensor& out) override;
 
   void matmul(const Tensor& a, const Tensor& b, Tensor& out) override;
+  void matmul_add(const Tensor& a, const Tensor& b, Tensor& out) override;  // f32 and f64 in the GEMM
 
   void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, Tensor& out) override;
   void conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p, Tensor& grad_x) override;

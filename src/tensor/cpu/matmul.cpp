@@ -58,10 +58,11 @@ using OutMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen
 template <class T>
 using ProductOf = std::conditional_t<std::is_same_v<T, BFloat16>, float, T>;
 
-// out[batch] rows [r0, r1) = a[batch] rows [r0, r1) @ b[batch], for every batch in turn.
+// out[batch] rows [r0, r1) = a[batch] rows [r0, r1) @ b[batch], for every batch in turn;
+// `accumulate`: += instead (f32 and f64 only).
 template <class T, int OrderA, int OrderB>
 void batched_gemm(const Operand<T>& a, const Operand<T>& b, ProductOf<T>* out, std::int64_t batch, std::int64_t m,
-                  std::int64_t k, std::int64_t n) {
+                  std::int64_t k, std::int64_t n, bool accumulate) {
   auto product = [&](std::int64_t i, std::int64_t r0, std::int64_t r1) {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) {
       // Rows r0.. of op(A) start r0 rows into a row-major A, r0 columns into a stored A^T.
@@ -70,7 +71,8 @@ void batched_gemm(const Operand<T>& a, const Operand<T>& b, ProductOf<T>* out, s
       const T* b_data = b.data + i * b.batch_stride;
       ProductOf<T>* c_rows = out + i * m * n + r0 * n;
       if constexpr (std::is_same_v<T, float>)
-        onednn::sgemm(trans_a, trans_b, r1 - r0, n, k, a_rows, a.outer_stride, b_data, b.outer_stride, c_rows, n);
+        onednn::sgemm(trans_a, trans_b, r1 - r0, n, k, a_rows, a.outer_stride, b_data, b.outer_stride, c_rows, n,
+                      accumulate ? 1.0f : 0.0f);
       else
         onednn::gemm_bf16(trans_a, trans_b, r1 - r0, n, k, a_rows, a.outer_stride, b_data, b.outer_stride, c_rows, n);
     } else {
@@ -78,7 +80,8 @@ void batched_gemm(const Operand<T>& a, const Operand<T>& b, ProductOf<T>* out, s
       ConstMap<T, OrderA> A(a.data + i * a.batch_stride, m, k, Eigen::OuterStride<>(a.outer_stride));
       ConstMap<T, OrderB> B(b.data + i * b.batch_stride, k, n, Eigen::OuterStride<>(b.outer_stride));
       OutMap<T> C(out + i * m * n, m, n);
-      C.middleRows(r0, r1 - r0).noalias() = A.middleRows(r0, r1 - r0) * B;
+      if (accumulate) C.middleRows(r0, r1 - r0).noalias() += A.middleRows(r0, r1 - r0) * B;
+      else C.middleRows(r0, r1 - r0).noalias() = A.middleRows(r0, r1 - r0) * B;
     }
   };
   const std::int64_t work = m * n * std::max<std::int64_t>(k, 1);
@@ -96,15 +99,17 @@ void batched_gemm(const Operand<T>& a, const Operand<T>& b, ProductOf<T>* out, s
 
 }  // namespace
 
-void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out) {
-  // 16-bit operands: the f32 result of exact products summed in f32, as a tensor-core GEMM
-  // gives. bf16 on a CPU with bf16 dot products runs oneDNN's bf16 matmul; otherwise the
-  // operands are widened to f32 exactly and take the f32 GEMM (cpu_kernels.h).
-  const bool native = a_in.dtype() == DType::bf16 && cpu_native_bf16();
-  if (is_half(a_in.dtype()) && !native) return matmul(widened(a_in), widened(b_in), out);
+namespace {
+
+// out (=, or += with `accumulate`) a @ b, the operands as CpuBackend::matmul takes them.
+void gemm_into(const Tensor& a_in, const Tensor& b_in, Tensor& out, bool accumulate) {
   const std::int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a_in.size(2);
   if (out.numel() == 0) return;
-  if (k == 0) return fill(out, 0);  // an empty sum; BLAS may leave out untouched
+  if (k == 0) {  // an empty sum; BLAS may leave out untouched
+    if (!accumulate) cpu_backend().fill(out, 0);
+    return;
+  }
+  const bool native = a_in.dtype() == DType::bf16 && cpu_native_bf16();
   Tensor a = gemm_operand(a_in), b = gemm_operand(b_in);
   const bool a_rows = row_major(a), b_rows = row_major(b);
   const auto run = [&](auto tag) {
@@ -112,16 +117,33 @@ void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out) {
     Operand<T> oa = describe<T>(a, a_rows), ob = describe<T>(b, b_rows);
     ProductOf<T>* c = out.data<ProductOf<T>>();
     if (a_rows && b_rows)
-      batched_gemm<T, Eigen::RowMajor, Eigen::RowMajor>(oa, ob, c, batch, m, k, n);
+      batched_gemm<T, Eigen::RowMajor, Eigen::RowMajor>(oa, ob, c, batch, m, k, n, accumulate);
     else if (a_rows)
-      batched_gemm<T, Eigen::RowMajor, Eigen::ColMajor>(oa, ob, c, batch, m, k, n);
+      batched_gemm<T, Eigen::RowMajor, Eigen::ColMajor>(oa, ob, c, batch, m, k, n, accumulate);
     else if (b_rows)
-      batched_gemm<T, Eigen::ColMajor, Eigen::RowMajor>(oa, ob, c, batch, m, k, n);
+      batched_gemm<T, Eigen::ColMajor, Eigen::RowMajor>(oa, ob, c, batch, m, k, n, accumulate);
     else
-      batched_gemm<T, Eigen::ColMajor, Eigen::ColMajor>(oa, ob, c, batch, m, k, n);
+      batched_gemm<T, Eigen::ColMajor, Eigen::ColMajor>(oa, ob, c, batch, m, k, n, accumulate);
   };
   if (native) return run(type_tag<BFloat16>{});
   dispatch_floating(out.dtype(), "matmul", run);
+}
+
+}  // namespace
+
+void CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out) {
+  // 16-bit operands: the f32 result of exact products summed in f32, as a tensor-core GEMM
+  // gives. bf16 on a CPU with bf16 dot products runs oneDNN's bf16 matmul; otherwise the
+  // operands are widened to f32 exactly and take the f32 GEMM (cpu_kernels.h).
+  const bool native = a_in.dtype() == DType::bf16 && cpu_native_bf16();
+  if (is_half(a_in.dtype()) && !native) return matmul(widened(a_in), widened(b_in), out);
+  gemm_into(a_in, b_in, out, /*accumulate=*/false);
+}
+
+void CpuBackend::matmul_add(const Tensor& a, const Tensor& b, Tensor& out) {
+  // oneDNN's bf16 GEMM writes with beta 0: 16-bit operands take the default's temporary.
+  if (a.dtype() != DType::f32 && a.dtype() != DType::f64) return Backend::matmul_add(a, b, out);
+  gemm_into(a, b, out, /*accumulate=*/true);
 }
 
 }  // namespace dtrain::detail

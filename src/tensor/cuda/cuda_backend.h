@@ -86,6 +86,7 @@ class CudaBackend final : public Backend {
   void argmax(const Tensor& x, std::int64_t dim, Tensor& out) override;
 
   void matmul(const Tensor& a, const Tensor& b, Tensor& out) override;
+  void matmul_add(const Tensor& a, const Tensor& b, Tensor& out) override;  // cuBLAS with beta 1
 
   void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, Tensor& out) override;
   void conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p, Tensor& grad_x) override;
@@ -120,7 +121,9 @@ class CudaBackend final : public Backend {
   // cuBLAS and cuDNN, each set up on first use (loading cuDNN costs seconds and memory
   // that a program without convolutions should not pay), bound to stream_ and with
   // workspace from cache_; never destroyed, like the backend. Callers hold a DeviceGuard.
-  cublasContext* blas();        // matmul.cpp
+  cublasContext* blas();  // matmul.cpp
+  // out = (or += with `accumulate`) a @ b: matmul and matmul_add (matmul.cpp).
+  void gemm(const Tensor& a, const Tensor& b, Tensor& out, bool accumulate);
   ConvLibrary& conv_library();  // cudnn_conv.cpp
 
   // Indexing ops check their indices on the device without waiting for it (index.cu);

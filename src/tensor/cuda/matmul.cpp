@@ -1,10 +1,9 @@
 // CUDA matmul through cuBLAS: one strided-batched GEMM per call, f32 (Sgemm), f64
-// (Dgemm), or f16/bf16 operands with an f32 result (GemmEx). cuBLAS is column-major and our tensors are row-major, so it computes
-// C^T = B^T A^T: a row-major (r, c) slice read as column-major is its own transpose, so
-// a slice with unit column stride is passed as is ('N') with its row stride as leading
-// dimension, and a transposed view (unit row stride) as 'T' with its column stride. As
-// on the CPU (cpu/matmul.cpp), operands are read in place with any batch stride, 0 for a
-// broadcast included, and copied only when neither of their last two dims is unit-stride.
+// (Dgemm), or f16/bf16 operands with an f32 result (GemmEx). cuBLAS is column-major and our tensors are row-major, so
+// it computes C^T = B^T A^T: a row-major (r, c) slice read as column-major is its own transpose, so a slice with unit
+// column stride is passed as is ('N') with its row stride as leading dimension, and a transposed view (unit row stride)
+// as 'T' with its column stride. As on the CPU (cpu/matmul.cpp), operands are read in place with any batch stride, 0
+// for a broadcast included, and copied only when neither of their last two dims is unit-stride.
 #include "dtrain/core/cuda/device_guard.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/library_check.h"
@@ -26,7 +25,7 @@ constexpr std::size_t kBlasWorkspaceBytes = std::size_t{32} << 20;
 // One operand as cuBLAS sees it (in the column-major product C^T = B^T A^T).
 struct Operand {
   cublasOperation_t op;
-  std::int64_t ld;            // leading dimension
+  std::int64_t ld;  // leading dimension
   long long batch_stride;
 };
 
@@ -68,10 +67,17 @@ cublasContext* CudaBackend::blas() {
   return blas_;
 }
 
-void CudaBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out) {
+void CudaBackend::matmul(const Tensor& a, const Tensor& b, Tensor& out) { gemm(a, b, out, /*accumulate=*/false); }
+
+void CudaBackend::matmul_add(const Tensor& a, const Tensor& b, Tensor& out) { gemm(a, b, out, /*accumulate=*/true); }
+
+void CudaBackend::gemm(const Tensor& a_in, const Tensor& b_in, Tensor& out, bool accumulate) {
   const std::int64_t batch = out.size(0), m = out.size(1), n = out.size(2), k = a_in.size(2);
   if (out.numel() == 0) return;
-  if (k == 0) return fill(out, 0);  // an empty sum; BLAS may leave out untouched
+  if (k == 0) {  // an empty sum; BLAS may leave out untouched
+    if (!accumulate) fill(out, 0);
+    return;
+  }
   cuda::DeviceGuard guard(device_);
   const Tensor a = gemm_operand(a_in), b = gemm_operand(b_in);
   const Operand oa = describe(a), ob = describe(b);
@@ -85,24 +91,24 @@ void CudaBackend::matmul(const Tensor& a_in, const Tensor& b_in, Tensor& out) {
     // Mixed precision: 16-bit operands on the tensor cores, summed and written in f32
     // (CUBLAS_COMPUTE_32F), whatever the TF32 setting.
     const cudaDataType in_type = a.dtype() == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
-    const float one = 1, zero = 0;
+    const float one = 1, beta = accumulate ? 1 : 0;
     DTRAIN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, ob.op, oa.op, cm, cn, ck, &one, b.raw_data(), in_type, lda,
-                                                   ob.batch_stride, a.raw_data(), in_type, ldb, oa.batch_stride, &zero,
+                                                   ob.batch_stride, a.raw_data(), in_type, ldb, oa.batch_stride, &beta,
                                                    out.raw_data(), CUDA_R_32F, cm, out_stride, count,
                                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return;
   }
   dispatch_floating(out.dtype(), "matmul", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T one = 1, zero = 0;
+    const T one = 1, beta = accumulate ? 1 : 0;
     if constexpr (std::is_same_v<T, float>) {
       DTRAIN_CUBLAS_CHECK(cublasSgemmStridedBatched(handle, ob.op, oa.op, cm, cn, ck, &one, b.data<T>(), lda,
-                                                    ob.batch_stride, a.data<T>(), ldb, oa.batch_stride, &zero,
+                                                    ob.batch_stride, a.data<T>(), ldb, oa.batch_stride, &beta,
                                                     out.data<T>(), cm, out_stride, count));
     } else {
       static_assert(std::is_same_v<T, double>, "matmul: no cuBLAS call for this dtype");
       DTRAIN_CUBLAS_CHECK(cublasDgemmStridedBatched(handle, ob.op, oa.op, cm, cn, ck, &one, b.data<T>(), lda,
-                                                    ob.batch_stride, a.data<T>(), ldb, oa.batch_stride, &zero,
+                                                    ob.batch_stride, a.data<T>(), ldb, oa.batch_stride, &beta,
                                                     out.data<T>(), cm, out_stride, count));
     }
   });
