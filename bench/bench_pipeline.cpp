@@ -1,14 +1,17 @@
 // bench_pipeline: what pipeline model parallelism gains and costs. A model (an MLP or the
 // LeNet-style CNN) is cut into K stages, one per rank (K = the world's size), and trains
 // on one fixed synthetic batch under each schedule (GPipe, 1F1B, interleaved 1F1B with 2
-// chunks per rank) and micro-batch count M. Per case:
+// chunks per rank, the zero-bubble ZB-H1 and ZB-V) and micro-batch count M. Per case:
 //   step time    the slowest rank's, median and spread after the warm-up;
 //                samples/s = batch / median
 //   bubble       each stage's idle share of its step, 1 - compute / step
 //                (PipelineStrategy::last_timing: waiting for messages and the optimizer
 //                step count as idle), its median over the steps; reported as the mean and
-//                the max over the stages next to the theory (K-1) / (V (M+K-1)); the JSON
-//                also has each stage's share spent waiting for messages
+//                the max over the stages next to the theory: simulated_bubble of the
+//                schedule with each stage's measured F, B and W times per pass (medians over
+//                the steps; B and W together where the schedule does not split them); the
+//                JSON also has the theory with equal pass times, each stage's pass times and
+//                its share spent waiting for messages
 //   activations  each stage's peak allocator use during a step above its use just before
 //                the step (parameters, gradients, momentum): the allocator's high-water
 //                mark (memory_stats.h), the max over the measured steps
@@ -84,6 +87,7 @@ struct Result {
   std::vector<double> wait = {};             // per stage: median share of the step spent waiting for messages
   std::vector<double> peak_activation = {};  // per stage, bytes
   std::vector<int> cuts = {};
+  std::vector<dist::PassTimes> pass_ms = {};  // per stage: median F, B, W time of one pass
 };
 
 // One step's allocator peak above what was in use just before it, in bytes. The gradients
@@ -150,11 +154,12 @@ std::optional<std::string> skip_reason(const Config& c, int K, dist::PipelineSch
   if (!c.cuts.empty() && static_cast<int>(c.cuts.size()) != K * V - 1) {
     return fmt::format("--cuts gives {} cut(s), {} stages x {} chunks need {}", c.cuts.size(), K, V, K * V - 1);
   }
-  if (schedule != dist::PipelineSchedule::Interleaved) return std::nullopt;
-  if (M % K != 0) return fmt::format("interleaved needs micro-batches a multiple of the {} stages", K);
+  if (schedule == dist::PipelineSchedule::Interleaved && M % K != 0) {
+    return fmt::format("interleaved needs micro-batches a multiple of the {} stages", K);
+  }
   if (parameter_layers < K * V) {
-    return fmt::format("interleaved: {} stages x {} chunks need at least {} layers with parameters, the model has {}",
-                       K, V, K * V, parameter_layers);
+    return fmt::format("{}: {} stages x {} chunks need at least {} layers with parameters, the model has {}",
+                       dist::schedule_name(schedule), K, V, K * V, parameter_layers);
   }
   return std::nullopt;
 }
@@ -171,7 +176,8 @@ Result run_pipeline(const Config& c, const dist::CommunicatorPtr& comm, dist::Pi
   optim::SGD sgd(stage->parameters(), optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
   Result r{.schedule = dist::schedule_name(schedule), .stages = K, .virtual_stages = V, .micro_batches = M};
   r.cuts = strategy->cuts();
-  std::vector<double> bubble, wait;
+  std::vector<double> bubble, wait, forward_ms, backward_ms, weight_ms;
+  const double passes = static_cast<double>(M) * V;
   double peak = 0;
   for (int i = 0; i < c.warmup + c.steps; ++i) {
     comm->barrier();  // every stage starts the step together
@@ -190,12 +196,18 @@ Result run_pipeline(const Config& c, const dist::CommunicatorPtr& comm, dist::Pi
     const dist::PipelineStrategy::Timing t = strategy->last_timing();
     bubble.push_back(1 - t.compute_s / t.step_s);
     wait.push_back(t.wait_s / t.step_s);
+    forward_ms.push_back(t.forward_s * 1e3 / passes);
+    backward_ms.push_back(t.backward_s * 1e3 / passes);
+    weight_ms.push_back(t.weight_s * 1e3 / passes);
     peak = std::max(peak, p);
   }
   slowest_rank(*comm, r.seconds);
   r.bubble = gather(*comm, median(bubble));
   r.wait = gather(*comm, median(wait));
   r.peak_activation = gather(*comm, peak);
+  const std::vector<double> f = gather(*comm, median(forward_ms)), b = gather(*comm, median(backward_ms)),
+                            w = gather(*comm, median(weight_ms));
+  for (std::size_t s = 0; s < f.size(); ++s) r.pass_ms.push_back({f[s], b[s], w[s]});
   return r;
 }
 
@@ -206,8 +218,7 @@ double max_of(const std::vector<double>& v) { return *std::max_element(v.begin()
 
 void print_header(const Config& c, int world) {
   if (c.json) {
-    fmt::print("{}\n",
-               nlohmann::ordered_json{{"bench", "pipeline"}, {"machine", bench::machine_description()}}.dump());
+    fmt::print("{}\n", nlohmann::ordered_json{{"bench", "pipeline"}, {"machine", bench::machine_description()}}.dump());
     return;
   }
   fmt::print("bench_pipeline: {}, batch {}, {} rank(s) x {} thread(s), {} steps after {} warm-up, cuts {}; {}\n",
@@ -215,25 +226,36 @@ void print_header(const Config& c, int world) {
              c.cuts.empty() ? "balanced by parameters" : fmt::format("[{}]", fmt::join(c.cuts, ",")),
              bench::machine_description());
   if (world == 1) fmt::print("one rank: the unpipelined step (run under mpirun -np K for the pipeline)\n");
-  fmt::print("bubble: idle share of each stage's step, mean and max over stages, theory (K-1)/(V(M+K-1));\n"
-             "act MiB: peak allocator use during a step above its start, max over stages (each stage)\n");
+  fmt::print(
+      "bubble: idle share of each stage's step, mean and max over stages, theory: the schedule simulated\n"
+      "with the measured pass times (F/B/W ms: stage 0's per pass);\n"
+      "act MiB: peak allocator use during a step above its start, max over stages (each stage)\n");
   fmt::print("{:<12}{:>3}{:>3}{:>4}{:>10}{:>20}{:>11}{:>7}{:>7}{:>8}{:>9}  {}\n", "schedule", "K", "V", "M", "step ms",
-             "[min - max]", "samples/s", "bubble", "max", "theory", "act MiB", "per stage; cuts");
+             "[min - max]", "samples/s", "bubble", "max", "theory", "act MiB", "per stage; cuts; F/B/W ms");
 }
 
 void report(const Config& c, const Result& r) {
   const Stats s = stats(r.seconds);
   const double samples_per_s = static_cast<double>(c.batch) / (s.median_ms / 1e3);
   const bool pipelined = !r.bubble.empty();
-  const double theory =
-      pipelined ? dist::theoretical_bubble({r.stages, r.virtual_stages, r.micro_batches}) : 0.0;
+  const dist::PipelineSchedule schedule = pipelined ? dist::parse_schedule(r.schedule) : dist::PipelineSchedule::GPipe;
+  const dist::PipelineShape shape{r.stages, r.virtual_stages, r.micro_batches};
+  const double theory = pipelined ? dist::simulated_bubble(schedule, shape, r.pass_ms) : 0.0;
   if (c.json) {
-    nlohmann::ordered_json j = {
-        {"bench", "pipeline"}, {"impl", "dtrain"}, {"model", c.model}, {"stages", r.stages},
-        {"virtual_stages", r.virtual_stages}, {"micro_batches", r.micro_batches}, {"schedule", r.schedule},
-        {"batch", c.batch}, {"threads", num_threads()}, {"steps", c.steps},
-        {"step_ms_median", s.median_ms}, {"step_ms_min", s.min_ms}, {"step_ms_max", s.max_ms},
-        {"samples_per_s", round4(samples_per_s)}};
+    nlohmann::ordered_json j = {{"bench", "pipeline"},
+                                {"impl", "dtrain"},
+                                {"model", c.model},
+                                {"stages", r.stages},
+                                {"virtual_stages", r.virtual_stages},
+                                {"micro_batches", r.micro_batches},
+                                {"schedule", r.schedule},
+                                {"batch", c.batch},
+                                {"threads", num_threads()},
+                                {"steps", c.steps},
+                                {"step_ms_median", s.median_ms},
+                                {"step_ms_min", s.min_ms},
+                                {"step_ms_max", s.max_ms},
+                                {"samples_per_s", round4(samples_per_s)}};
     if (pipelined) {
       auto rounded = [](std::vector<double> v) {
         for (double& x : v) x = round4(x);
@@ -242,6 +264,13 @@ void report(const Config& c, const Result& r) {
       j["bubble_measured"] = round4(mean(r.bubble));
       j["bubble_max"] = round4(max_of(r.bubble));
       j["bubble_theory"] = round4(theory);
+      j["bubble_theory_equal_passes"] = round4(dist::simulated_bubble(schedule, shape, {{1, 1, 1}}));
+      nlohmann::ordered_json times = nlohmann::ordered_json::array();
+      for (const dist::PassTimes& t : r.pass_ms) {
+        times.push_back(
+            {{"forward_ms", round4(t.forward)}, {"backward_ms", round4(t.backward)}, {"weight_ms", round4(t.weight)}});
+      }
+      j["pass_times_per_stage"] = times;
       j["bubble_per_stage"] = rounded(r.bubble);
       // The part of each stage's bubble spent waiting for messages; the rest is the
       // optimizer step and the step's bookkeeping.
@@ -260,10 +289,13 @@ void report(const Config& c, const Result& r) {
   const std::string bubbles = pipelined
                                   ? fmt::format("{:>7.3f}{:>7.3f}{:>8.3f}", mean(r.bubble), max_of(r.bubble), theory)
                                   : fmt::format("{:>7}{:>7}{:>8}", "-", "-", "-");
-  fmt::print("{:<12}{:>3}{:>3}{:>4}{:>10.2f}{:>20}{:>11.1f}{}{:>9.2f}  {}; [{}]\n", r.schedule, r.stages,
+  const std::string passes = pipelined ? fmt::format("; {:.2f}/{:.2f}/{:.2f}", r.pass_ms[0].forward,
+                                                     r.pass_ms[0].backward, r.pass_ms[0].weight)
+                                       : "";
+  fmt::print("{:<12}{:>3}{:>3}{:>4}{:>10.2f}{:>20}{:>11.1f}{}{:>9.2f}  {}; [{}]{}\n", r.schedule, r.stages,
              r.virtual_stages, r.micro_batches, s.median_ms, fmt::format("[{:.2f} - {:.2f}]", s.min_ms, s.max_ms),
-             samples_per_s, bubbles, max_of(r.peak_activation) / (1 << 20), fmt::join(mib, " "),
-             fmt::join(r.cuts, ","));
+             samples_per_s, bubbles, max_of(r.peak_activation) / (1 << 20), fmt::join(mib, " "), fmt::join(r.cuts, ","),
+             passes);
   std::fflush(stdout);
 }
 
@@ -296,7 +328,8 @@ int run(Config c, const dist::CommunicatorPtr& comm) {
 
   for (const std::string& name : c.schedules) {
     const dist::PipelineSchedule schedule = dist::parse_schedule(name);
-    const int V = schedule == dist::PipelineSchedule::Interleaved ? kInterleavedChunks : 1;
+    const int V =
+        schedule == dist::PipelineSchedule::Interleaved ? kInterleavedChunks : dist::fixed_virtual_stages(schedule);
     for (const int M : c.micro_batches) {
       if (auto why = skip_reason(c, K, schedule, M, V, parameter_layers)) {
         if (root) fmt::print(c.json ? stderr : stdout, "{:<12}{:>3}{:>3}{:>4}  skipped: {}\n", name, K, V, M, *why);
@@ -329,9 +362,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
   app.add_option("--schedules", config.schedules,
-                 "gpipe, 1f1b, interleaved (2 chunks per rank), comma-separated; each runs every --micro-batches")
+                 "gpipe, 1f1b, interleaved (2 chunks per rank), zb-h1, zb-v (2 chunks per rank), comma-separated; "
+                 "each runs every --micro-batches")
       ->delimiter(',')
-      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}))
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"}))
       ->capture_default_str();
   app.add_option("--cuts", config.cuts,
                  "layer indices where stages (chunks) begin, stages x chunks - 1 of them; cases with another count are "

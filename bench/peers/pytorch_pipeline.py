@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch pipelining (gloo) peer of bench_pipeline: pipeline-parallel step time, GPipe or 1F1B.
+"""PyTorch pipelining (gloo) peer of bench_pipeline: pipeline-parallel step time, GPipe, 1F1B or zero bubble.
 
 Same model, cut, micro-batches, data, optimizer and measurement as dtrain's bench_pipeline:
   - models: mlp (Flatten, Linear + ReLU for each --hidden width, Linear to 10) and cnn (the
@@ -9,8 +9,11 @@ Same model, cut, micro-batches, data, optimizer and measurement as dtrain's benc
     [cut[s-1], cut[s]) as its stage; by default the cuts minimize the largest stage's
     parameter count, as dtrain's Pipeline does;
   - one fixed batch (normal inputs, uniform labels) of --batch samples, split by the
-    schedule (torch.distributed.pipelining's ScheduleGPipe or Schedule1F1B) into
-    --micro-batches; cross-entropy on the last stage, SGD lr 0.01 momentum 0.9 per stage;
+    schedule (torch.distributed.pipelining's ScheduleGPipe, Schedule1F1B, or its zero-bubble
+    schedules: ScheduleInterleavedZeroBubble with one stage per rank for zb-h1, and
+    ScheduleZBVZeroBubble, two stages per rank in a V, rank s holding chunks s and
+    2K-1-s, for zb-v, which then takes 2K-1 cuts) into --micro-batches; cross-entropy on
+    the last stage, SGD lr 0.01 momentum 0.9 per rank;
   - a step is zero_grad + schedule.step + optimizer step; it lasts as long as its slowest
     rank (the maximum over ranks, taken after each step, outside the timed region).
 Before it spawns the ranks it times the unpipelined model in one process (same model, batch
@@ -46,7 +49,7 @@ def parse_args():
     p.add_argument("--stages", type=int, default=2, help="pipeline stages = ranks; 1: only the reference")
     p.add_argument("--cuts", default="", help="stages-1 layer indices; default: balanced by parameter count")
     p.add_argument("--micro-batches", type=int, default=8)
-    p.add_argument("--schedule", choices=["gpipe", "1f1b"], default="1f1b")
+    p.add_argument("--schedule", choices=["gpipe", "1f1b", "zb-h1", "zb-v"], default="1f1b")
     p.add_argument("--batch", type=int, default=256, help="samples per step, all micro-batches together")
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
     p.add_argument("--steps", type=int, default=20, help="measured steps")
@@ -61,8 +64,10 @@ def parse_args():
         p.error(f"--hidden and --cuts take comma-separated integers: {e}")
     if args.batch % args.micro_batches:
         p.error(f"--batch {args.batch} is not a multiple of --micro-batches {args.micro_batches}")
-    if args.schedule == "1f1b" and args.micro_batches < args.stages:
-        p.error(f"1f1b needs at least as many micro-batches as stages, got {args.micro_batches} < {args.stages}")
+    if args.schedule != "gpipe" and args.micro_batches < args.stages:
+        p.error(f"{args.schedule} needs at least as many micro-batches as stages, "
+                f"got {args.micro_batches} < {args.stages}")
+    args.chunks_per_rank = 2 if args.schedule == "zb-v" else 1
     return p, args
 
 
@@ -89,14 +94,15 @@ def resolve_cuts(parser, args):
     """Fills args.cuts (balanced unless given) and args.stage_params; needs torch imported."""
     layers, _, _ = build(args)
     sizes = [sum(p.numel() for p in layer.parameters()) for layer in layers]
-    if args.stages > len(layers):
-        parser.error(f"--stages {args.stages} exceeds the model's {len(layers)} layers")
+    parts = args.stages * args.chunks_per_rank
+    if parts > len(layers):
+        parser.error(f"--stages {args.stages} x {args.chunks_per_rank} chunks exceed the model's {len(layers)} layers")
     if args.cuts is None:
-        args.cuts = peer_models.balanced_cuts(sizes, args.stages)
+        args.cuts = peer_models.balanced_cuts(sizes, parts)
     bounds = [0, *args.cuts, len(layers)]
-    if len(args.cuts) != args.stages - 1 or any(a >= b for a, b in zip(bounds, bounds[1:])):
-        parser.error(f"--cuts needs stages - 1 = {args.stages - 1} increasing indices in [1, {len(layers) - 1}], "
-                     f"got {args.cuts}")
+    if len(args.cuts) != parts - 1 or any(a >= b for a, b in zip(bounds, bounds[1:])):
+        parser.error(f"--cuts needs {parts - 1} increasing indices in [1, {len(layers) - 1}] "
+                     f"({args.stages} stages x {args.chunks_per_rank} chunks), got {args.cuts}")
     args.stage_layers = [[type(layer).__name__ for layer in layers[a:b]] for a, b in zip(bounds, bounds[1:])]
     args.stage_params = [sum(sizes[a:b]) for a, b in zip(bounds, bounds[1:])]
 
@@ -128,38 +134,51 @@ def reference(args):
 def worker(rank, world, args):
     import torch
     import torch.distributed as dist
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
+                                              ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble)
 
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     layers, sample_shape, classes = build(args)
     bounds = [0, *args.cuts, len(layers)]
-    stage_module = torch.nn.Sequential(*layers[bounds[rank]:bounds[rank + 1]])
+    parts = len(bounds) - 1
     x, y = synthetic_batch(args, sample_shape, classes)
-    # One micro-batch's input and output of this stage, so that the stage knows its buffer
-    # shapes up front (static metadata) instead of exchanging them in the first step. Not
-    # under no_grad: the metadata records requires_grad, and without it no gradient flows
-    # back to the stage before.
-    example = x[:args.batch // args.micro_batches]
-    for layer in layers[:bounds[rank]]:
-        example = layer(example)
-    example_out = stage_module(example)
-    stage = PipelineStage(stage_module, rank, world, torch.device("cpu"), input_args=example,
-                          output_args=example_out)
-    schedule_cls = ScheduleGPipe if args.schedule == "gpipe" else Schedule1F1B
+    # This rank's chunks: one (rank) or, in the V, rank and 2K-1-rank.
+    chunk_ids = [rank] if args.chunks_per_rank == 1 else [rank, parts - 1 - rank]
+    stages, modules = [], []
+    for c in chunk_ids:
+        module = torch.nn.Sequential(*layers[bounds[c]:bounds[c + 1]])
+        # One micro-batch's input and output of this chunk, so that the stage knows its
+        # buffer shapes up front (static metadata) instead of exchanging them in the first
+        # step. Not under no_grad: the metadata records requires_grad, and without it no
+        # gradient flows back to the stage before.
+        example = x[:args.batch // args.micro_batches]
+        for layer in layers[:bounds[c]]:
+            example = layer(example)
+        stages.append(PipelineStage(module, c, parts, torch.device("cpu"), input_args=example,
+                                    output_args=module(example)))
+        modules.append(module)
     # CrossEntropyLoss averages over its micro-batch and the schedule divides the gradients
     # by the number of micro-batches (scale_grads=True): the gradient of the batch mean.
-    schedule = schedule_cls(stage, n_microbatches=args.micro_batches, loss_fn=torch.nn.CrossEntropyLoss())
-    params = list(stage_module.parameters())
+    loss_fn = torch.nn.CrossEntropyLoss()
+    if args.schedule in ("gpipe", "1f1b"):
+        schedule_cls = ScheduleGPipe if args.schedule == "gpipe" else Schedule1F1B
+        schedule = schedule_cls(stages[0], n_microbatches=args.micro_batches, loss_fn=loss_fn)
+    else:
+        schedule_cls = ScheduleInterleavedZeroBubble if args.schedule == "zb-h1" else ScheduleZBVZeroBubble
+        schedule = schedule_cls(stages, n_microbatches=args.micro_batches, loss_fn=loss_fn)
+    params = [p for m in modules for p in m.parameters()]
     optimizer = torch.optim.SGD(params, lr=0.01, momentum=0.9) if params else None
-    last = rank == world - 1
+    first, last = 0 in chunk_ids, parts - 1 in chunk_ids
 
     def step():
         losses = []
         start = time.perf_counter()
         if optimizer:
             optimizer.zero_grad(set_to_none=True)
-        if rank == 0:
+        if first and last:
+            schedule.step(x, target=y, losses=losses)
+        elif first:
             schedule.step(x)
         elif last:
             schedule.step(target=y, losses=losses)

@@ -22,8 +22,9 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& p) {
       ->check(CLI::Range(1, 1024));
   app.add_option("--micro-batches", p.micro_batches, "alias of micro=M: pipeline micro-batches per batch (default 4)")
       ->check(CLI::Range(1, 1 << 16));
-  app.add_option("--pipeline-schedule", p.pipeline_schedule, "alias of schedule=: gpipe, 1f1b (default) or interleaved")
-      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
+  app.add_option("--pipeline-schedule", p.pipeline_schedule,
+                 "alias of schedule=: gpipe, 1f1b (default), interleaved, zb-h1 or zb-v")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"}));
   app.add_option("--virtual-stages", p.virtual_stages, "alias of virtual=V: interleaved chunks per rank (default 2)")
       ->check(CLI::Range(2, 64));
   app.add_option("--pipeline-cuts", p.pipeline_cuts,
@@ -32,6 +33,10 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& p) {
   app.add_option("--pipeline-balance", p.pipeline_balance, "alias of balance=: params (default) or time")
       ->check(CLI::IsMember({"params", "time"}));
   app.add_flag("--recompute", p.recompute, "alias of recompute: keep only each stage's input, recompute its forward");
+  app.add_option("--recompute-stages", p.recompute_stages,
+                 "alias of recompute_stages=A:B: recompute on these stages alone, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 1 << 16));
   app.add_option("--strategy", p.strategy, "alias: ps is --parallel ps (parameter servers); auto follows --parallel")
       ->check(CLI::IsMember({"auto", "ps"}))
       ->capture_default_str();
@@ -55,6 +60,9 @@ std::string parallel_spec(const ParallelFlags& p, dist::Communicator& world) {
   if (!p.pipeline_cuts.empty()) items.push_back(fmt::format("cuts={}", fmt::join(p.pipeline_cuts, ":")));
   if (p.pipeline_balance) items.push_back("balance=" + *p.pipeline_balance);
   if (p.recompute) items.push_back("recompute");
+  if (!p.recompute_stages.empty()) {
+    items.push_back(fmt::format("recompute_stages={}", fmt::join(p.recompute_stages, ":")));
+  }
   if (p.ps_mode) items.push_back("mode=" + *p.ps_mode);
   const char* cluster_env = std::getenv("DTRAIN_CLUSTER");
   std::optional<int> servers = p.num_ps;
@@ -87,13 +95,16 @@ std::string describe_layout(const dist::Strategy& strategy, int world_size) {
   }
   if (const auto* pipeline = dynamic_cast<const dist::PipelineStrategy*>(&strategy)) {
     const dist::PipelineOptions& o = pipeline->options();
-    const bool interleaved = o.schedule == dist::PipelineSchedule::Interleaved;
+    const bool interleaved = o.virtual_stages > 1;
     return fmt::format(
         "pipeline: {} stages x {} replica(s), {} micro-batches per batch, schedule {}{}, cut at layers "
-        "[{}]{}; this stage (the last) holds {} parameters",
+        "[{}]{}; this stage (the loss's) holds {} parameters",
         o.stages, pipeline->replicas(), o.micro_batches, dist::schedule_name(o.schedule),
         interleaved ? fmt::format(" ({} chunks per rank)", o.virtual_stages) : "", fmt::join(pipeline->cuts(), ", "),
-        o.recompute ? ", recomputing activations" : "", pipeline->module().num_parameters());
+        o.recompute                  ? ", recomputing activations"
+        : o.recompute_stages.empty() ? ""
+                                     : fmt::format(", recomputing on stages {}", fmt::join(o.recompute_stages, ",")),
+        pipeline->module().num_parameters());
   }
   return "";
 }

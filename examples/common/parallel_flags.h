@@ -24,6 +24,7 @@ struct ParallelFlags {
   std::optional<std::string> pipeline_schedule, pipeline_balance, ps_mode;
   std::vector<int> pipeline_cuts;
   bool recompute = false;
+  std::vector<int> recompute_stages;
   std::string strategy = "auto";  // auto or ps
   // Parameter-server roles from a TF_CONFIG-style file (or the DTRAIN_CLUSTER variable):
   // they set ps=<its ps tasks>.

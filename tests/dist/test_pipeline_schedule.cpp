@@ -7,7 +7,9 @@
 //    ranks match in issue order, so the k-th send from p to q must be the k-th receive at q
 //    from p. Every plan must run to the end without two ranks waiting on each other.
 // Plus what each schedule promises: every forward and backward once, backward after
-// forward, and at most K - s micro-batches alive on stage s under 1F1B.
+// forward (and each W once, after its B, where the backward is split), at most K - s
+// micro-batches alive on stage s under 1F1B and K under ZB-H1, and the bubbles that
+// simulated_bubble gives with equal pass times.
 #include "dtrain/dist/pipeline/pipeline_partition.h"
 #include "dtrain/dist/pipeline/pipeline_schedule.h"
 #include "support/test_support.h"
@@ -150,6 +152,8 @@ std::vector<Case> all_cases() {
       for (int v : {2, 3}) {
         if (k >= 2 && m % k == 0) out.push_back({PipelineSchedule::Interleaved, {k, v, m}});
       }
+      out.push_back({PipelineSchedule::ZeroBubbleH1, {k, 1, m}});
+      out.push_back({PipelineSchedule::ZeroBubbleV, {k, 2, m}});
     }
   }
   return out;
@@ -165,20 +169,26 @@ std::string describe(const Case& c) {
 TEST_CASE("Every schedule runs each forward and backward once, backward after forward", "[dist][pipeline]") {
   for (const Case& c : all_cases()) {
     INFO(describe(c));
+    const bool split = dist::splits_backward(c.schedule);
     for (int s = 0; s < c.shape.stages; ++s) {
-      std::set<std::pair<int, int>> forwards, backwards;
+      std::set<std::pair<int, int>> forwards, backwards, weights;
       for (const PipelineAction& a : dist::schedule_actions(c.schedule, c.shape, s)) {
         const std::pair<int, int> key{a.chunk, a.micro};
         if (a.kind == PipelineAction::Kind::Forward) {
           REQUIRE(forwards.insert(key).second);
-        } else {
+        } else if (a.kind == PipelineAction::Kind::Backward) {
           REQUIRE(forwards.count(key) == 1);
           REQUIRE(backwards.insert(key).second);
+        } else {
+          REQUIRE(split);
+          REQUIRE(backwards.count(key) == 1);
+          REQUIRE(weights.insert(key).second);
         }
       }
       const auto passes = static_cast<std::size_t>(c.shape.micro_batches * c.shape.virtual_stages);
       CHECK(forwards.size() == passes);
       CHECK(backwards.size() == passes);
+      CHECK(weights.size() == (split ? passes : 0));
       const auto forward_only = dist::schedule_actions(c.schedule, c.shape, s, /*forward_only=*/true);
       CHECK(forward_only.size() == passes);
     }
@@ -231,6 +241,74 @@ TEST_CASE("1F1B keeps at most K - s micro-batches alive on stage s, GPipe all of
   }
 }
 
+TEST_CASE("ZB-V places chunks s and 2K-1-s on rank s; the interleaved schedule s, s+K, ...", "[dist][pipeline]") {
+  const PipelineShape v{4, 2, 8}, interleaved{4, 2, 8};
+  CHECK(dist::virtual_stage_of(PipelineSchedule::ZeroBubbleV, v, 1, 0) == 1);
+  CHECK(dist::virtual_stage_of(PipelineSchedule::ZeroBubbleV, v, 1, 1) == 6);
+  CHECK(dist::virtual_stage_of(PipelineSchedule::Interleaved, interleaved, 1, 1) == 5);
+  for (int c = 0; c < 8; ++c) {
+    const int s = dist::stage_of(PipelineSchedule::ZeroBubbleV, v, c);
+    CHECK((dist::virtual_stage_of(PipelineSchedule::ZeroBubbleV, v, s, 0) == c ||
+           dist::virtual_stage_of(PipelineSchedule::ZeroBubbleV, v, s, 1) == c));
+  }
+  // The turn of the V (virtual stages 3 and 4, both on rank 3) sends nothing.
+  for (int s = 0; s < 4; ++s) {
+    const dist::PipelinePlan plan = dist::schedule_plan(PipelineSchedule::ZeroBubbleV, v, s);
+    for (const auto& step : plan.steps) {
+      for (const PipelineMessage& m : step.messages) CHECK(m.peer != s);
+    }
+  }
+}
+
+TEST_CASE("The zero-bubble schedules keep 1F1B's peak activations", "[dist][pipeline]") {
+  // Alive: forward run, W not yet (W needs the saved activations).
+  auto peak = [](PipelineSchedule schedule, const PipelineShape& shape, int s) {
+    int alive = 0, most = 0;
+    for (const auto& a : dist::schedule_actions(schedule, shape, s)) {
+      if (a.kind == PipelineAction::Kind::Forward) ++alive;
+      if (a.kind == PipelineAction::Kind::Weight) --alive;
+      most = std::max(most, alive);
+    }
+    return most;
+  };
+  for (int k : {2, 4}) {
+    for (int m : {1, 4, 8, 16}) {
+      INFO("K=" << k << " M=" << m);
+      int h1 = 0, v = 0;
+      for (int s = 0; s < k; ++s) {
+        h1 = std::max(h1, peak(PipelineSchedule::ZeroBubbleH1, {k, 1, m}, s));
+        v = std::max(v, peak(PipelineSchedule::ZeroBubbleV, {k, 2, m}, s));
+      }
+      CHECK(h1 == std::min(k, m));  // whole-stage micro-batches, as 1F1B's stage 0
+      CHECK(v <= 2 * k);            // half-size chunks: the same bytes
+    }
+  }
+}
+
+TEST_CASE("Simulated bubbles with equal pass times match each schedule's theory", "[dist][pipeline]") {
+  const std::vector<dist::PassTimes> equal{{1, 1, 1}};
+  for (int k : {1, 2, 4}) {
+    for (int m : {1, 4, 8}) {
+      INFO("K=" << k << " M=" << m);
+      CHECK(dist::simulated_bubble(PipelineSchedule::OneFOneB, {k, 1, m}, equal) ==
+            Approx(dist::theoretical_bubble({k, 1, m})));
+      CHECK(dist::simulated_bubble(PipelineSchedule::GPipe, {k, 1, m}, equal) ==
+            Approx(dist::theoretical_bubble({k, 1, m})));
+      // ZB-H1: (K-1)(F+B-W) of idle time per stage, a third of 1F1B's (K-1)(F+B+W), once
+      // there are as many micro-batches as stages.
+      if (m >= k)
+        CHECK(dist::simulated_bubble(PipelineSchedule::ZeroBubbleH1, {k, 1, m}, equal) ==
+              Approx((k - 1.0) / (3.0 * m + k - 1)));
+    }
+  }
+  // ZB-V's figures from its header comment.
+  CHECK(dist::simulated_bubble(PipelineSchedule::ZeroBubbleV, {4, 2, 8}, equal) == Approx(3.0 / 51).margin(1e-9));
+  CHECK(dist::simulated_bubble(PipelineSchedule::ZeroBubbleV, {2, 2, 8}, equal) == Approx(1.0 / 49).margin(1e-9));
+  // Measured times: a W half as long as F leaves more of the bubble.
+  CHECK(dist::simulated_bubble(PipelineSchedule::ZeroBubbleH1, {2, 1, 8}, {{2, 2, 1}}) >
+        dist::simulated_bubble(PipelineSchedule::ZeroBubbleH1, {2, 1, 8}, {{1, 1, 1}}));
+}
+
 TEST_CASE("Schedules refuse shapes they cannot run", "[dist][pipeline]") {
   CHECK_THROWS_WITH(dist::check_schedule(PipelineSchedule::Interleaved, {2, 1, 4}),
                     Catch::Contains(">= 2 virtual stages"));
@@ -239,7 +317,10 @@ TEST_CASE("Schedules refuse shapes they cannot run", "[dist][pipeline]") {
                     Catch::Contains("multiple of the stages"));
   CHECK_THROWS_WITH(dist::check_schedule(PipelineSchedule::GPipe, {2, 2, 4}), Catch::Contains("virtual stages 1"));
   CHECK_THROWS_WITH(dist::check_schedule(PipelineSchedule::OneFOneB, {2, 1, 0}), Catch::Contains("micro-batches"));
-  CHECK_THROWS_WITH(dist::parse_schedule("pipedream"), Catch::Contains("gpipe, 1f1b or interleaved"));
+  CHECK_THROWS_WITH(dist::parse_schedule("pipedream"), Catch::Contains("gpipe, 1f1b, interleaved, zb-h1 or zb-v"));
+  CHECK(dist::parse_schedule("zb-v") == PipelineSchedule::ZeroBubbleV);
+  CHECK_THROWS_WITH(dist::check_schedule(PipelineSchedule::ZeroBubbleV, {2, 1, 4}), Catch::Contains("two chunks"));
+  CHECK_THROWS_WITH(dist::check_schedule(PipelineSchedule::ZeroBubbleH1, {2, 2, 4}), Catch::Contains("one chunk"));
   CHECK(dist::parse_schedule("1f1b") == PipelineSchedule::OneFOneB);
 }
 
@@ -265,4 +346,15 @@ TEST_CASE("Balanced cuts minimize the costliest part and keep free layers with t
   CHECK_THROWS_WITH(dist::check_cuts({2}, 5, 3), Catch::Contains("3 parts need 2"));
   CHECK_THROWS_WITH(dist::check_cuts({5}, 5, 2), Catch::Contains("before the layer count"));
   CHECK_NOTHROW(dist::check_cuts({1, 4}, 5, 3));
+}
+
+TEST_CASE("Balancing by time gives a recomputing stage fewer layers", "[dist][pipeline]") {
+  // Six layers, forward 1 and backward 1 each: a recomputing part pays 3 a layer, not 2.
+  const std::vector<dist::LayerCost> even(6, {1, 1});
+  CHECK(dist::balanced_cuts(even, {false, false}) == std::vector<int>{3});
+  CHECK(dist::balanced_cuts(even, {true, false}) == std::vector<int>{2});  // 6 and 8, not 9 and 6
+  CHECK(dist::balanced_cuts(even, {false, true}) == std::vector<int>{4});
+  // Without recomputation, the forward + backward sums balance as balanced_cuts(costs) does.
+  const std::vector<dist::LayerCost> mixed{{1, 2}, {0, 0}, {2, 4}, {1, 1}};
+  CHECK(dist::balanced_cuts(mixed, {false, false}) == dist::balanced_cuts({3, 0, 6, 2}, 2));
 }

@@ -12,7 +12,6 @@
 // GPUs over NCCL ([nccl]) it equals the unsharded pipeline on the CPU.
 // Checks come after the last collective of each case, so that a failure on one rank cannot
 // leave the others waiting.
-#include "dtrain/core/environment.h"
 #include "dtrain/dist/comm/nccl.h"
 #include "dtrain/dist/core/strategy_factory.h"
 #include "dtrain/dist/pipeline/pipeline_strategy.h"
@@ -22,9 +21,8 @@
 #include "dtrain/optim/sgd.h"
 #include "dtrain/train/trainer.h"
 #include "sharded_test_helpers.h"
+#include "nccl_ranks.h"
 #include "support/test_support.h"
-
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -161,14 +159,7 @@ TEST_CASE("A sharded pipeline optimizer's checkpoint resumes bit for bit, and in
 TEST_CASE("A sharded pipeline optimizer on CUDA over NCCL equals the unsharded pipeline on the CPU",
           "[cuda][dist][nccl][pipeline]") {
   auto world = dist::world();
-  if (world->size() < 2 || cuda::device_count() < env::local_world_size()) {
-    test::skip_test_case(
-        fmt::format("needs 2 ranks or more with a CUDA device each: {} rank(s), {} on this host, {} "
-                    "CUDA device(s){}",
-                    world->size(), env::local_world_size(), cuda::device_count(),
-                    cuda::available() ? "" : " (" + cuda::unavailable_reason() + ")"));
-    return;
-  }
+  if (!test::nccl_ranks_ready(world)) return;
   const Setting s{"adam", 2, 0.05};
   const int stages = world->size() == 4 ? 2 : 1;
   const Trained plain = train_steps(world, stages, false, s);

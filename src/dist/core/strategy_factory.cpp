@@ -93,6 +93,25 @@ DataParallelStrategyOptions data_parallel_options(StrategySpec& spec) {
   return o;
 }
 
+// The value of `key`: non-negative integers separated by ':' (`what` they are, for the error).
+std::vector<int> index_list(StrategySpec& spec, const std::string& key, const char* what) {
+  const std::string text = spec.text_of(key).value_or("");
+  std::vector<int> out;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t colon = text.find(':', start);
+    const std::string part = text.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    int value = -1;
+    const auto [end, error] = std::from_chars(part.data(), part.data() + part.size(), value);
+    DTRAIN_CHECK(error == std::errc() && end == part.data() + part.size() && value >= 0,
+                 "strategy spec '{}': {}={} must be {} separated by ':'", spec.text(), key, text, what);
+    out.push_back(value);
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  return out;
+}
+
 std::shared_ptr<Strategy> make_local(StrategySpec& spec, const CommunicatorPtr& world, Device device,
                                      const StrategyHints&) {
   spec.flag("local");
@@ -123,21 +142,9 @@ std::shared_ptr<Strategy> make_pipeline(StrategySpec& spec, const CommunicatorPt
                spec.text(), o.stages, dp, dp * o.stages, world->size());
   o.micro_batches = spec.integer("micro", o.micro_batches);
   o.schedule = parse_schedule(spec.text_of("schedule").value_or("1f1b"));
-  o.virtual_stages = o.schedule == PipelineSchedule::Interleaved ? spec.integer("virtual", 2, 2) : 1;
-  if (const auto cuts = spec.text_of("cuts")) {
-    std::size_t start = 0;
-    for (;;) {
-      const std::size_t colon = cuts->find(':', start);
-      const std::string part = cuts->substr(start, colon == std::string::npos ? std::string::npos : colon - start);
-      int cut = -1;
-      const auto [end, error] = std::from_chars(part.data(), part.data() + part.size(), cut);
-      DTRAIN_CHECK(error == std::errc() && end == part.data() + part.size() && cut >= 0,
-                   "strategy spec '{}': cuts={} must be layer indices separated by ':'", spec.text(), *cuts);
-      o.cuts.push_back(cut);
-      if (colon == std::string::npos) break;
-      start = colon + 1;
-    }
-  }
+  o.virtual_stages =
+      o.schedule == PipelineSchedule::Interleaved ? spec.integer("virtual", 2, 2) : fixed_virtual_stages(o.schedule);
+  if (spec.has("cuts")) o.cuts = index_list(spec, "cuts", "layer indices");
   const std::string balance = spec.text_of("balance").value_or("params");
   DTRAIN_CHECK(balance == "params" || balance == "time", "strategy spec '{}': balance={} must be params or time",
                spec.text(), balance);
@@ -155,6 +162,7 @@ std::shared_ptr<Strategy> make_pipeline(StrategySpec& spec, const CommunicatorPt
     o.profile_input = Tensor::zeros(shape);
   }
   o.recompute = spec.flag("recompute");
+  if (spec.has("recompute_stages")) o.recompute_stages = index_list(spec, "recompute_stages", "stage indices");
   o.data_parallel = data_parallel_options(spec);
   if (spec.has("zero")) {
     const int stage = spec.integer("zero", 1);

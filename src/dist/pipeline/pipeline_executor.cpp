@@ -41,6 +41,27 @@ PipelineExecutor::PipelineExecutor(Config config, std::vector<nn::ModulePtr> chu
       rank_(config_.comm->rank()) {
   DTRAIN_CHECK(static_cast<int>(chunks_.size()) == config_.virtual_stages,
                "pipeline: {} chunks given for {} virtual stages", chunks_.size(), config_.virtual_stages);
+  for (const nn::ModulePtr& chunk : chunks_) weights_.push_back(chunk->parameters());
+}
+
+int PipelineExecutor::virtual_stage(int chunk) const {
+  return virtual_stage_of(config_.schedule, {stages_, config_.virtual_stages, 1}, rank_, chunk);
+}
+
+int PipelineExecutor::chunk_of(int virtual_stage) const {
+  for (int v = 0; v < config_.virtual_stages; ++v) {
+    if (this->virtual_stage(v) == virtual_stage) return v;
+  }
+  DTRAIN_FAIL("pipeline: rank {} holds no virtual stage {}", rank_, virtual_stage);
+}
+
+bool PipelineExecutor::here(int virtual_stage) const {
+  return stage_of(config_.schedule, {stages_, config_.virtual_stages, 1}, virtual_stage) == rank_;
+}
+
+Tensor& PipelineExecutor::deliver(Msg::Kind kind, int boundary, int micro, int to) {
+  const std::tuple key{static_cast<int>(kind), boundary, micro};
+  return here(to) ? inbox_[key] : outbox_[key];
 }
 
 int PipelineExecutor::tag(const Msg& m) const { return 2 * m.boundary + (m.kind == Msg::Kind::Gradient ? 1 : 0); }
@@ -48,18 +69,22 @@ int PipelineExecutor::header_tag(int boundary) const { return 2 * stages_ * conf
 
 PipelineExecutor::Timing PipelineExecutor::run(const std::vector<Tensor>& inputs, bool train,
                                                std::optional<DType> autocast, const LastStageFn& last,
-                                               const BeforeBackwardFn& before_backward) {
+                                               const BeforeGradientsFn& before_gradients) {
+  using Kind = PipelineAction::Kind;
   const PipelineShape shape{stages_, config_.virtual_stages, static_cast<int>(inputs.size())};
   const PipelinePlan plan = schedule_plan(config_.schedule, shape, rank_, /*forward_only=*/!train);
-  // Each chunk's backward passes, to tell the data-parallel hook which one is the last.
-  std::vector<int> backwards_left(chunks_.size(), 0);
+  // The passes that add to the parameters' gradients, and how many of them each chunk has,
+  // to tell the data-parallel hook which one is the last.
+  const Kind adds_gradients = splits_backward(config_.schedule) ? Kind::Weight : Kind::Backward;
+  std::vector<int> gradient_passes_left(chunks_.size(), 0);
   for (const PipelineStep& step : plan.steps) {
     for (const PipelineAction& a : step.actions) {
-      if (a.kind == PipelineAction::Kind::Backward) ++backwards_left[static_cast<std::size_t>(a.chunk)];
+      if (a.kind == adds_gradients) ++gradient_passes_left[static_cast<std::size_t>(a.chunk)];
     }
   }
   // A run that failed part way (an exception) leaves nothing behind for this one.
   live_.clear();
+  deferred_.clear();
   inbox_.clear();
   outbox_.clear();
   sends_.clear();
@@ -68,17 +93,20 @@ PipelineExecutor::Timing PipelineExecutor::run(const std::vector<Tensor>& inputs
   timing_ = {};
   for (const PipelineStep& step : plan.steps) {
     exchange(step.messages);
-    const auto start = Clock::now();
     for (const PipelineAction& a : step.actions) {
-      if (a.kind == PipelineAction::Kind::Forward) {
-        forward(a, train, last);
-        continue;
+      const auto start = Clock::now();
+      if (a.kind == adds_gradients && before_gradients) {
+        before_gradients(a.chunk, --gradient_passes_left[static_cast<std::size_t>(a.chunk)] == 0);
       }
-      const bool last_of_chunk = --backwards_left[static_cast<std::size_t>(a.chunk)] == 0;
-      if (before_backward) before_backward(a.chunk, last_of_chunk);
-      backward(a, last);
+      if (a.kind == Kind::Forward) forward(a, train, last);
+      else if (a.kind == Kind::Backward) backward(a, last);
+      else weight(a);
+      const double took = seconds_since(start);
+      timing_.compute_s += took;
+      (a.kind == Kind::Forward    ? timing_.forward_s
+       : a.kind == Kind::Backward ? timing_.backward_s
+                                  : timing_.weight_s) += took;
     }
-    timing_.compute_s += seconds_since(start);
   }
   exchange(plan.tail);
   const auto start = Clock::now();
@@ -128,7 +156,7 @@ void PipelineExecutor::forward(const PipelineAction& a, bool train, const LastSt
   }
   live.output_shape = output.data().shape();
   live.output_dtype = output.data().dtype();
-  if (!is_last(a.chunk)) outbox_[{static_cast<int>(Msg::Kind::Activation), c, a.micro}] = output.data().contiguous();
+  if (!is_last(a.chunk)) deliver(Msg::Kind::Activation, c, a.micro, c + 1) = output.data().contiguous();
   if (train) live_[{a.chunk, a.micro}] = std::move(live);
 }
 
@@ -146,18 +174,36 @@ void PipelineExecutor::backward(const PipelineAction& a, const LastStageFn& last
     live.output = forward_chunk(a.chunk, live.input, a.micro, /*record=*/false, last, &live.loss);
     gen.set_state(seed, offset);
   }
+  // The loss's seed (as backward() seeds it), or the gradient the next stage sent.
+  Variable& root = is_last(a.chunk) ? live.loss : live.output;
+  Tensor seed;
   if (is_last(a.chunk)) {
-    live.loss.backward();
+    seed = Tensor::ones(live.loss.data().shape(), live.loss.data().options());
   } else {
     auto g = inbox_.find({static_cast<int>(Msg::Kind::Gradient), c, a.micro});
-    live.output.backward(g->second);
+    seed = std::move(g->second);
     inbox_.erase(g);
+  }
+  if (splits_backward(config_.schedule)) {
+    deferred_[{a.chunk, a.micro}] = backward_inputs(root, seed, weights_[static_cast<std::size_t>(a.chunk)]);
+  } else {
+    root.backward(seed);
   }
   if (c == 0) return;
   // A chunk whose output ignores its input (none of ours) would leave no gradient.
   Tensor grad = live.input.has_grad() ? live.input.grad().contiguous()
                                       : Tensor::zeros(live.input.data().shape(), live.input.data().options());
-  outbox_[{static_cast<int>(Msg::Kind::Gradient), c - 1, a.micro}] = grad;
+  deliver(Msg::Kind::Gradient, c - 1, a.micro, c - 1) = grad;
+}
+
+void PipelineExecutor::weight(const PipelineAction& a) {
+  trace::Span span(trace::recording() ? fmt::format("weight {}", a.micro) : std::string(), trace::Phase::Backward);
+  auto it = deferred_.find({a.chunk, a.micro});
+  DTRAIN_CHECK(it != deferred_.end(), "pipeline: weight pass of chunk {} micro-batch {} before its input pass", a.chunk,
+               a.micro);
+  DeferredWeightGradients w = std::move(it->second);
+  deferred_.erase(it);
+  w.run();
 }
 
 void PipelineExecutor::exchange(const std::vector<Msg>& messages) {
@@ -198,7 +244,7 @@ void PipelineExecutor::exchange(const std::vector<Msg>& messages) {
     Tensor buffer;
     if (m.kind == Msg::Kind::Gradient) {
       // The gradient of the activation this rank sent has that activation's shape.
-      const Live& live = live_.at({m.boundary / stages_, m.micro});
+      const Live& live = live_.at({chunk_of(m.boundary), m.micro});
       buffer = Tensor::empty(live.output_shape, {live.output_dtype, config_.device});
     } else {
       const std::int64_t rows = (*inputs_)[static_cast<std::size_t>(m.micro)].size(0);

@@ -9,8 +9,14 @@
 // holds the activation, and received before the batch that receives it); both sides then
 // reuse it. A gradient has the shape of the activation it belongs to, which the stage
 // that sent the activation knows.
+//
+// Split backward (the zero-bubble schedules): a Backward action runs B alone
+// (backward_inputs over the chunk's parameters), keeping the weight pass, which the
+// micro-batch's Weight action runs later; between the two the chunk's parameters have not
+// yet received that micro-batch's gradients.
 #pragma once
 
+#include "dtrain/autograd/split_backward.h"
 #include "dtrain/autograd/variable.h"
 #include "dtrain/dist/comm/communicator.h"
 #include "dtrain/dist/pipeline/pipeline_schedule.h"
@@ -39,24 +45,26 @@ class PipelineExecutor {
   // backward (weighted and scaled), or an undefined Variable when there is no backward.
   // `record` is false when recomputation runs it a second time (count statistics once).
   using LastStageFn = std::function<Variable(const Variable& output, int micro, bool record)>;
-  // Called before each backward pass: `last` when no other backward of the chunk follows
-  // in this step (when a data-parallel wrapper must reduce the chunk's gradients).
-  using BeforeBackwardFn = std::function<void(int chunk, bool last)>;
+  // Called before each pass that adds gradients to the chunk's parameters (a backward, or
+  // a W where the schedule splits them): `last` when no other such pass of the chunk
+  // follows in this step (when a data-parallel wrapper must reduce the chunk's gradients).
+  using BeforeGradientsFn = std::function<void(int chunk, bool last)>;
 
-  // `chunks`: this rank's chunks in order (chunk v is virtual stage v * K + rank).
+  // `chunks`: this rank's chunks in order (chunk v is virtual_stage_of(schedule, ..., v)).
   PipelineExecutor(Config config, std::vector<nn::ModulePtr> chunks);
 
   // Seconds spent in one run (host clock: on a GPU, the time to queue the work).
   struct Timing {
-    double compute_s = 0;  // in this rank's forward and backward passes
-    double wait_s = 0;     // waiting for messages from the neighbours
+    double compute_s = 0;                                // in this rank's forward and backward passes (the three below)
+    double wait_s = 0;                                   // waiting for messages from the neighbours
+    double forward_s = 0, backward_s = 0, weight_s = 0;  // in F, B (or whole backwards), W
   };
   // One step over micro-batches whose inputs (used by virtual stage 0; every rank passes
   // them, for their sizes) are `inputs`. `train`: forwards and backwards; otherwise
   // forwards only (the caller holds NoGradGuard). `autocast`: the chunks' forwards (and
   // `last`) under AutocastGuard. Sends are waited on before it returns.
   Timing run(const std::vector<Tensor>& inputs, bool train, std::optional<DType> autocast, const LastStageFn& last,
-             const BeforeBackwardFn& before_backward = {});
+             const BeforeGradientsFn& before_gradients = {});
 
  private:
   struct Live {
@@ -67,13 +75,19 @@ class PipelineExecutor {
   };
   using Key = std::pair<int, int>;  // (chunk, micro)
 
-  int virtual_stage(int chunk) const { return chunk * stages_ + rank_; }
+  int virtual_stage(int chunk) const;
+  int chunk_of(int virtual_stage) const;  // this rank's chunk holding it
+  bool here(int virtual_stage) const;     // whether this rank holds it
   bool is_last(int chunk) const { return virtual_stage(chunk) == stages_ * config_.virtual_stages - 1; }
   // The chunk's output; on the last virtual stage also sets *loss from `last`.
   Variable forward_chunk(int chunk, const Variable& input, int micro, bool record, const LastStageFn& last,
                          Variable* loss);
   void forward(const PipelineAction& a, bool train, const LastStageFn& last);
   void backward(const PipelineAction& a, const LastStageFn& last);
+  void weight(const PipelineAction& a);
+  // Where a pass puts what it produced for the virtual stage `to`: the outbox, or straight
+  // into the inbox when this rank holds that stage too (ZB-V's turn).
+  Tensor& deliver(PipelineMessage::Kind kind, int boundary, int micro, int to);
   // Issues `messages` as one batch and waits for its receives.
   void exchange(const std::vector<PipelineMessage>& messages);
   int tag(const PipelineMessage& m) const;
@@ -85,6 +99,8 @@ class PipelineExecutor {
   const std::vector<Tensor>* inputs_ = nullptr;  // during run()
   std::optional<DType> autocast_;
   std::map<Key, Live> live_;
+  std::map<Key, DeferredWeightGradients> deferred_;  // B done, W to run
+  std::vector<std::vector<Variable>> weights_;       // each chunk's parameters
   // Messages: what a pass produced for sending, what arrived, what is in flight.
   std::map<std::tuple<int, int, int>, Tensor> outbox_, inbox_;  // (kind, boundary, micro)
   std::vector<std::pair<WorkPtr, Tensor>> sends_;               // with the tensor where the transport needs it kept

@@ -24,12 +24,14 @@ void check_cuts(const std::vector<int>& cuts, int layers, int parts) {
   }
 }
 
-std::vector<int> balanced_cuts(const std::vector<double>& costs, int parts) {
-  const int n = static_cast<int>(costs.size());
+namespace {
+
+// The DP behind both balanced_cuts: part_cost(p, j, i) is part p's cost if it holds layers
+// [j, i).
+template <class PartCost>
+std::vector<int> balance(int n, int parts, PartCost part_cost) {
   DTRAIN_CHECK(parts >= 1 && parts <= n,
                "pipeline: {} parts (stages x virtual stages) but the model has only {} layers", parts, n);
-  std::vector<double> prefix(static_cast<std::size_t>(n) + 1, 0);
-  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + costs[static_cast<std::size_t>(i)];
   // best[p][i]: over layers [0, i) in p parts, the cheapest costliest part, then the fewest
   // parts without cost (a stage of activations alone has nothing to train); from[p][i]:
   // where its last part starts.
@@ -42,7 +44,7 @@ std::vector<int> balanced_cuts(const std::vector<double>& costs, int parts) {
   for (int p = 1; p <= parts; ++p) {
     for (int i = p; i <= n; ++i) {
       for (int j = p - 1; j < i; ++j) {
-        const double part = prefix[i] - prefix[j];
+        const double part = part_cost(p - 1, j, i);
         const Score v{std::max(best[p - 1][j].first, part), best[p - 1][j].second + (part == 0 ? 1 : 0)};
         if (v <= best[p][i]) {  // `<=`: the latest start among equals
           best[p][i] = v;
@@ -59,39 +61,81 @@ std::vector<int> balanced_cuts(const std::vector<double>& costs, int parts) {
   return cuts;
 }
 
+std::vector<double> prefix_sums(const std::vector<double>& v) {
+  std::vector<double> prefix(v.size() + 1, 0);
+  for (std::size_t i = 0; i < v.size(); ++i) prefix[i + 1] = prefix[i] + v[i];
+  return prefix;
+}
+
+}  // namespace
+
+std::vector<int> balanced_cuts(const std::vector<double>& costs, int parts) {
+  const std::vector<double> prefix = prefix_sums(costs);
+  return balance(static_cast<int>(costs.size()), parts, [&](int, int j, int i) { return prefix[i] - prefix[j]; });
+}
+
+std::vector<int> balanced_cuts(const std::vector<LayerCost>& costs, const std::vector<bool>& recomputes) {
+  std::vector<double> forward, backward;
+  for (const LayerCost& c : costs) {
+    forward.push_back(c.forward);
+    backward.push_back(c.backward);
+  }
+  const std::vector<double> f = prefix_sums(forward), b = prefix_sums(backward);
+  return balance(static_cast<int>(costs.size()), static_cast<int>(recomputes.size()), [&](int p, int j, int i) {
+    const double once = f[i] - f[j] + b[i] - b[j];
+    return recomputes[static_cast<std::size_t>(p)] ? once + f[i] - f[j] : once;
+  });
+}
+
 std::vector<double> parameter_costs(const nn::Sequential& model) {
   std::vector<double> out;
   for (std::size_t i = 0; i < model.size(); ++i) out.push_back(static_cast<double>(model[i]->num_parameters()));
   return out;
 }
 
-std::vector<double> measured_costs(nn::Sequential& model, const Tensor& example, int repeats) {
+std::vector<LayerCost> measured_layer_costs(nn::Sequential& model, const Tensor& example, int repeats) {
   DTRAIN_CHECK(repeats >= 1, "measured_costs: repeats must be >= 1, got {}", repeats);
   using Clock = std::chrono::steady_clock;
+  // Reading one element waits for a GPU's queued kernels (free on the CPU).
+  auto wait_for = [](const Tensor& t) { (void)t.reshape({-1}).narrow(0, 0, 1).to(Device::cpu()).item(); };
+  auto seconds_since = [](Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
   model.train();
-  std::vector<std::vector<double>> runs(model.size());
+  std::vector<std::vector<double>> forwards(model.size()), backwards(model.size());
   for (int r = 0; r <= repeats; ++r) {  // run 0 warms up
     Tensor x = example;
     for (std::size_t i = 0; i < model.size(); ++i) {
-      const auto start = Clock::now();
+      auto start = Clock::now();
       Variable in(x, /*requires_grad=*/true);
       Variable out = model[i]->forward(in);
+      wait_for(out.data());
+      const double forward = seconds_since(start);
+      start = Clock::now();
       out.backward(Tensor::ones(out.data().shape(), out.data().options()));
+      wait_for(in.has_grad() ? in.grad() : out.data());
+      const double backward = seconds_since(start);
       x = out.data();
-      // Reading one element waits for a GPU's queued kernels (free on the CPU).
-      const Tensor& done = in.has_grad() ? in.grad() : out.data();
-      (void)done.reshape({-1}).narrow(0, 0, 1).to(Device::cpu()).item();
-      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      if (r > 0) runs[i].push_back(seconds);
+      if (r > 0) {
+        forwards[i].push_back(forward);
+        backwards[i].push_back(backward);
+      }
     }
   }
   model.zero_grad();
-  std::vector<double> costs;
-  for (auto& v : runs) {
+  auto median = [](std::vector<double> v) {
     std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    costs.push_back(v[v.size() / 2]);
-  }
+    return v[v.size() / 2];
+  };
+  std::vector<LayerCost> costs;
+  for (std::size_t i = 0; i < model.size(); ++i) costs.push_back({median(forwards[i]), median(backwards[i])});
   return costs;
+}
+
+std::vector<double> measured_costs(nn::Sequential& model, const Tensor& example, int repeats) {
+  std::vector<double> out;
+  for (const LayerCost& c : measured_layer_costs(model, example, repeats)) out.push_back(c.forward + c.backward);
+  return out;
 }
 
 }  // namespace dtrain::dist

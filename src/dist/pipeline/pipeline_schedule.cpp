@@ -1,8 +1,12 @@
 #include "dtrain/dist/pipeline/pipeline_schedule.h"
 
+#include "dist/pipeline/schedule_simulation.h"
+#include "dist/pipeline/zero_bubble_order.h"
 #include "dtrain/core/error.h"
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 
 namespace dtrain::dist {
 namespace {
@@ -41,23 +45,47 @@ const char* schedule_name(PipelineSchedule s) {
     case PipelineSchedule::GPipe: return "gpipe";
     case PipelineSchedule::OneFOneB: return "1f1b";
     case PipelineSchedule::Interleaved: return "interleaved";
+    case PipelineSchedule::ZeroBubbleH1: return "zb-h1";
+    case PipelineSchedule::ZeroBubbleV: return "zb-v";
   }
   return "?";
 }
 
 PipelineSchedule parse_schedule(const std::string& name) {
-  for (auto s : {PipelineSchedule::GPipe, PipelineSchedule::OneFOneB, PipelineSchedule::Interleaved}) {
+  for (auto s : {PipelineSchedule::GPipe, PipelineSchedule::OneFOneB, PipelineSchedule::Interleaved,
+                 PipelineSchedule::ZeroBubbleH1, PipelineSchedule::ZeroBubbleV}) {
     if (name == schedule_name(s)) return s;
   }
-  DTRAIN_FAIL("pipeline schedule '{}': expected gpipe, 1f1b or interleaved", name);
+  DTRAIN_FAIL("pipeline schedule '{}': expected gpipe, 1f1b, interleaved, zb-h1 or zb-v", name);
+}
+
+bool splits_backward(PipelineSchedule s) {
+  return s == PipelineSchedule::ZeroBubbleH1 || s == PipelineSchedule::ZeroBubbleV;
+}
+
+int fixed_virtual_stages(PipelineSchedule s) {
+  if (s == PipelineSchedule::Interleaved) return 0;
+  return s == PipelineSchedule::ZeroBubbleV ? 2 : 1;
+}
+
+int virtual_stage_of(PipelineSchedule schedule, const PipelineShape& shape, int stage, int chunk) {
+  if (schedule == PipelineSchedule::ZeroBubbleV) return chunk == 0 ? stage : 2 * shape.stages - 1 - stage;
+  return chunk * shape.stages + stage;
+}
+
+int stage_of(PipelineSchedule schedule, const PipelineShape& shape, int virtual_stage) {
+  const int K = shape.stages;
+  if (schedule == PipelineSchedule::ZeroBubbleV) return virtual_stage < K ? virtual_stage : 2 * K - 1 - virtual_stage;
+  return virtual_stage % K;
 }
 
 void check_schedule(PipelineSchedule schedule, const PipelineShape& shape) {
   DTRAIN_CHECK(shape.stages >= 1, "pipeline: stages must be >= 1, got {}", shape.stages);
   DTRAIN_CHECK(shape.micro_batches >= 1, "pipeline: micro-batches must be >= 1, got {}", shape.micro_batches);
   if (schedule != PipelineSchedule::Interleaved) {
-    DTRAIN_CHECK(shape.virtual_stages == 1, "pipeline schedule {}: one chunk per rank (virtual stages 1), got {}",
-                 schedule_name(schedule), shape.virtual_stages);
+    const int v = fixed_virtual_stages(schedule);
+    DTRAIN_CHECK(shape.virtual_stages == v, "pipeline schedule {}: {} per rank (virtual stages {}), got {}",
+                 schedule_name(schedule), v == 1 ? "one chunk" : "two chunks", v, shape.virtual_stages);
     return;
   }
   DTRAIN_CHECK(shape.stages >= 2, "pipeline schedule interleaved: needs >= 2 stages, got {}", shape.stages);
@@ -76,6 +104,9 @@ std::vector<PipelineAction> schedule_actions(PipelineSchedule schedule, const Pi
   DTRAIN_CHECK(stage >= 0 && stage < shape.stages, "pipeline: stage {} out of range [0, {})", stage, shape.stages);
   const int K = shape.stages, M = shape.micro_batches;
   std::vector<PipelineAction> out;
+  if (schedule == PipelineSchedule::ZeroBubbleV)
+    return zb_v_orders(shape, forward_only)[static_cast<std::size_t>(stage)];
+  if (schedule == PipelineSchedule::ZeroBubbleH1 && !forward_only) return zb_h1_order(shape, stage);
   if (schedule == PipelineSchedule::Interleaved) {
     const int passes = M * shape.virtual_stages;
     // Megatron-LM's warm-up: the chunks ahead of this rank filled once more for each
@@ -90,26 +121,82 @@ std::vector<PipelineAction> schedule_actions(PipelineSchedule schedule, const Pi
   return out;
 }
 
-PipelinePlan schedule_plan(PipelineSchedule schedule, const PipelineShape& shape, int stage, bool forward_only) {
+namespace {
+
+using Msg = PipelineMessage;
+
+// What a pass of rank `stage` receives before it runs and sends after it; nothing between
+// two chunks of one rank (ZB-V's turn), which the executor hands over itself.
+std::vector<Msg> pass_messages(PipelineSchedule schedule, const PipelineShape& shape, int stage,
+                               const PipelineAction& a, bool send) {
+  const int last = shape.stages * shape.virtual_stages - 1;  // the last virtual stage
+  const int c = virtual_stage_of(schedule, shape, stage, a.chunk);
+  // The neighbour a forward talks to is the next stage when sending and the previous one
+  // when receiving; a backward's the other way round.
+  const bool downstream = (a.kind == Kind::Forward) == send;
+  const int other = downstream ? c + 1 : c - 1;
+  if (a.kind == Kind::Weight || other < 0 || other > last) return {};
+  const int peer = stage_of(schedule, shape, other);
+  if (peer == stage) return {};
+  const Msg::Kind kind = a.kind == Kind::Forward ? Msg::Kind::Activation : Msg::Kind::Gradient;
+  // An activation crosses boundary min(c, other) forwards, its gradient backwards.
+  return {{kind, send, peer, std::min(c, other), a.micro}};
+}
+
+// The zero-bubble plans: every rank's passes placed in time by simulating them all with
+// equal pass times (schedule_simulation.h); a pass's messages go out in the batch of the
+// time its pass ends, on both sides. Batches of one time on two ranks are current together,
+// so no two ranks can wait on each other under either transport, and the messages between
+// any two ranks are in the same order on both.
+PipelinePlan time_slotted_plan(PipelineSchedule schedule, const PipelineShape& shape, int stage, bool forward_only) {
   const int K = shape.stages;
-  const int last = K * shape.virtual_stages - 1;  // the last virtual stage
+  std::vector<std::vector<PipelineAction>> orders;
+  for (int s = 0; s < K; ++s) orders.push_back(schedule_actions(schedule, shape, s, forward_only));
+  const ScheduleSimulation sim = simulate_schedule(schedule, shape, orders, {PassTimes{1, 1, 1}});
+  // When each message's pass ends (ticks: every pass takes 1).
+  std::map<std::tuple<int, int, int>, int> sent_at;  // message kind, boundary, micro
+  for (int s = 0; s < K; ++s) {
+    const auto& order = orders[static_cast<std::size_t>(s)];
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      for (const Msg& m : pass_messages(schedule, shape, s, order[i], /*send=*/true)) {
+        sent_at[{static_cast<int>(m.kind), m.boundary, m.micro}] =
+            static_cast<int>(sim.start[static_cast<std::size_t>(s)][i]) + 1;
+      }
+    }
+  }
+  const auto& mine = orders[static_cast<std::size_t>(stage)];
+  const auto& starts = sim.start[static_cast<std::size_t>(stage)];
+  std::map<int, std::vector<Msg>> batch_at;  // tick -> this rank's messages then
+  std::map<int, PipelineAction> pass_at;     // tick -> this rank's pass then
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    const int tick = static_cast<int>(starts[i]);
+    pass_at[tick] = mine[i];
+    for (const Msg& m : pass_messages(schedule, shape, stage, mine[i], /*send=*/true)) batch_at[tick + 1].push_back(m);
+  }
+  for (std::size_t i = 0; i < mine.size(); ++i) {  // receives after the sends of their tick
+    for (const Msg& m : pass_messages(schedule, shape, stage, mine[i], /*send=*/false)) {
+      batch_at[sent_at.at({static_cast<int>(m.kind), m.boundary, m.micro})].push_back(m);
+    }
+  }
+  PipelinePlan plan;
+  const int end = mine.empty() ? 0 : static_cast<int>(starts.back()) + 1;
+  for (int tick = 0; tick < end; ++tick) {
+    PipelineStep step;
+    if (auto b = batch_at.find(tick); b != batch_at.end()) step.messages = b->second;
+    if (auto p = pass_at.find(tick); p != pass_at.end()) step.actions.push_back(p->second);
+    if (!step.messages.empty() || !step.actions.empty()) plan.steps.push_back(std::move(step));
+  }
+  if (auto b = batch_at.find(end); b != batch_at.end()) plan.tail = b->second;
+  return plan;
+}
+
+}  // namespace
+
+PipelinePlan schedule_plan(PipelineSchedule schedule, const PipelineShape& shape, int stage, bool forward_only) {
+  if (splits_backward(schedule)) return time_slotted_plan(schedule, shape, stage, forward_only);
   const std::vector<PipelineAction> actions = schedule_actions(schedule, shape, stage, forward_only);
-  using Msg = PipelineMessage;
-  // What a pass receives before it runs and sends after it.
-  auto inputs = [&](const PipelineAction& a) {
-    std::vector<Msg> out;
-    const int c = a.chunk * K + stage;
-    if (a.kind == Kind::Forward && c > 0) out.push_back({Msg::Kind::Activation, false, (c - 1) % K, c - 1, a.micro});
-    if (a.kind == Kind::Backward && c < last) out.push_back({Msg::Kind::Gradient, false, (c + 1) % K, c, a.micro});
-    return out;
-  };
-  auto outputs = [&](const PipelineAction& a) {
-    std::vector<Msg> out;
-    const int c = a.chunk * K + stage;
-    if (a.kind == Kind::Forward && c < last) out.push_back({Msg::Kind::Activation, true, (c + 1) % K, c, a.micro});
-    if (a.kind == Kind::Backward && c > 0) out.push_back({Msg::Kind::Gradient, true, (c - 1) % K, c - 1, a.micro});
-    return out;
-  };
+  auto inputs = [&](const PipelineAction& a) { return pass_messages(schedule, shape, stage, a, /*send=*/false); };
+  auto outputs = [&](const PipelineAction& a) { return pass_messages(schedule, shape, stage, a, /*send=*/true); };
   // The interleaved steady state pairs each forward with the backward after it; without
   // a steady state (every forward first) nothing is paired.
   const auto leading =
@@ -144,6 +231,15 @@ PipelinePlan schedule_plan(PipelineSchedule schedule, const PipelineShape& shape
 double theoretical_bubble(const PipelineShape& shape) {
   const double k = shape.stages, m = shape.micro_batches, v = shape.virtual_stages;
   return (k - 1) / (v * (m + k - 1));
+}
+
+double simulated_bubble(PipelineSchedule schedule, const PipelineShape& shape, const std::vector<PassTimes>& times) {
+  std::vector<std::vector<PipelineAction>> orders;
+  for (int s = 0; s < shape.stages; ++s) orders.push_back(schedule_actions(schedule, shape, s));
+  const ScheduleSimulation sim = simulate_schedule(schedule, shape, orders, times);
+  double idle = 0;
+  for (double busy : sim.busy) idle += sim.span > 0 ? 1 - busy / sim.span : 0;
+  return idle / shape.stages;
 }
 
 }  // namespace dtrain::dist

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 
@@ -91,6 +92,10 @@ PipelineStrategy::PipelineStrategy(std::shared_ptr<const DeviceMesh> mesh, Devic
   }
   DTRAIN_CHECK(replicas_ * K == world_->size(), "pipeline strategy: the mesh {} has dimensions besides dp and pp",
                mesh_->describe());
+  for (int s : options_.recompute_stages) {
+    DTRAIN_CHECK(s >= 0 && s < K, "pipeline strategy: recompute_stages names stage {}; the stages are 0 to {}", s,
+                 K - 1);
+  }
   if (options_.shard_optimizer) {
     DTRAIN_CHECK(replicas_ >= 2,
                  "pipeline strategy: a sharded optimizer (zero=1) shards each stage's optimizer state over the stage's "
@@ -106,6 +111,16 @@ PipelineStrategy::PipelineStrategy(std::shared_ptr<const DeviceMesh> mesh, Devic
 
 PipelineStrategy::~PipelineStrategy() = default;
 
+int PipelineStrategy::loss_stage() const {
+  const PipelineShape shape{options_.stages, options_.virtual_stages, options_.micro_batches};
+  return stage_of(options_.schedule, shape, parts() - 1);
+}
+
+bool PipelineStrategy::recomputes(int stage) const {
+  return options_.recompute || std::find(options_.recompute_stages.begin(), options_.recompute_stages.end(), stage) !=
+                                   options_.recompute_stages.end();
+}
+
 int PipelineStrategy::parts() const { return options_.stages * options_.virtual_stages; }
 
 std::pair<int, int> PipelineStrategy::chunk_layers(int c, int layers) const {
@@ -113,8 +128,15 @@ std::pair<int, int> PipelineStrategy::chunk_layers(int c, int layers) const {
           c == parts() - 1 ? layers : cuts_[static_cast<std::size_t>(c)]};
 }
 
+std::vector<int> PipelineStrategy::virtual_stages_of(int stage) const {
+  std::vector<int> out;
+  const PipelineShape shape{options_.stages, options_.virtual_stages, options_.micro_batches};
+  for (int v = 0; v < options_.virtual_stages; ++v) out.push_back(virtual_stage_of(options_.schedule, shape, stage, v));
+  return out;
+}
+
 bool PipelineStrategy::holds(int layer, int layers) const {
-  for (int c = stage_; c < parts(); c += options_.stages) {
+  for (int c : virtual_stages_of(stage_)) {
     const auto [begin, end] = chunk_layers(c, layers);
     if (layer >= begin && layer < end) return true;
   }
@@ -134,7 +156,7 @@ void PipelineStrategy::check_stages_have_parameters(int layers, const std::vecto
   for (int s = 0; s < options_.stages; ++s) {
     std::int64_t total = 0;
     std::vector<std::string> held;
-    for (int c = s; c < parts(); c += options_.stages) {
+    for (int c : virtual_stages_of(s)) {
       const auto [begin, end] = chunk_layers(c, layers);
       for (int i = begin; i < end; ++i) {
         total += params[static_cast<std::size_t>(i)];
@@ -170,13 +192,25 @@ std::shared_ptr<nn::Module> PipelineStrategy::prepare(std::shared_ptr<nn::Module
     // Timed on one rank and shared, so that every rank cuts the same way.
     DTRAIN_CHECK(options_.profile_input.defined(),
                  "pipeline strategy: balancing by time needs PipelineOptions::profile_input (a batch of input)");
-    Tensor costs = Tensor::zeros({layers}, {DType::f64});
+    Tensor costs = Tensor::zeros({layers, 2}, {DType::f64});  // forward, backward
     if (world_->rank() == 0) {
       sequential->to(device_);
-      costs = Tensor::from_vector<double>(measured_costs(*sequential, options_.profile_input.to(device_)), {layers});
+      std::vector<double> flat;
+      for (const LayerCost& c : measured_layer_costs(*sequential, options_.profile_input.to(device_))) {
+        flat.push_back(c.forward);
+        flat.push_back(c.backward);
+      }
+      costs = Tensor::from_vector<double>(flat, {layers, 2});
     }
     world_->broadcast(costs, 0);
-    cuts_ = balanced_cuts(costs.to_vector<double>(), parts());
+    const std::vector<double> flat = costs.to_vector<double>();
+    std::vector<LayerCost> layer_costs;
+    for (std::size_t i = 0; i < flat.size(); i += 2) layer_costs.push_back({flat[i], flat[i + 1]});
+    // A recomputing stage's chunks pay their forward twice.
+    std::vector<bool> recomputing;
+    const PipelineShape shape{options_.stages, options_.virtual_stages, options_.micro_batches};
+    for (int c = 0; c < parts(); ++c) recomputing.push_back(recomputes(stage_of(options_.schedule, shape, c)));
+    cuts_ = balanced_cuts(layer_costs, recomputing);
   }
   std::vector<std::int64_t> description{layers, parts()};
   description.insert(description.end(), cuts_.begin(), cuts_.end());
@@ -276,10 +310,10 @@ std::shared_ptr<nn::Module> PipelineStrategy::build_stage(std::map<int, nn::Modu
     }
   }
   // The chunks, from the stage's children (after any SyncBatchNorm conversion replaced
-  // some), in order: chunk v is virtual stage v * K + stage.
+  // some), in order: a rank's chunks hold ever later layers.
   std::vector<nn::ModulePtr> chunks;
   std::size_t next = 0;
-  for (int c = stage_; c < parts(); c += options_.stages) {
+  for (int c : virtual_stages_of(stage_)) {
     const auto [begin, end] = chunk_layers(c, count);
     auto chunk = std::make_shared<nn::Sequential>();
     for (int i = begin; i < end; ++i) chunk->push_back(stage->children().at(next++).second);
@@ -291,7 +325,7 @@ std::shared_ptr<nn::Module> PipelineStrategy::build_stage(std::map<int, nn::Modu
       .device = device_,
       .schedule = options_.schedule,
       .virtual_stages = options_.virtual_stages,
-      .recompute = options_.recompute};
+      .recompute = recomputes(stage_)};
   executor_ = std::make_unique<PipelineExecutor>(std::move(config), std::move(chunks));
   module_ = stage;
   return module_;
@@ -339,20 +373,26 @@ StepStats PipelineStrategy::train_step(std::span<const MicroBatch> micro, optim:
     return weighted_loss(output, part.targets, sample_share(part.inputs.size(0), total, parts.size()), config,
                          record ? &stats : nullptr);
   };
-  // With replicas, only each chunk's last backward hands its gradients to the reducer.
+  // With replicas, only the last pass that adds to each chunk's gradients (its last
+  // backward, or W) hands them to the reducer.
   std::optional<DataParallel::NoSyncGuard> no_sync;
-  PipelineExecutor::BeforeBackwardFn before_backward;
+  PipelineExecutor::BeforeGradientsFn before_gradients;
   if (ddp_) {
-    before_backward = [&](int, bool last_of_chunk) {
+    before_gradients = [&](int, bool last_of_chunk) {
       if (last_of_chunk) no_sync.reset();
       else if (!no_sync) no_sync.emplace(*ddp_);
     };
   }
-  const PipelineExecutor::Timing t = executor_->run(inputs, /*train=*/true, config.autocast, last, before_backward);
+  const PipelineExecutor::Timing t = executor_->run(inputs, /*train=*/true, config.autocast, last, before_gradients);
   no_sync.reset();
   if (ddp_) ddp_->finish_gradient_sync();
   update(stepped_optimizer(optimizer), config, stats);
-  timing_ = {std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), t.compute_s, t.wait_s};
+  timing_ = {std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+             t.compute_s,
+             t.wait_s,
+             t.forward_s,
+             t.backward_s,
+             t.weight_s};
   return stats;
 }
 

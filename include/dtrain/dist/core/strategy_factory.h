@@ -24,9 +24,10 @@
 // | `zero=2,hybrid`, `zero=3,shard=4`     | the same, sharded inside each host / 4 ranks          |
 //
 // Keys: dp: `dp[=N]`, `bucket_mb=MB`, `exchange=KIND` (gradient_exchange.h), `sync_bn`,
-// `overlap=0|1`. pp: `pp=K`, `dp=D`, `micro=M`, `schedule=gpipe|1f1b|interleaved`,
-// `virtual=V`, `cuts=A:B:...` (layer indices), `balance=params|time`, `recompute`, `zero=1`
-// (a sharded optimizer over each stage's replicas), and the dp keys for the replicas.
+// `overlap=0|1`. pp: `pp=K`, `dp=D`, `micro=M`, `schedule=gpipe|1f1b|interleaved|zb-h1|zb-v`,
+// `virtual=V`, `cuts=A:B:...` (layer indices), `balance=params|time`, `recompute` (every
+// stage) or `recompute_stages=A:B:...`, `zero=1` (a sharded optimizer over each stage's
+// replicas), and the dp keys for the replicas.
 // ps: `ps=S`, `mode=sync|async|ssp:K`, `bucket_mb=MB`. zero:
 // `zero=STAGE` (1, 2 or 3), `dp=N`, `bucket_mb=MB` (stages 1 and 2), `gather_mb=MB` (stage 3's
 // gather units; 0: a layer each), `overlap=0|1`, `hybrid` or `shard=N`.

@@ -19,12 +19,23 @@ void check_cuts(const std::vector<int>& cuts, int layers, int parts);
 // with the layer before it.
 std::vector<int> balanced_cuts(const std::vector<double>& costs, int parts);
 
+// A layer's forward and backward time.
+struct LayerCost {
+  double forward = 0, backward = 0;
+};
+// The same balance where part p costs its layers' forward + backward, plus their forward
+// once more when recomputes[p] (its forward runs again in backward): cuts that let the
+// recomputing parts hold fewer layers.
+std::vector<int> balanced_cuts(const std::vector<LayerCost>& costs, const std::vector<bool>& recomputes);
+
 // Each layer's parameter count.
 std::vector<double> parameter_costs(const nn::Sequential& model);
 
-// Each layer's forward plus backward time in seconds on `example` (a batch of the model's
-// input, on the model's device), the median of `repeats` runs after one warm-up. The
+// Each layer's forward and backward time in seconds on `example` (a batch of the model's
+// input, on the model's device), the medians of `repeats` runs after one warm-up. The
 // model is left in training mode with no gradients.
+std::vector<LayerCost> measured_layer_costs(nn::Sequential& model, const Tensor& example, int repeats = 3);
+// Their sums, forward plus backward.
 std::vector<double> measured_costs(nn::Sequential& model, const Tensor& example, int repeats = 3);
 
 }  // namespace dtrain::dist

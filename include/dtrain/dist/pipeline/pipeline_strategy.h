@@ -2,8 +2,9 @@
 // A Sequential is cut into K stages of consecutive layers, one per rank; each batch is
 // split into M micro-batches that flow through the stages (activations forward, their
 // gradients backward, by non-blocking point-to-point messages) in the order of a schedule
-// (pipeline_schedule.h: GPipe, 1F1B, or interleaved 1F1B with V chunks per rank), so that
-// the stages work at once. The last stage computes the loss; gradients accumulate over the
+// (pipeline_schedule.h: GPipe, 1F1B, interleaved 1F1B with V chunks per rank, or the
+// zero-bubble ZB-H1 and ZB-V, which split each backward into B and W), so that the stages
+// work at once. The last stage computes the loss; gradients accumulate over the
 // micro-batches; each stage steps its own optimizer over its own parameters.
 //
 //   auto strategy = std::make_shared<dist::PipelineStrategy>(dist::world(), device,
@@ -61,7 +62,7 @@ struct PipelineOptions {
   int stages = 2;         // K; the world's size must be a multiple of it
   int micro_batches = 4;  // M per batch; the per-rank batch must be divisible by it
   PipelineSchedule schedule = PipelineSchedule::OneFOneB;
-  int virtual_stages = 1;  // V chunks per rank: >= 2 for Interleaved, 1 otherwise
+  int virtual_stages = 1;  // V chunks per rank: >= 2 for Interleaved, 2 for ZeroBubbleV, else 1
   // K x V - 1 layer indices where chunks begin (pipeline_partition.h); empty: balanced
   // automatically. Must be the same on every rank (checked).
   std::vector<int> cuts = {};
@@ -73,8 +74,12 @@ struct PipelineOptions {
   Tensor profile_input = {};  // Balance::Time: a batch of the model's input (e.g. one micro-batch)
   // Keep only each chunk's input; recompute its forward in backward (from the same random
   // numbers, so dropout agrees). BatchNorm's running statistics are then updated twice per
-  // micro-batch, as under PyTorch's activation checkpointing.
+  // micro-batch, as under PyTorch's activation checkpointing. `recompute`: on every stage;
+  // `recompute_stages`: on these stages alone (the first stages hold the most micro-batches
+  // under 1F1B, so they gain the most memory). Balancing by time counts the second forward
+  // in the recomputing stages' cost.
   bool recompute = false;
+  std::vector<int> recompute_stages = {};
   DataParallelStrategyOptions data_parallel = {};  // among the replicas of each stage
   // ZeRO stage 1 over each stage's replicas (Megatron's "distributed optimizer"; the spec's
   // `zero=1`): see "Sharded optimizer" above. Needs at least two replicas, and the default
@@ -111,8 +116,11 @@ class PipelineStrategy final : public Strategy {
   std::shared_ptr<nn::Module> prepare_layers(int layers, const LayerFactory& layer, std::uint64_t seed);
   // The replica's shard; each micro-batch is split into the options' micro-batches.
   Shard data_shard() const override { return {replica_, replicas_, options_.micro_batches}; }
-  // The last stage of replica 0: the only rank that sees the loss.
-  bool reports() const override { return replica_ == 0 && stage_ == options_.stages - 1; }
+  // The loss stage of replica 0: the only rank that sees the loss.
+  bool reports() const override { return replica_ == 0 && stage_ == loss_stage(); }
+  // The stage whose chunk ends the model and computes the loss: the last (K-1), or the
+  // first under ZB-V, whose chunks run down the ranks and back up.
+  int loss_stage() const;
   StepStats train_step(std::span<const MicroBatch> micro, optim::Optimizer& optimizer,
                        const StepConfig& config) override;
   EvalSums eval_step(const MicroBatch& batch, const StepConfig& config) override;
@@ -136,11 +144,16 @@ class PipelineStrategy final : public Strategy {
   const optim::Optimizer* shard_optimizer() const;
   // Where every chunk begins (K x V - 1 layer indices), after prepare().
   const std::vector<int>& cuts() const { return cuts_; }
+  // Whether `stage` recomputes its forward passes in backward.
+  bool recomputes(int stage) const;
   // This rank's last train_step, in seconds (host clock: on a GPU, the time to queue the
   // work): the whole step, in its forward and backward passes, and waiting for messages.
   // The measured bubble is 1 - compute_s / step_s.
+  // compute_s splits into forward_s, backward_s (B alone where the schedule splits the
+  // backward) and weight_s (W), from which simulated_bubble gives the schedule's theory.
   struct Timing {
     double step_s = 0, compute_s = 0, wait_s = 0;
+    double forward_s = 0, backward_s = 0, weight_s = 0;
   };
   Timing last_timing() const { return timing_; }
 
@@ -157,6 +170,7 @@ class PipelineStrategy final : public Strategy {
   std::vector<MicroBatch> split(std::span<const MicroBatch> batches) const;
   int parts() const;                                              // chunks over all ranks: K x V
   std::pair<int, int> chunk_layers(int chunk, int layers) const;  // [begin, end) of virtual stage `chunk`
+  std::vector<int> virtual_stages_of(int stage) const;            // its chunks' virtual stages
   bool holds(int layer, int layers) const;                        // whether this rank's stage has it
   void check_layer_count(int layers) const;
   void check_stages_have_parameters(int layers, const std::vector<std::int64_t>& params,
