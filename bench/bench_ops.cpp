@@ -5,8 +5,10 @@
 //   conv     conv2d forward, backward-input, backward-weight on LeNet and ResNet-18 layers
 //   eltwise  add, mul, relu, exp, sums, softmax on 1M and 16M elements, as GB/s
 //   optim    the fused SGD momentum update against the passes it replaced, as GB/s
+//   accumulate  a weight gradient added into the held one by the GEMM (matmul_add_) against
+//            matmul + add_, as GFLOP/s
 //
-//   bench_ops [--threads T] [--filter gemm|conv|eltwise|optim|<case>] [--quick] [--json]
+//   bench_ops [--threads T] [--filter gemm|conv|eltwise|optim|accumulate|<case>] [--quick] [--json]
 //
 // Every case is first checked against a plain double-precision reference (GEMM rows,
 // direct convolution at batch 2, plain loops); a mismatch names the case and exits 1.
@@ -20,6 +22,7 @@
 #include "dtrain/core/environment.h"
 #include "dtrain/core/parallel.h"
 
+#include "ops/accumulate.h"
 #include "ops/conv.h"
 #include "ops/eltwise.h"
 #include "ops/gemm.h"
@@ -65,14 +68,16 @@ int run(const bench::OpsOptions& options) {
     fmt::print("bench_ops: {} thread(s); {}\n", options.threads, machine);
     fmt::print("peak: {:.1f} GFLOP/s fp32 on 1 thread ({}, measured), x {} core(s) = {:.1f}; %peak is of that\n",
                peak.gflops, peak.isa, cores, ctx.peak_gflops);
-    fmt::print("bench compiled for {}, dtrain's element-wise loops run as {}, Eigen peer for {} (1 thread); "
-               "openblas: {}\n",
-               bench::compiled_isa(), bench::cloned_loops_isa(), bench::eigen_gemm_isa(), openblas);
+    fmt::print(
+        "bench compiled for {}, dtrain's element-wise loops run as {}, Eigen peer for {} (1 thread); "
+        "openblas: {}\n",
+        bench::compiled_isa(), bench::cloned_loops_isa(), bench::eigen_gemm_isa(), openblas);
   }
   bench::run_gemm(ctx);
   bench::run_conv(ctx);
   bench::run_eltwise(ctx);
   bench::run_optim(ctx);
+  bench::run_accumulate(ctx);
   return 0;
 }
 
@@ -82,9 +87,11 @@ int main(int argc, char** argv) {
   CLI::App app{"Speed of dtrain's CPU ops (GEMM, convolution, element-wise) against Eigen and OpenBLAS", "bench_ops"};
   bench::OpsOptions options;
   app.add_option("--threads", options.threads, "intra-op threads (dtrain and OpenBLAS; Eigen stays on 1)")
-      ->check(CLI::Range(1, 1024))->capture_default_str();
-  app.add_option("--filter", options.filter, "run the cases whose \"group/case\" contains this, e.g. gemm, conv, "
-                                             "eltwise, optim, mlp_b256, resnet18");
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app.add_option("--filter", options.filter,
+                 "run the cases whose \"group/case\" contains this, e.g. gemm, conv, "
+                 "eltwise, optim, accumulate, mlp_b256, resnet18");
   app.add_flag("--quick", options.quick, "fewer cases, each timed for 0.1 s instead of 0.3 s");
   app.add_flag("--json", options.json, "print JSON lines (the machine, then one per case) instead of tables");
   CLI11_PARSE(app, argc, argv);

@@ -59,7 +59,11 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
   for (const std::string& spec : c.specs) {
     manual_seed(1);  // the same initial model in every case
     m = bench::bench_model(c.model);
-    Case k{.spec = spec, .strategy = dist::make_strategy(spec, comm, Device::cpu()), .adam = nullptr, .seconds = {}};
+    Case k{.spec = spec,
+           .strategy = dist::make_strategy(spec, comm, Device::cpu()),
+           .adam = nullptr,
+           .seconds = {},
+           .phases = {}};
     auto model = k.strategy->prepare(m.model);
     k.adam = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = 1e-4});
     cases.push_back(std::move(k));

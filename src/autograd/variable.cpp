@@ -23,6 +23,14 @@ thread_local bool t_grad_enabled = true;
 }
 
 bool grad_enabled() { return t_grad_enabled; }
+
+namespace {
+thread_local bool t_split_backward_ahead = false;
+}
+
+bool split_backward_ahead() { return t_split_backward_ahead; }
+SplitBackwardAhead::SplitBackwardAhead() : previous_(t_split_backward_ahead) { t_split_backward_ahead = true; }
+SplitBackwardAhead::~SplitBackwardAhead() { t_split_backward_ahead = previous_; }
 NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
 
@@ -277,8 +285,17 @@ struct BackwardPass {
         }
       }
       if (!later.empty()) {
+        // W needs the node's function and inputs, not its output: a stand-in holds those,
+        // so that the output's memory goes when backward() would let it go (between B and
+        // W a micro-batch keeps its weight ops' inputs and output gradients, no more).
+        auto stand_in = std::make_shared<Impl>();
+        stand_in->requires_grad = true;
+        stand_in->grad_fn = std::move(node->grad_fn);
+        stand_in->inputs = std::move(node->inputs);
+        node->inputs.clear();
+        node->grad_fn = nullptr;
         Variable kept;
-        kept.impl_ = *it;
+        kept.impl_ = std::move(stand_in);
         keep->nodes.push_back({std::move(kept), std::move(grad_output), std::move(later)});
       } else if (!retain_graph) {
         node->inputs.clear();

@@ -1,5 +1,6 @@
 #include "dtrain/layers/sequential.h"
 
+#include "dtrain/autograd/split_backward.h"
 #include "dtrain/layers/activation.h"
 #include "dtrain/layers/linear.h"
 #include "dtrain/layers/normalization.h"
@@ -32,8 +33,9 @@ Variable Sequential::forward(const Variable& x) {
       ++i;  // the ReLU ran inside
       continue;
     }
-    // Only the class itself: a subclass may compute its forward differently.
-    if (typeid(m) == typeid(Linear) && is_relu(i + 1)) {
+    // Only the class itself: a subclass may compute its forward differently. Not before a
+    // split backward: the fused op's weight pass would keep more (split_backward.h).
+    if (typeid(m) == typeid(Linear) && is_relu(i + 1) && !split_backward_ahead()) {
       y = m.hooked([&] { return static_cast<Linear&>(m).forward_relu(y); });
       ++i;
       continue;

@@ -86,6 +86,7 @@ PipelineExecutor::Timing PipelineExecutor::run(const std::vector<Tensor>& inputs
   live_.clear();
   deferred_.clear();
   inbox_.clear();
+  unposted_.clear();
   outbox_.clear();
   sends_.clear();
   inputs_ = &inputs;
@@ -95,13 +96,14 @@ PipelineExecutor::Timing PipelineExecutor::run(const std::vector<Tensor>& inputs
     exchange(step.messages);
     for (const PipelineAction& a : step.actions) {
       const auto start = Clock::now();
+      const double waited = timing_.wait_s;  // a pass's receive (take_input) counts as waiting
       if (a.kind == adds_gradients && before_gradients) {
         before_gradients(a.chunk, --gradient_passes_left[static_cast<std::size_t>(a.chunk)] == 0);
       }
       if (a.kind == Kind::Forward) forward(a, train, last);
       else if (a.kind == Kind::Backward) backward(a, last);
       else weight(a);
-      const double took = seconds_since(start);
+      const double took = seconds_since(start) - (timing_.wait_s - waited);
       timing_.compute_s += took;
       (a.kind == Kind::Forward    ? timing_.forward_s
        : a.kind == Kind::Backward ? timing_.backward_s
@@ -122,6 +124,8 @@ Variable PipelineExecutor::forward_chunk(int chunk, const Variable& input, int m
                                          const LastStageFn& last, Variable* loss) {
   std::optional<AutocastGuard> guard;
   if (autocast_) guard.emplace(*autocast_);
+  std::optional<SplitBackwardAhead> split;
+  if (splits_backward(config_.schedule)) split.emplace();
   Variable output = chunks_[static_cast<std::size_t>(chunk)]->forward(input);
   if (is_last(chunk)) *loss = last(output, micro, record);
   return output;
@@ -134,9 +138,7 @@ void PipelineExecutor::forward(const PipelineAction& a, bool train, const LastSt
   if (c == 0) {
     in_data = (*inputs_)[static_cast<std::size_t>(a.micro)];
   } else {
-    auto it = inbox_.find({static_cast<int>(Msg::Kind::Activation), c - 1, a.micro});
-    in_data = std::move(it->second);
-    inbox_.erase(it);
+    in_data = take_input(Msg::Kind::Activation, c - 1, a.micro);
   }
   Live live;
   // A stage's input needs a gradient only to send it back to the stage before.
@@ -165,8 +167,9 @@ void PipelineExecutor::backward(const PipelineAction& a, const LastStageFn& last
   trace::Span span(trace::recording() ? fmt::format("backward {}", a.micro) : std::string(), trace::Phase::Backward);
   auto it = live_.find({a.chunk, a.micro});
   DTRAIN_CHECK(it != live_.end(), "pipeline: backward of chunk {} micro-batch {} before its forward", a.chunk, a.micro);
-  Live live = std::move(it->second);
-  live_.erase(it);
+  // Kept in live_ until the gradient is in: over MPI its receive is posted here, sized
+  // from the entry (receive_buffer).
+  Live& live = it->second;
   if (config_.recompute) {
     Generator& gen = default_generator();
     const std::uint64_t seed = gen.seed(), offset = gen.offset();
@@ -180,20 +183,20 @@ void PipelineExecutor::backward(const PipelineAction& a, const LastStageFn& last
   if (is_last(a.chunk)) {
     seed = Tensor::ones(live.loss.data().shape(), live.loss.data().options());
   } else {
-    auto g = inbox_.find({static_cast<int>(Msg::Kind::Gradient), c, a.micro});
-    seed = std::move(g->second);
-    inbox_.erase(g);
+    seed = take_input(Msg::Kind::Gradient, c, a.micro);
   }
   if (splits_backward(config_.schedule)) {
     deferred_[{a.chunk, a.micro}] = backward_inputs(root, seed, weights_[static_cast<std::size_t>(a.chunk)]);
   } else {
     root.backward(seed);
   }
-  if (c == 0) return;
-  // A chunk whose output ignores its input (none of ours) would leave no gradient.
-  Tensor grad = live.input.has_grad() ? live.input.grad().contiguous()
-                                      : Tensor::zeros(live.input.data().shape(), live.input.data().options());
-  deliver(Msg::Kind::Gradient, c - 1, a.micro, c - 1) = grad;
+  if (c > 0) {
+    // A chunk whose output ignores its input (none of ours) would leave no gradient.
+    Tensor grad = live.input.has_grad() ? live.input.grad().contiguous()
+                                        : Tensor::zeros(live.input.data().shape(), live.input.data().options());
+    deliver(Msg::Kind::Gradient, c - 1, a.micro, c - 1) = grad;
+  }
+  live_.erase(it);
 }
 
 void PipelineExecutor::weight(const PipelineAction& a) {
@@ -204,6 +207,44 @@ void PipelineExecutor::weight(const PipelineAction& a) {
   DeferredWeightGradients w = std::move(it->second);
   deferred_.erase(it);
   w.run();
+}
+
+Tensor PipelineExecutor::receive_buffer(const Msg& m) {
+  if (m.kind == Msg::Kind::Gradient) {
+    // The gradient of the activation this rank sent has that activation's shape.
+    const Live& live = live_.at({chunk_of(m.boundary), m.micro});
+    return Tensor::empty(live.output_shape, {live.output_dtype, config_.device});
+  }
+  const std::int64_t rows = (*inputs_)[static_cast<std::size_t>(m.micro)].size(0);
+  auto known = learned_.find({m.boundary, rows});
+  if (known == learned_.end()) {
+    Tensor h = Tensor::zeros({2 + kMaxDims}, {DType::i64});
+    config_.comm->recv(h, m.peer, header_tag(m.boundary));
+    known = learned_.emplace(std::pair{m.boundary, rows}, decode_header(h)).first;
+  }
+  return Tensor::empty(known->second.first, {known->second.second, config_.device});
+}
+
+Tensor PipelineExecutor::take_input(Msg::Kind kind, int boundary, int micro) {
+  const std::tuple key{static_cast<int>(kind), boundary, micro};
+  if (auto late = unposted_.find(key); late != unposted_.end()) {
+    // Posted now, as the pass that needs it runs: over MPI nothing waits for a receive
+    // earlier than that, and its buffer is not held before.
+    const auto start = Clock::now();
+    trace::Span span("receive", trace::Phase::Communication);
+    const Msg m = late->second;
+    unposted_.erase(late);
+    Tensor buffer = receive_buffer(m);
+    config_.tensor_comm->batch_isend_irecv({P2POp::recv(buffer, m.peer, tag(m))}).front()->wait();
+    timing_.wait_s += seconds_since(start);
+    return buffer;
+  }
+  auto it = inbox_.find(key);
+  DTRAIN_CHECK(it != inbox_.end(), "pipeline: rank {} has no {} for boundary {} micro-batch {}", rank_,
+               kind == Msg::Kind::Activation ? "activation" : "gradient", boundary, micro);
+  Tensor t = std::move(it->second);
+  inbox_.erase(it);
+  return t;
 }
 
 void PipelineExecutor::exchange(const std::vector<Msg>& messages) {
@@ -227,35 +268,29 @@ void PipelineExecutor::exchange(const std::vector<Msg>& messages) {
     ops.push_back(P2POp::send(it->second, m.peer, tag(m)));
     outbox_.erase(it);
   }
-  // Over MPI the sends go now, before this rank may wait for a header below; NCCL's go in
-  // one batch with the receives (its sends wait for their receives: see the schedule).
-  const bool batch_sends = config_.tensor_comm->backend() == "nccl";
-  if (!batch_sends && !ops.empty()) {
-    std::vector<WorkPtr> works = config_.tensor_comm->batch_isend_irecv(ops);
-    // MPI's engine holds a send's tensor until the message is done (communicator.h), so
-    // an activation is freed as soon as both its send and its backward are: under 1F1B a
-    // stage then holds at most K micro-batches' activations, not all M until the end.
-    for (WorkPtr& w : works) sends_.emplace_back(std::move(w), Tensor());
-    ops.clear();
+  // Over MPI the sends go now, and each receive is posted when the pass that needs it runs
+  // (take_input): MPI matches messages by tag, whatever the order. NCCL's sends and
+  // receives go in one batch, in the plan's order (its sends wait for their receives, and
+  // messages between two ranks match in issue order: see the schedule).
+  const bool nccl = config_.tensor_comm->backend() == "nccl";
+  if (!nccl) {
+    if (!ops.empty()) {
+      std::vector<WorkPtr> works = config_.tensor_comm->batch_isend_irecv(ops);
+      // MPI's engine holds a send's tensor until the message is done (communicator.h), so
+      // an activation is freed as soon as both its send and its backward are: under 1F1B a
+      // stage then holds at most K micro-batches' activations, not all M until the end.
+      for (WorkPtr& w : works) sends_.emplace_back(std::move(w), Tensor());
+    }
+    for (const Msg& m : messages) {
+      if (!m.send) unposted_[key(m)] = m;
+    }
+    timing_.wait_s += seconds_since(start);
+    return;
   }
   const std::size_t first_recv = ops.size();
   for (const Msg& m : messages) {
     if (m.send) continue;
-    Tensor buffer;
-    if (m.kind == Msg::Kind::Gradient) {
-      // The gradient of the activation this rank sent has that activation's shape.
-      const Live& live = live_.at({chunk_of(m.boundary), m.micro});
-      buffer = Tensor::empty(live.output_shape, {live.output_dtype, config_.device});
-    } else {
-      const std::int64_t rows = (*inputs_)[static_cast<std::size_t>(m.micro)].size(0);
-      auto known = learned_.find({m.boundary, rows});
-      if (known == learned_.end()) {
-        Tensor h = Tensor::zeros({2 + kMaxDims}, {DType::i64});
-        config_.comm->recv(h, m.peer, header_tag(m.boundary));
-        known = learned_.emplace(std::pair{m.boundary, rows}, decode_header(h)).first;
-      }
-      buffer = Tensor::empty(known->second.first, {known->second.second, config_.device});
-    }
+    Tensor buffer = receive_buffer(m);
     ops.push_back(P2POp::recv(buffer, m.peer, tag(m)));
     inbox_[key(m)] = buffer;
   }

@@ -3,6 +3,10 @@
 // until its backward (only the input with recomputation), the messages in flight, and the
 // activation shapes agreed with the neighbours.
 //
+// Receives: over NCCL in the plan's batches; over MPI, which matches by tag, each is posted
+// when the pass that needs it runs, so that nothing waits early and no buffer is held
+// before its pass.
+//
 // Shapes: a receiver must size its buffer before the activation arrives. The first time
 // an activation of a given micro-batch size crosses a boundary, the sender also sends its
 // shape and dtype over the MPI communicator (a small header, sent before the batch that
@@ -88,8 +92,15 @@ class PipelineExecutor {
   // Where a pass puts what it produced for the virtual stage `to`: the outbox, or straight
   // into the inbox when this rank holds that stage too (ZB-V's turn).
   Tensor& deliver(PipelineMessage::Kind kind, int boundary, int micro, int to);
-  // Issues `messages` as one batch and waits for its receives.
+  // Issues `messages`: over NCCL as one batch, waiting for its receives; over MPI the sends
+  // now and the receives when their passes need them (take_input).
   void exchange(const std::vector<PipelineMessage>& messages);
+  // A buffer for the message `m` will bring (its activation's shape, learned from the header
+  // the first time).
+  Tensor receive_buffer(const PipelineMessage& m);
+  // What a pass reads from the neighbour (or from this rank's other chunk): received now if
+  // it was left unposted, else from the inbox.
+  Tensor take_input(PipelineMessage::Kind kind, int boundary, int micro);
   int tag(const PipelineMessage& m) const;
   int header_tag(int boundary) const;
 
@@ -102,8 +113,9 @@ class PipelineExecutor {
   std::map<Key, DeferredWeightGradients> deferred_;  // B done, W to run
   std::vector<std::vector<Variable>> weights_;       // each chunk's parameters
   // Messages: what a pass produced for sending, what arrived, what is in flight.
-  std::map<std::tuple<int, int, int>, Tensor> outbox_, inbox_;  // (kind, boundary, micro)
-  std::vector<std::pair<WorkPtr, Tensor>> sends_;               // with the tensor where the transport needs it kept
+  std::map<std::tuple<int, int, int>, Tensor> outbox_, inbox_;     // (kind, boundary, micro)
+  std::map<std::tuple<int, int, int>, PipelineMessage> unposted_;  // MPI receives, posted at use
+  std::vector<std::pair<WorkPtr, Tensor>> sends_;                  // with the tensor where the transport needs it kept
   // Activation shapes by (boundary, rows): announced (as sender) or learned (receiver).
   std::set<std::pair<int, std::int64_t>> announced_;
   std::map<std::pair<int, std::int64_t>, std::pair<Shape, DType>> learned_;
