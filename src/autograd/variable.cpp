@@ -24,13 +24,6 @@ thread_local bool t_grad_enabled = true;
 
 bool grad_enabled() { return t_grad_enabled; }
 
-namespace {
-thread_local bool t_split_backward_ahead = false;
-}
-
-bool split_backward_ahead() { return t_split_backward_ahead; }
-SplitBackwardAhead::SplitBackwardAhead() : previous_(t_split_backward_ahead) { t_split_backward_ahead = true; }
-SplitBackwardAhead::~SplitBackwardAhead() { t_split_backward_ahead = previous_; }
 NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
 

@@ -1,6 +1,5 @@
 #include "dtrain/layers/sequential.h"
 
-#include "dtrain/autograd/split_backward.h"
 #include "dtrain/layers/activation.h"
 #include "dtrain/layers/linear.h"
 #include "dtrain/layers/normalization.h"
@@ -33,9 +32,8 @@ Variable Sequential::forward(const Variable& x) {
       ++i;  // the ReLU ran inside
       continue;
     }
-    // Only the class itself: a subclass may compute its forward differently. Not before a
-    // split backward: the fused op's weight pass would keep more (split_backward.h).
-    if (typeid(m) == typeid(Linear) && is_relu(i + 1) && !split_backward_ahead()) {
+    // Only the class itself: a subclass may compute its forward differently.
+    if (typeid(m) == typeid(Linear) && is_relu(i + 1)) {
       y = m.hooked([&] { return static_cast<Linear&>(m).forward_relu(y); });
       ++i;
       continue;

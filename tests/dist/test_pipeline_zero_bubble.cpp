@@ -1,7 +1,8 @@
 // The zero-bubble schedules' split backward inside the pipeline's engine, at any world size
 // (K = W stages): at the first W pass of each chunk (after at least one of its B passes)
-// none of the chunk's weights has a gradient, so B left them to W; after the step every
-// gradient equals the unpipelined model's (1e-5 relative), so W added all of them. On GPUs
+// none of the chunk's weight matrices has a gradient, so B left them to W (its biases have
+// theirs: B computes the 1-D parameters'); after the step every gradient equals the
+// unpipelined model's (1e-5 relative), so W added all of them. On GPUs
 // over NCCL ([nccl]: ctest's dist.np2_nccl, scripts/gpu-check.sh --multi-gpu) the same. The
 // schedules' equivalence through PipelineStrategy is in test_pipeline.cpp.
 #include "dist/pipeline/pipeline_executor.h"
@@ -48,11 +49,18 @@ void check_split_step(const dist::CommunicatorPtr& world, const dist::Communicat
   }
   dist::PipelineExecutor executor(
       {.comm = world, .tensor_comm = tensor_comm, .device = device, .schedule = schedule, .virtual_stages = V}, chunks);
-  std::vector<int> weight_passes(static_cast<std::size_t>(V), 0);
-  const auto before_gradients = [&](int chunk, bool last) {
+  std::vector<int> weight_passes(static_cast<std::size_t>(V), 0), input_passes(static_cast<std::size_t>(V), 0);
+  const auto before_gradients = [&](int chunk, dist::PipelineAction::Kind kind, bool last) {
     const auto v = static_cast<std::size_t>(chunk);
+    if (kind == dist::PipelineAction::Kind::Backward) {
+      CHECK(last == (++input_passes[v] == kMicro));
+      return;
+    }
+    REQUIRE(kind == dist::PipelineAction::Kind::Weight);
     if (weight_passes[v]++ == 0) {
-      for (const Variable& p : chunks[v]->parameters()) CHECK_FALSE(p.has_grad());
+      // After a B, before any W: the biases have their gradient, the matrices none.
+      CHECK(input_passes[v] >= 1);
+      for (const Variable& p : chunks[v]->parameters()) CHECK(p.has_grad() == (p.dim() == 1));
     }
     CHECK(last == (weight_passes[v] == kMicro));
   };
@@ -61,7 +69,10 @@ void check_split_step(const dist::CommunicatorPtr& world, const dist::Communicat
   executor.run(
       on_device, /*train=*/true, std::nullopt, [](const Variable& out, int, bool) { return micro_loss(out); },
       before_gradients);
-  for (int v = 0; v < V; ++v) CHECK(weight_passes[static_cast<std::size_t>(v)] == kMicro);
+  for (int v = 0; v < V; ++v) {
+    CHECK(weight_passes[static_cast<std::size_t>(v)] == kMicro);
+    CHECK(input_passes[static_cast<std::size_t>(v)] == kMicro);
+  }
   // The reference: every chunk in order in this process on the CPU, the micro-batches'
   // gradients summed.
   std::vector<nn::ModulePtr> whole;

@@ -47,24 +47,6 @@ class DeferredWeightGradients {
   std::unique_ptr<State> state_;
 };
 
-// Forwards whose backward will be split: while one lives on this thread, layers build the
-// forms of their ops whose weight pass keeps the least between B and W. Sequential then
-// leaves a Linear's bias in its GEMM op instead of fusing it with the following ReLU
-// (add_relu), whose bias gradient would keep the GEMM's output and a second output gradient
-// until W; unfused, W keeps each GEMM's input and output gradient alone. The same values
-// either way. The pipeline's executor holds one around a zero-bubble schedule's forwards.
-class SplitBackwardAhead {
- public:
-  SplitBackwardAhead();
-  ~SplitBackwardAhead();
-  SplitBackwardAhead(const SplitBackwardAhead&) = delete;
-  SplitBackwardAhead& operator=(const SplitBackwardAhead&) = delete;
-
- private:
-  bool previous_;
-};
-bool split_backward_ahead();
-
 // The input pass of `output`'s backward with gradient `grad_output` (the shape of
 // `output`), leaving the gradients of `weights` (leaves that require grad) to the returned
 // weight pass. The graph is freed as by backward(), except what the weight pass needs.

@@ -2,8 +2,7 @@
 // pipeline-parallel module cuts a Sequential into stages. A BatchNorm followed by a ReLU
 // runs as one fused step (BatchNorm::forward_relu): the same result, with two passes over
 // the activations fewer forward and one backward. A Linear followed by a ReLU runs as
-// Linear::forward_relu (the bias added and the ReLU taken in one pass), except under
-// SplitBackwardAhead (autograd/split_backward.h). A ReLU followed
+// Linear::forward_relu (the bias added and the ReLU taken in one pass). A ReLU followed
 // by a MaxPool2d runs after it instead, on the pooled activations: the same values and
 // gradients, with the ReLU's work cut by the pooling factor.
 #pragma once

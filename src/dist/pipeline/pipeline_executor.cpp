@@ -41,7 +41,17 @@ PipelineExecutor::PipelineExecutor(Config config, std::vector<nn::ModulePtr> chu
       rank_(config_.comm->rank()) {
   DTRAIN_CHECK(static_cast<int>(chunks_.size()) == config_.virtual_stages,
                "pipeline: {} chunks given for {} virtual stages", chunks_.size(), config_.virtual_stages);
-  for (const nn::ModulePtr& chunk : chunks_) weights_.push_back(chunk->parameters());
+  // What W computes: the weights of the GEMMs and convolutions, whose gradients are the
+  // costly part of a backward. B gives the 1-D parameters (biases, normalization scales and
+  // shifts) theirs as it goes: cheap, and keeping their ops for W would keep more memory
+  // (a Linear+ReLU's fused bias op would hold its input and output gradient until then).
+  for (const nn::ModulePtr& chunk : chunks_) {
+    std::vector<Variable> weights;
+    for (const Variable& p : chunk->parameters()) {
+      if (p.dim() >= 2) weights.push_back(p);
+    }
+    weights_.push_back(std::move(weights));
+  }
 }
 
 int PipelineExecutor::virtual_stage(int chunk) const {
@@ -73,20 +83,20 @@ PipelineExecutor::Timing PipelineExecutor::run(const std::vector<Tensor>& inputs
   using Kind = PipelineAction::Kind;
   const PipelineShape shape{stages_, config_.virtual_stages, static_cast<int>(inputs.size())};
   const PipelinePlan plan = schedule_plan(config_.schedule, shape, rank_, /*forward_only=*/!train);
-  // The passes that add to the parameters' gradients, and how many of them each chunk has,
-  // to tell the data-parallel hook which one is the last.
-  const Kind adds_gradients = splits_backward(config_.schedule) ? Kind::Weight : Kind::Backward;
-  std::vector<int> gradient_passes_left(chunks_.size(), 0);
+  // The passes that add to the parameters' gradients (backwards, and W passes where the
+  // schedule splits them), how many of each kind each chunk has, to tell the data-parallel
+  // hook which one is the last.
+  std::map<std::pair<int, Kind>, int> gradient_passes_left;
   for (const PipelineStep& step : plan.steps) {
     for (const PipelineAction& a : step.actions) {
-      if (a.kind == adds_gradients) ++gradient_passes_left[static_cast<std::size_t>(a.chunk)];
+      if (a.kind != Kind::Forward) ++gradient_passes_left[{a.chunk, a.kind}];
     }
   }
   // A run that failed part way (an exception) leaves nothing behind for this one.
   live_.clear();
   deferred_.clear();
   inbox_.clear();
-  unposted_.clear();
+  receiving_.clear();
   outbox_.clear();
   sends_.clear();
   inputs_ = &inputs;
@@ -97,8 +107,8 @@ PipelineExecutor::Timing PipelineExecutor::run(const std::vector<Tensor>& inputs
     for (const PipelineAction& a : step.actions) {
       const auto start = Clock::now();
       const double waited = timing_.wait_s;  // a pass's receive (take_input) counts as waiting
-      if (a.kind == adds_gradients && before_gradients) {
-        before_gradients(a.chunk, --gradient_passes_left[static_cast<std::size_t>(a.chunk)] == 0);
+      if (a.kind != Kind::Forward && before_gradients) {
+        before_gradients(a.chunk, a.kind, --gradient_passes_left[{a.chunk, a.kind}] == 0);
       }
       if (a.kind == Kind::Forward) forward(a, train, last);
       else if (a.kind == Kind::Backward) backward(a, last);
@@ -124,8 +134,6 @@ Variable PipelineExecutor::forward_chunk(int chunk, const Variable& input, int m
                                          const LastStageFn& last, Variable* loss) {
   std::optional<AutocastGuard> guard;
   if (autocast_) guard.emplace(*autocast_);
-  std::optional<SplitBackwardAhead> split;
-  if (splits_backward(config_.schedule)) split.emplace();
   Variable output = chunks_[static_cast<std::size_t>(chunk)]->forward(input);
   if (is_last(chunk)) *loss = last(output, micro, record);
   return output;
@@ -227,17 +235,13 @@ Tensor PipelineExecutor::receive_buffer(const Msg& m) {
 
 Tensor PipelineExecutor::take_input(Msg::Kind kind, int boundary, int micro) {
   const std::tuple key{static_cast<int>(kind), boundary, micro};
-  if (auto late = unposted_.find(key); late != unposted_.end()) {
-    // Posted now, as the pass that needs it runs: over MPI nothing waits for a receive
-    // earlier than that, and its buffer is not held before.
+  if (auto pending = receiving_.find(key); pending != receiving_.end()) {
+    // Waited for only now, as the pass that needs it runs: nothing waits earlier.
     const auto start = Clock::now();
-    trace::Span span("receive", trace::Phase::Communication);
-    const Msg m = late->second;
-    unposted_.erase(late);
-    Tensor buffer = receive_buffer(m);
-    config_.tensor_comm->batch_isend_irecv({P2POp::recv(buffer, m.peer, tag(m))}).front()->wait();
+    trace::Span span("receive wait", trace::Phase::Communication);
+    pending->second->wait();
+    receiving_.erase(pending);
     timing_.wait_s += seconds_since(start);
-    return buffer;
   }
   auto it = inbox_.find(key);
   DTRAIN_CHECK(it != inbox_.end(), "pipeline: rank {} has no {} for boundary {} micro-batch {}", rank_,
@@ -268,36 +272,32 @@ void PipelineExecutor::exchange(const std::vector<Msg>& messages) {
     ops.push_back(P2POp::send(it->second, m.peer, tag(m)));
     outbox_.erase(it);
   }
-  // Over MPI the sends go now, and each receive is posted when the pass that needs it runs
-  // (take_input): MPI matches messages by tag, whatever the order. NCCL's sends and
-  // receives go in one batch, in the plan's order (its sends wait for their receives, and
-  // messages between two ranks match in issue order: see the schedule).
-  const bool nccl = config_.tensor_comm->backend() == "nccl";
-  if (!nccl) {
-    if (!ops.empty()) {
-      std::vector<WorkPtr> works = config_.tensor_comm->batch_isend_irecv(ops);
-      // MPI's engine holds a send's tensor until the message is done (communicator.h), so
-      // an activation is freed as soon as both its send and its backward are: under 1F1B a
-      // stage then holds at most K micro-batches' activations, not all M until the end.
-      for (WorkPtr& w : works) sends_.emplace_back(std::move(w), Tensor());
-    }
-    for (const Msg& m : messages) {
-      if (!m.send) unposted_[key(m)] = m;
-    }
-    timing_.wait_s += seconds_since(start);
-    return;
+  // Over MPI the sends go now, before this rank may wait for a header below; NCCL's go in
+  // one batch with the receives (its sends wait for their receives: see the schedule).
+  const bool batch_sends = config_.tensor_comm->backend() == "nccl";
+  if (!batch_sends && !ops.empty()) {
+    std::vector<WorkPtr> works = config_.tensor_comm->batch_isend_irecv(ops);
+    // MPI's engine holds a send's tensor until the message is done (communicator.h), so
+    // an activation is freed as soon as both its send and its backward are: under 1F1B a
+    // stage then holds at most K micro-batches' activations, not all M until the end.
+    for (WorkPtr& w : works) sends_.emplace_back(std::move(w), Tensor());
+    ops.clear();
   }
   const std::size_t first_recv = ops.size();
+  std::vector<std::tuple<int, int, int>> received;
   for (const Msg& m : messages) {
     if (m.send) continue;
     Tensor buffer = receive_buffer(m);
     ops.push_back(P2POp::recv(buffer, m.peer, tag(m)));
     inbox_[key(m)] = buffer;
+    received.push_back(key(m));
   }
+  // The receives are posted now, in the plan's order, and waited for by the passes that
+  // need them (take_input).
   std::vector<WorkPtr> works = ops.empty() ? std::vector<WorkPtr>{} : config_.tensor_comm->batch_isend_irecv(ops);
   for (std::size_t i = 0; i < ops.size(); ++i) {
     if (i < first_recv) sends_.emplace_back(works[i], ops[i].tensor);
-    else works[i]->wait();
+    else receiving_[received[i - first_recv]] = works[i];
   }
   timing_.wait_s += seconds_since(start);
 }

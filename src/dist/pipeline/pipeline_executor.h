@@ -3,9 +3,8 @@
 // until its backward (only the input with recomputation), the messages in flight, and the
 // activation shapes agreed with the neighbours.
 //
-// Receives: over NCCL in the plan's batches; over MPI, which matches by tag, each is posted
-// when the pass that needs it runs, so that nothing waits early and no buffer is held
-// before its pass.
+// Receives are posted in the plan's batches and waited for when the pass that needs them
+// runs, so that nothing waits early and the transfer goes on meanwhile.
 //
 // Shapes: a receiver must size its buffer before the activation arrives. The first time
 // an activation of a given micro-batch size crosses a boundary, the sender also sends its
@@ -15,9 +14,9 @@
 // that sent the activation knows.
 //
 // Split backward (the zero-bubble schedules): a Backward action runs B alone
-// (backward_inputs over the chunk's parameters), keeping the weight pass, which the
-// micro-batch's Weight action runs later; between the two the chunk's parameters have not
-// yet received that micro-batch's gradients.
+// (backward_inputs over the chunk's weights of two or more dimensions), keeping the weight
+// pass, which the micro-batch's Weight action runs later; between the two those weights
+// have not yet received that micro-batch's gradients.
 #pragma once
 
 #include "dtrain/autograd/split_backward.h"
@@ -49,10 +48,11 @@ class PipelineExecutor {
   // backward (weighted and scaled), or an undefined Variable when there is no backward.
   // `record` is false when recomputation runs it a second time (count statistics once).
   using LastStageFn = std::function<Variable(const Variable& output, int micro, bool record)>;
-  // Called before each pass that adds gradients to the chunk's parameters (a backward, or
-  // a W where the schedule splits them): `last` when no other such pass of the chunk
-  // follows in this step (when a data-parallel wrapper must reduce the chunk's gradients).
-  using BeforeGradientsFn = std::function<void(int chunk, bool last)>;
+  // Called before each pass that adds gradients to the chunk's parameters: a backward, or
+  // where the schedule splits it B (1-D parameters) and W (the others). `last` when no other
+  // pass of that kind and chunk follows in this step: when a data-parallel wrapper must
+  // reduce the gradients that kind of pass gives the chunk's parameters.
+  using BeforeGradientsFn = std::function<void(int chunk, PipelineAction::Kind kind, bool last)>;
 
   // `chunks`: this rank's chunks in order (chunk v is virtual_stage_of(schedule, ..., v)).
   PipelineExecutor(Config config, std::vector<nn::ModulePtr> chunks);
@@ -92,14 +92,14 @@ class PipelineExecutor {
   // Where a pass puts what it produced for the virtual stage `to`: the outbox, or straight
   // into the inbox when this rank holds that stage too (ZB-V's turn).
   Tensor& deliver(PipelineMessage::Kind kind, int boundary, int micro, int to);
-  // Issues `messages`: over NCCL as one batch, waiting for its receives; over MPI the sends
-  // now and the receives when their passes need them (take_input).
+  // Issues `messages` (over NCCL as one batch; over MPI the sends first) without waiting
+  // for the receives, which the passes that need them wait for (take_input).
   void exchange(const std::vector<PipelineMessage>& messages);
   // A buffer for the message `m` will bring (its activation's shape, learned from the header
   // the first time).
   Tensor receive_buffer(const PipelineMessage& m);
-  // What a pass reads from the neighbour (or from this rank's other chunk): received now if
-  // it was left unposted, else from the inbox.
+  // What a pass reads from the neighbour (its receive waited for now) or from this rank's
+  // other chunk.
   Tensor take_input(PipelineMessage::Kind kind, int boundary, int micro);
   int tag(const PipelineMessage& m) const;
   int header_tag(int boundary) const;
@@ -111,11 +111,11 @@ class PipelineExecutor {
   std::optional<DType> autocast_;
   std::map<Key, Live> live_;
   std::map<Key, DeferredWeightGradients> deferred_;  // B done, W to run
-  std::vector<std::vector<Variable>> weights_;       // each chunk's parameters
+  std::vector<std::vector<Variable>> weights_;       // each chunk's weights that W computes
   // Messages: what a pass produced for sending, what arrived, what is in flight.
-  std::map<std::tuple<int, int, int>, Tensor> outbox_, inbox_;     // (kind, boundary, micro)
-  std::map<std::tuple<int, int, int>, PipelineMessage> unposted_;  // MPI receives, posted at use
-  std::vector<std::pair<WorkPtr, Tensor>> sends_;                  // with the tensor where the transport needs it kept
+  std::map<std::tuple<int, int, int>, Tensor> outbox_, inbox_;  // (kind, boundary, micro)
+  std::map<std::tuple<int, int, int>, WorkPtr> receiving_;      // posted receives, waited for at use
+  std::vector<std::pair<WorkPtr, Tensor>> sends_;               // with the tensor where the transport needs it kept
   // Activation shapes by (boundary, rows): announced (as sender) or learned (receiver).
   std::set<std::pair<int, std::int64_t>> announced_;
   std::map<std::pair<int, std::int64_t>, std::pair<Shape, DType>> learned_;

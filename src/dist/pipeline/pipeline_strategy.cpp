@@ -373,12 +373,13 @@ StepStats PipelineStrategy::train_step(std::span<const MicroBatch> micro, optim:
     return weighted_loss(output, part.targets, sample_share(part.inputs.size(0), total, parts.size()), config,
                          record ? &stats : nullptr);
   };
-  // With replicas, only the last pass that adds to each chunk's gradients (its last
-  // backward, or W) hands them to the reducer.
+  // With replicas, only the last pass of each kind that adds to a chunk's gradients (its
+  // last backward; or its last B for the 1-D parameters and last W for the others) hands
+  // them to the reducer.
   std::optional<DataParallel::NoSyncGuard> no_sync;
   PipelineExecutor::BeforeGradientsFn before_gradients;
   if (ddp_) {
-    before_gradients = [&](int, bool last_of_chunk) {
+    before_gradients = [&](int, PipelineAction::Kind, bool last_of_chunk) {
       if (last_of_chunk) no_sync.reset();
       else if (!no_sync) no_sync.emplace(*ddp_);
     };
