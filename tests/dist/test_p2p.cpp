@@ -172,6 +172,30 @@ TEST_CASE("a posted receive takes its message while nobody waits on it", "[cpu][
   if (c->rank() == 1) require_equal(inbox, payload(0, 3, kLength));
 }
 
+TEST_CASE("test() tells a message in flight from one that is done, without waiting", "[cpu][dist]") {
+  // Rank 1's receive cannot be done before rank 0 sends, which it does only after the
+  // barrier; once rank 1 has waited for it, test() says done, as it does for the send.
+  CommunicatorPtr c = comm();
+  if (c->size() == 1) return;
+  Tensor inbox = Tensor::zeros({6});
+  dist::RecvWorkPtr receive;
+  if (c->rank() == 1) {
+    receive = c->irecv(inbox, 0, 4);
+    CHECK_FALSE(receive->test());
+  }
+  c->barrier();
+  if (c->rank() == 0) {
+    dist::WorkPtr send = c->isend(payload(0, 4, 6), 1, 4);
+    send->wait();
+    CHECK(send->test());
+  }
+  if (c->rank() == 1) {
+    receive->wait();
+    CHECK(receive->test());
+    require_equal(inbox, payload(0, 4, 6));
+  }
+}
+
 TEST_CASE("a receive from one rank and a later one from kAnySource take that rank's messages in order", "[cpu][dist]") {
   // Rank 0 posts irecv(from 1) and then irecv(from any rank), both with tag 0; rank 1 sends
   // two tag-0 messages. The first receive must take the first message, whether the

@@ -10,6 +10,7 @@ namespace {
 class DoneWork final : public Work {
  public:
   void wait() override {}
+  bool test() override { return true; }
 };
 
 [[noreturn]] void no_peer(const char* op, const char* role, int peer) {

@@ -15,7 +15,8 @@ using Msg = PipelineMessage;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-constexpr int kMaxDims = 8;  // a header: dtype, rank, then up to kMaxDims sizes
+constexpr int kMaxDims = 8;
+constexpr std::int64_t kNarrowOutput = 8;  // see the constructor  // a header: dtype, rank, then up to kMaxDims sizes
 
 Tensor encode_header(const Tensor& t) {
   DTRAIN_CHECK(t.dim() <= kMaxDims, "pipeline: an activation of {} dimensions crosses a stage boundary; at most {}",
@@ -45,10 +46,13 @@ PipelineExecutor::PipelineExecutor(Config config, std::vector<nn::ModulePtr> chu
   // costly part of a backward. B gives the 1-D parameters (biases, normalization scales and
   // shifts) theirs as it goes: cheap, and keeping their ops for W would keep more memory
   // (a Linear+ReLU's fused bias op would hold its input and output gradient until then).
+  // So does a weight with a narrow output (fewer than 1/8 as many rows as columns: a
+  // classifier head): its weight gradient costs little, while deferring it would keep its
+  // wide input until W (on the 784-wide MLP's last stage, 1/8 of its peak under ZB-H1).
   for (const nn::ModulePtr& chunk : chunks_) {
     std::vector<Variable> weights;
     for (const Variable& p : chunk->parameters()) {
-      if (p.dim() >= 2) weights.push_back(p);
+      if (p.dim() >= 2 && p.size(0) * kNarrowOutput >= p.size(1)) weights.push_back(p);
     }
     weights_.push_back(std::move(weights));
   }
@@ -83,18 +87,29 @@ PipelineExecutor::Timing PipelineExecutor::run(const std::vector<Tensor>& inputs
   using Kind = PipelineAction::Kind;
   const PipelineShape shape{stages_, config_.virtual_stages, static_cast<int>(inputs.size())};
   const PipelinePlan plan = schedule_plan(config_.schedule, shape, rank_, /*forward_only=*/!train);
-  // The passes that add to the parameters' gradients (backwards, and W passes where the
-  // schedule splits them), how many of each kind each chunk has, to tell the data-parallel
-  // hook which one is the last.
-  std::map<std::pair<int, Kind>, int> gradient_passes_left;
-  for (const PipelineStep& step : plan.steps) {
-    for (const PipelineAction& a : step.actions) {
-      if (a.kind != Kind::Forward) ++gradient_passes_left[{a.chunk, a.kind}];
-    }
-  }
   // A run that failed part way (an exception) leaves nothing behind for this one.
   live_.clear();
   deferred_.clear();
+  weights_ahead_.clear();
+  weights_done_.clear();
+  // The passes that add to the parameters' gradients (backwards, and W passes where the
+  // schedule splits them), how many of each kind each chunk has, to tell the data-parallel
+  // hook which one is the last.
+  gradient_passes_left_.clear();
+  std::set<Key> whole_backwards;  // B passes that run their W too (see the header)
+  const PipelineAction* previous = nullptr;
+  for (const PipelineStep& step : plan.steps) {
+    for (const PipelineAction& a : step.actions) {
+      if (a.kind != Kind::Forward) ++gradient_passes_left_[{a.chunk, a.kind}];
+      if (a.kind == Kind::Weight) weights_ahead_.push_back({a.chunk, a.micro});
+      if (a.kind == Kind::Weight && previous != nullptr && previous->kind == Kind::Backward &&
+          previous->chunk == a.chunk && previous->micro == a.micro && virtual_stage(a.chunk) == 0) {
+        whole_backwards.insert({a.chunk, a.micro});
+      }
+      previous = &a;
+    }
+  }
+  const bool fill_waits = !weights_ahead_.empty() && config_.tensor_comm->backend() != "nccl";
   inbox_.clear();
   receiving_.clear();
   outbox_.clear();
@@ -105,19 +120,11 @@ PipelineExecutor::Timing PipelineExecutor::run(const std::vector<Tensor>& inputs
   for (const PipelineStep& step : plan.steps) {
     exchange(step.messages);
     for (const PipelineAction& a : step.actions) {
-      const auto start = Clock::now();
-      const double waited = timing_.wait_s;  // a pass's receive (take_input) counts as waiting
-      if (a.kind != Kind::Forward && before_gradients) {
-        before_gradients(a.chunk, a.kind, --gradient_passes_left[{a.chunk, a.kind}] == 0);
-      }
-      if (a.kind == Kind::Forward) forward(a, train, last);
-      else if (a.kind == Kind::Backward) backward(a, last);
-      else weight(a);
-      const double took = seconds_since(start) - (timing_.wait_s - waited);
-      timing_.compute_s += took;
-      (a.kind == Kind::Forward    ? timing_.forward_s
-       : a.kind == Kind::Backward ? timing_.backward_s
-                                  : timing_.weight_s) += took;
+      if (a.kind == Kind::Weight && weights_done_.erase({a.chunk, a.micro}) > 0) continue;
+      if (fill_waits) fill_wait(a, train, last, before_gradients);
+      const bool whole = a.kind == Kind::Backward && whole_backwards.contains({a.chunk, a.micro});
+      run_pass(a, train, last, before_gradients, whole);
+      if (whole) weights_done_.insert({a.chunk, a.micro});
     }
   }
   exchange(plan.tail);
@@ -128,6 +135,63 @@ PipelineExecutor::Timing PipelineExecutor::run(const std::vector<Tensor>& inputs
   sends_.clear();
   inputs_ = nullptr;
   return timing_;
+}
+
+void PipelineExecutor::run_pass(const PipelineAction& a, bool train, const LastStageFn& last,
+                                const BeforeGradientsFn& before_gradients, bool with_weight) {
+  using Kind = PipelineAction::Kind;
+  const auto start = Clock::now();
+  const double waited = timing_.wait_s;  // a pass's receive (take_input) counts as waiting
+  auto take_weight_turn = [&] {
+    DTRAIN_CHECK(!weights_ahead_.empty() && weights_ahead_.front() == Key(a.chunk, a.micro),
+                 "pipeline: W of chunk {} micro-batch {} out of the plan's order", a.chunk, a.micro);
+    weights_ahead_.pop_front();
+  };
+  if (a.kind != Kind::Forward && before_gradients) {
+    before_gradients(a.chunk, a.kind, --gradient_passes_left_[{a.chunk, a.kind}] == 0);
+    if (with_weight) before_gradients(a.chunk, Kind::Weight, --gradient_passes_left_[{a.chunk, Kind::Weight}] == 0);
+  }
+  if (a.kind == Kind::Forward) {
+    forward(a, train, last);
+  } else if (a.kind == Kind::Backward) {
+    if (with_weight) take_weight_turn();
+    backward(a, last, with_weight);
+  } else {
+    take_weight_turn();
+    weight(a);
+  }
+  const double took = seconds_since(start) - (timing_.wait_s - waited);
+  timing_.compute_s += took;
+  (a.kind == Kind::Forward    ? timing_.forward_s
+   : a.kind == Kind::Backward ? timing_.backward_s
+                              : timing_.weight_s) += took;
+}
+
+WorkPtr PipelineExecutor::awaited_receive(const PipelineAction& a) const {
+  using Kind = PipelineAction::Kind;
+  const int c = virtual_stage(a.chunk);
+  std::tuple<int, int, int> key;
+  if (a.kind == Kind::Forward && c > 0) key = {static_cast<int>(Msg::Kind::Activation), c - 1, a.micro};
+  else if (a.kind == Kind::Backward && !is_last(a.chunk)) key = {static_cast<int>(Msg::Kind::Gradient), c, a.micro};
+  else return nullptr;
+  auto it = receiving_.find(key);
+  return it == receiving_.end() ? nullptr : it->second;
+}
+
+void PipelineExecutor::fill_wait(const PipelineAction& a, bool train, const LastStageFn& last,
+                                 const BeforeGradientsFn& before_gradients) {
+  if (a.kind == PipelineAction::Kind::Weight) return;
+  const WorkPtr receive = awaited_receive(a);
+  if (!receive) return;
+  // The next W in the plan's order only, so that each chunk's gradients accumulate in the
+  // same order whatever the timing.
+  while (!weights_ahead_.empty() && deferred_.contains(weights_ahead_.front()) && !receive->test()) {
+    const auto [chunk, micro] = weights_ahead_.front();
+    const PipelineAction w{PipelineAction::Kind::Weight, chunk, micro};
+    run_pass(w, train, last, before_gradients);
+    weights_done_.insert({chunk, micro});
+    ++timing_.weights_early;
+  }
 }
 
 Variable PipelineExecutor::forward_chunk(int chunk, const Variable& input, int micro, bool record,
@@ -170,7 +234,7 @@ void PipelineExecutor::forward(const PipelineAction& a, bool train, const LastSt
   if (train) live_[{a.chunk, a.micro}] = std::move(live);
 }
 
-void PipelineExecutor::backward(const PipelineAction& a, const LastStageFn& last) {
+void PipelineExecutor::backward(const PipelineAction& a, const LastStageFn& last, bool whole) {
   const int c = virtual_stage(a.chunk);
   trace::Span span(trace::recording() ? fmt::format("backward {}", a.micro) : std::string(), trace::Phase::Backward);
   auto it = live_.find({a.chunk, a.micro});
@@ -193,7 +257,7 @@ void PipelineExecutor::backward(const PipelineAction& a, const LastStageFn& last
   } else {
     seed = take_input(Msg::Kind::Gradient, c, a.micro);
   }
-  if (splits_backward(config_.schedule)) {
+  if (splits_backward(config_.schedule) && !whole) {
     deferred_[{a.chunk, a.micro}] = backward_inputs(root, seed, weights_[static_cast<std::size_t>(a.chunk)]);
   } else {
     root.backward(seed);

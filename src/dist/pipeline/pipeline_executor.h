@@ -14,9 +14,23 @@
 // that sent the activation knows.
 //
 // Split backward (the zero-bubble schedules): a Backward action runs B alone
-// (backward_inputs over the chunk's weights of two or more dimensions), keeping the weight
+// (backward_inputs over the chunk's weights of two or more dimensions but narrow heads:
+// see the constructor), keeping the weight
 // pass, which the micro-batch's Weight action runs later; between the two those weights
 // have not yet received that micro-batch's gradients.
+//
+// Waits filled with W: over MPI, when a pass's input has not arrived yet and the plan's
+// next W pass can run (its B is done), that W runs first, and again while the input is
+// still on its way; each W so run is skipped where the plan put it. Every chunk's W passes
+// keep the plan's order (its gradients accumulate in the same order, so the results do not
+// depend on the timing), and a W sends nothing, so the messages keep theirs. A schedule's
+// order is computed for equal pass times; this takes up the difference with the real ones
+// (a stage whose input needs no gradient has a short B; the last stage's has the loss).
+// NCCL's receives complete on the stream, so the host never waits there: no filling.
+//
+// A B that the plan follows at once with its own W, on virtual stage 0 (which sends no
+// gradient back, so nothing waits for its end), runs as one whole backward instead: a
+// split would only keep each GEMM's output gradient from B to W (ZB-H1's first stage).
 #pragma once
 
 #include "dtrain/autograd/split_backward.h"
@@ -25,6 +39,7 @@
 #include "dtrain/dist/pipeline/pipeline_schedule.h"
 #include "dtrain/layers/module.h"
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -62,6 +77,7 @@ class PipelineExecutor {
     double compute_s = 0;                                // in this rank's forward and backward passes (the three below)
     double wait_s = 0;                                   // waiting for messages from the neighbours
     double forward_s = 0, backward_s = 0, weight_s = 0;  // in F, B (or whole backwards), W
+    int weights_early = 0;                               // W passes run while a pass's input was on its way
   };
   // One step over micro-batches whose inputs (used by virtual stage 0; every rank passes
   // them, for their sizes) are `inputs`. `train`: forwards and backwards; otherwise
@@ -87,8 +103,19 @@ class PipelineExecutor {
   Variable forward_chunk(int chunk, const Variable& input, int micro, bool record, const LastStageFn& last,
                          Variable* loss);
   void forward(const PipelineAction& a, bool train, const LastStageFn& last);
-  void backward(const PipelineAction& a, const LastStageFn& last);
+  // whole: B and W at once (see the top) where the schedule splits the backward.
+  void backward(const PipelineAction& a, const LastStageFn& last, bool whole);
   void weight(const PipelineAction& a);
+  // Runs `a` (with the data-parallel hook before a gradient pass), timing it; `with_weight`:
+  // a B that runs its W too.
+  void run_pass(const PipelineAction& a, bool train, const LastStageFn& last, const BeforeGradientsFn& before_gradients,
+                bool with_weight = false);
+  // Over MPI: while the receive `a` will wait for is still on its way and the plan's next
+  // W pass can run, runs that W now.
+  void fill_wait(const PipelineAction& a, bool train, const LastStageFn& last,
+                 const BeforeGradientsFn& before_gradients);
+  // The receive that `a` will wait for (null: none, or it was already waited for).
+  WorkPtr awaited_receive(const PipelineAction& a) const;
   // Where a pass puts what it produced for the virtual stage `to`: the outbox, or straight
   // into the inbox when this rank holds that stage too (ZB-V's turn).
   Tensor& deliver(PipelineMessage::Kind kind, int boundary, int micro, int to);
@@ -111,7 +138,10 @@ class PipelineExecutor {
   std::optional<DType> autocast_;
   std::map<Key, Live> live_;
   std::map<Key, DeferredWeightGradients> deferred_;  // B done, W to run
-  std::vector<std::vector<Variable>> weights_;       // each chunk's weights that W computes
+  std::deque<Key> weights_ahead_;                    // the plan's W passes not run yet, in its order
+  std::set<Key> weights_done_;                       // run early or with their B: skipped in the plan
+  std::map<std::pair<int, PipelineAction::Kind>, int> gradient_passes_left_;  // per chunk and kind
+  std::vector<std::vector<Variable>> weights_;                                // each chunk's weights that W computes
   // Messages: what a pass produced for sending, what arrived, what is in flight.
   std::map<std::tuple<int, int, int>, Tensor> outbox_, inbox_;  // (kind, boundary, micro)
   std::map<std::tuple<int, int, int>, WorkPtr> receiving_;      // posted receives, waited for at use

@@ -393,7 +393,8 @@ StepStats PipelineStrategy::train_step(std::span<const MicroBatch> micro, optim:
              t.wait_s,
              t.forward_s,
              t.backward_s,
-             t.weight_s};
+             t.weight_s,
+             t.weights_early};
   return stats;
 }
 

@@ -113,6 +113,12 @@ class Work {
  public:
   virtual ~Work() = default;
   virtual void wait() = 0;
+  // Whether the operation is known to have finished, without waiting: then wait() returns
+  // (or throws) at once. False while it runs, and wherever the transport cannot tell
+  // without blocking (NCCL, the collectives' thread): a hint for choosing what to do next
+  // (the pipeline fills a wait for a receive with other work), never a substitute for wait().
+  // MPI's point-to-point messages answer after one round of their progress loop.
+  virtual bool test() { return false; }
 };
 using WorkPtr = std::shared_ptr<Work>;
 

@@ -151,9 +151,12 @@ class PipelineStrategy final : public Strategy {
   // The measured bubble is 1 - compute_s / step_s.
   // compute_s splits into forward_s, backward_s (B alone where the schedule splits the
   // backward) and weight_s (W), from which simulated_bubble gives the schedule's theory.
+  // weights_early: the W passes run ahead of the plan while a pass's input was on its way
+  // (over MPI; see pipeline_executor.h).
   struct Timing {
     double step_s = 0, compute_s = 0, wait_s = 0;
     double forward_s = 0, backward_s = 0, weight_s = 0;
+    int weights_early = 0;
   };
   Timing last_timing() const { return timing_; }
 

@@ -100,6 +100,7 @@ class P2pEngine {
   template <class Done>
   void wait_until(std::unique_lock<std::mutex>& lock, Backoff backoff, Done&& done);
   void wait_for(Op& op);
+  bool test(Op& op);  // one round of the loop, then whether op is done
   void run_progress_thread();
   std::string describe_peer(int peer) const;
 
