@@ -306,3 +306,104 @@ TEST_CASE("ps ssp:K: with one worker slowed no applied gradient is staler than K
     CHECK(unbounded.staleness.max > kBound);  // what the bound prevents does happen
   }
 }
+
+TEST_CASE("ps async: stale gradients at their learning rate over their staleness, and DC-ASGD's compensation",
+          "[mpi][dist]") {
+  // Three workers read the same values v0; worker i pushes its gradient g_i once worker
+  // i-1's push is applied (a token passes among the workers), so g_i is i updates stale.
+  // With plain SGD at lr the servers must end at v3, where v_{i+1} = v_i - lr_i g_i' with
+  // lr_i = lr / i for i > 1 under stale_lr, and g_i' = g_i + lambda g_i^2 (v_i - v0) under
+  // dc = lambda (w_now - w_sent, elementwise). Reference in float64 from the gradients at
+  // v0; f32 on the servers: 1e-6 absolute.
+  auto world = dist::world();
+  if (world->size() != 4) return;  // three workers and one server: mpirun -np 4
+  constexpr double kLr = 0.1;
+  struct Case {
+    bool staleness_lr;
+    double lambda;
+  };
+  for (const Case c : {Case{true, 0.0}, Case{false, 2.0}, Case{true, 2.0}}) {
+    auto model = make_mlp();
+    optim::SGD sgd(model->parameters(), {.lr = kLr});
+    dist::ParameterServer ps(world, model,
+                             {.mode = dist::PsMode::Async,
+                              .servers = 1,
+                              .bucket_bytes = 64,
+                              .staleness_lr = c.staleness_lr,
+                              .delay_compensation = c.lambda});
+    double diff = 0, moved = 0;
+    if (ps.is_server()) {
+      ps.serve(sgd);
+    } else {
+      const int me = ps.worker_index(), workers = ps.workers();
+      const Batch batch = make_batch(kRowsPerWorker * workers);
+      auto slice = [&](int w) {
+        return std::pair{batch.x.narrow(0, w * kRowsPerWorker, kRowsPerWorker),
+                         batch.y.narrow(0, w * kRowsPerWorker, kRowsPerWorker)};
+      };
+      // The reference: every worker's gradient at v0 (worker 0's values, which every worker
+      // holds now), flat, per parameter.
+      std::vector<std::vector<std::vector<double>>> grads;  // [worker][parameter][element]
+      std::vector<std::vector<double>> v0;
+      for (const Variable& p : model->parameters()) {
+        const std::vector<float> f = p.data().to_vector<float>();
+        v0.emplace_back(f.begin(), f.end());
+      }
+      for (int w = 0; w < workers; ++w) {
+        auto reference = make_mlp();
+        const auto [x, y] = slice(w);
+        cross_entropy((*reference)(Variable(x)), y).backward();
+        grads.emplace_back();
+        for (const Variable& p : reference->parameters()) {
+          const std::vector<float> f = p.grad().to_vector<float>();
+          grads.back().emplace_back(f.begin(), f.end());
+        }
+      }
+      ps.join();
+      ps.worker_group()->barrier();  // every worker has read v0 before anyone pushes
+      Tensor token = Tensor::zeros({1});
+      if (me > 0) ps.worker_group()->recv(token, me - 1, 0);
+      sgd.zero_grad();
+      ps.begin_push(kLr);
+      const auto [x, y] = slice(me);
+      cross_entropy((*model)(Variable(x)), y).backward();
+      ps.finish_push();
+      if (me + 1 < workers) ps.worker_group()->send(token, me + 1, 0);
+      ps.leave();
+      ps.sync_parameters();
+      ps.shutdown();
+      std::vector<std::vector<double>> v = v0;
+      for (int i = 0; i < workers; ++i) {
+        const double lr = c.staleness_lr && i > 1 ? kLr / i : kLr;
+        for (std::size_t p = 0; p < v.size(); ++p) {
+          for (std::size_t e = 0; e < v[p].size(); ++e) {
+            const double g = grads[static_cast<std::size_t>(i)][p][e];
+            v[p][e] -= lr * (g + c.lambda * g * g * (v[p][e] - v0[p][e]));
+          }
+        }
+      }
+      const auto params = model->parameters();
+      for (std::size_t p = 0; p < v.size(); ++p) {
+        const std::vector<float> got = params[p].data().to_vector<float>();
+        for (std::size_t e = 0; e < v[p].size(); ++e) {
+          diff = std::max(diff, std::abs(got[e] - v[p][e]));
+          moved = std::max(moved, std::abs(v[p][e] - v0[p][e]));
+        }
+      }
+    }
+    INFO("stale_lr " << c.staleness_lr << ", dc " << c.lambda << ", rank " << world->rank());
+    CHECK(diff < 1e-6);
+    if (!ps.is_server()) CHECK(moved > 1e-3);  // the updates are far above the tolerance
+  }
+}
+
+TEST_CASE("ps options for stale gradients are refused in sync mode and with a negative lambda", "[cpu][dist]") {
+  dist::PsOptions o{.mode = dist::PsMode::Sync, .staleness_lr = true};
+  CHECK_THROWS_WITH(dist::check_ps_options(o), Catch::Contains("stale_lr") && Catch::Contains("sync mode"));
+  o = {.mode = dist::PsMode::Sync, .delay_compensation = 0.5};
+  CHECK_THROWS_WITH(dist::check_ps_options(o), Catch::Contains("dc") && Catch::Contains("sync mode"));
+  o = {.mode = dist::PsMode::Async, .delay_compensation = -1};
+  CHECK_THROWS_WITH(dist::check_ps_options(o), Catch::Contains("must be a number >= 0"));
+  o = {.mode = dist::PsMode::Ssp, .staleness = 2, .staleness_lr = true, .delay_compensation = 0.1};
+  CHECK_NOTHROW(dist::check_ps_options(o));
+}

@@ -182,6 +182,9 @@ std::shared_ptr<Strategy> make_parameter_server(StrategySpec& spec, const Commun
   o.servers = spec.integer("ps", 1);
   parse_ps_mode(spec.text_of("mode").value_or("async"), o);
   o.bucket_bytes = static_cast<std::size_t>(spec.number("bucket_mb", 1.0) * (1 << 20));
+  o.staleness_lr = spec.flag("stale_lr");
+  o.delay_compensation = spec.number("dc", 0.0);
+  check_ps_options(o);
   DTRAIN_CHECK(world->size() > o.servers,
                "strategy spec '{}': {} server(s) need at least one worker besides: launch "
                "with mpirun -np {} or more",

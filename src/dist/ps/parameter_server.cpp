@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <optional>
 #include <unordered_map>
 
@@ -41,6 +42,15 @@ void parse_ps_mode(const std::string& text, PsOptions& options) {
   }
   DTRAIN_FAIL("parameter server mode '{}': expected sync, async or ssp:K with K an integer >= 0 (the staleness bound)",
               text);
+}
+
+void check_ps_options(const PsOptions& options) {
+  DTRAIN_CHECK(std::isfinite(options.delay_compensation) && options.delay_compensation >= 0,
+               "parameter server: delay compensation {} must be a number >= 0 (DC-ASGD's lambda; 0: off)",
+               options.delay_compensation);
+  DTRAIN_CHECK(options.mode != PsMode::Sync || (!options.staleness_lr && options.delay_compensation == 0),
+               "parameter server: {} is for the async and ssp modes; in sync mode no gradient is stale",
+               options.staleness_lr ? "the staleness-aware learning rate (stale_lr)" : "delay compensation (dc)");
 }
 
 std::string ps_mode_name(const PsOptions& options) {
@@ -151,6 +161,7 @@ class ParameterServer::Worker {
 ParameterServer::ParameterServer(CommunicatorPtr world, std::shared_ptr<nn::Module> model, PsOptions options)
     : model_(std::move(model)), options_(options) {
   DTRAIN_CHECK(world != nullptr && model_ != nullptr, "ParameterServer: the communicator and the model must be given");
+  check_ps_options(options_);
   DTRAIN_CHECK(world->backend() == "mpi", "ParameterServer: needs an MPI communicator (launch with mpirun), got {}",
                world->backend());
   DTRAIN_CHECK(options_.servers >= 1 && options_.servers < world->size(),

@@ -32,6 +32,7 @@ struct PsServer::Worker {
   Clock::time_point last_push = Clock::now();
   bool reported = false;       // as stalled
   std::vector<WorkPtr> sends;  // values in flight to it
+  std::vector<Tensor> sent;    // delay compensation: the values of each piece last sent to it
 };
 
 struct PsServer::Slot {
@@ -173,8 +174,8 @@ void PsServer::on_push(int w, std::size_t local, const Tensor& buffer) {
   DTRAIN_CHECK(wk.state == Worker::State::InFlight,
                "parameter server {}: worker {} pushed a gradient without parameters to compute it from (join first)",
                server_, w);
-  const Tensor grad = buffer.narrow(0, 0, piece.length);
-  const double lr = buffer.narrow(0, piece.length, 1).item();
+  Tensor grad = buffer.narrow(0, 0, piece.length);
+  double lr = buffer.narrow(0, piece.length, 1).item();
   const bool skip = buffer.narrow(0, piece.length + 1, 1).item() != 0;
   if (options_.mode == PsMode::Sync) {
     if (piece.count == 0) {
@@ -195,7 +196,19 @@ void PsServer::on_push(int w, std::size_t local, const Tensor& buffer) {
       for (int v = 0; v < workers_; ++v) send_piece(v, local, values);
     }
   } else {
-    if (!skip) apply(piece, grad, lr);
+    if (!skip) {
+      const std::int64_t staleness = version_ - wk.read;
+      if (options_.staleness_lr && staleness > 1) lr /= static_cast<double>(staleness);
+      if (options_.delay_compensation > 0) {
+        // g + lambda * g * g * (w_now - w_sent)
+        Tensor drift = sub(piece.value, wk.sent[local]);
+        mul_(drift, grad);
+        mul_(drift, grad);
+        mul_(drift, options_.delay_compensation);
+        grad = add(grad, drift);
+      }
+      apply(piece, grad, lr);
+    }
     if (options_.mode == PsMode::Async) send_piece(w, local);  // at once: overlaps the rest of its push
   }
   if (++wk.pushed == pieces_.size()) push_complete(w);
@@ -281,6 +294,10 @@ void PsServer::send_piece(int w, std::size_t local, const Tensor& values) {
     wk.sends.clear();
   }
   wk.sends.push_back(comm_.isend(values, w, ps::kPieceTag + static_cast<int>(pieces_[local].id)));
+  if (options_.delay_compensation > 0) {
+    if (wk.sent.empty()) wk.sent.resize(pieces_.size());
+    wk.sent[local] = values;  // a copy, never written: the worker computes its next gradient at these
+  }
 }
 
 void PsServer::send_all(int w) {

@@ -68,11 +68,24 @@ struct PsOptions {
   int staleness = 0;                    // Ssp: the bound K >= 0
   int servers = 1;                      // the last `servers` ranks; at least one worker must remain
   std::size_t bucket_bytes = 1u << 20;  // gradient bytes per push message (at least)
+  // Async and ssp: how the servers make up for stale gradients (a gradient's staleness: the
+  // updates applied since the worker read the values it computed it from).
+  // staleness_lr: each gradient at its learning rate divided by its staleness (when above 1;
+  // Zhang et al. 2016, "Staleness-aware async-SGD").
+  bool staleness_lr = false;
+  // delay_compensation: lambda >= 0 of DC-ASGD (Zheng et al. 2017): a gradient g computed at
+  // the values w_sent that a server sent the worker is applied as g + lambda * g * g *
+  // (w_now - w_sent), elementwise, a first-order step towards the gradient at w_now. The
+  // servers keep each worker's w_sent: one more copy of their shard per worker. 0: off.
+  double delay_compensation = 0;
 };
 
 // "sync", "async" or "ssp:K" (K >= 0) into options.mode and options.staleness; throws
 // naming the text otherwise.
 void parse_ps_mode(const std::string& text, PsOptions& options);
+// Throws naming the option when staleness_lr or delay_compensation is set in sync mode (its
+// gradients are never stale) or delay_compensation is negative or not finite.
+void check_ps_options(const PsOptions& options);
 std::string ps_mode_name(const PsOptions& options);
 
 // Staleness of the gradients applied on server 0: counts[k] gradients had staleness k,
