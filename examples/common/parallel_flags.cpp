@@ -45,6 +45,10 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& p) {
   app.add_option("--ps-mode", p.ps_mode,
                  "alias of mode=: sync, async (default) or ssp:K (a worker waits when it would "
                  "push a gradient more than K updates stale)");
+  app.add_option("--backup-workers", p.backup_workers,
+                 "alias of backup=B: with --ps-mode sync, each update takes the first workers - B gradients "
+                 "and drops the late ones (a straggler stops setting the pace)")
+      ->check(CLI::Range(0, 1 << 16));
   app.add_option("--cluster", p.cluster,
                  "parameter-server roles as a TF_CONFIG-style JSON file {\"cluster\": "
                  "{\"worker\": [...], \"ps\": [...]}} (or the DTRAIN_CLUSTER variable): sets ps=<its ps tasks>");
@@ -64,6 +68,7 @@ std::string parallel_spec(const ParallelFlags& p, dist::Communicator& world) {
     items.push_back(fmt::format("recompute_stages={}", fmt::join(p.recompute_stages, ":")));
   }
   if (p.ps_mode) items.push_back("mode=" + *p.ps_mode);
+  if (p.backup_workers) items.push_back(fmt::format("backup={}", *p.backup_workers));
   const char* cluster_env = std::getenv("DTRAIN_CLUSTER");
   std::optional<int> servers = p.num_ps;
   if (!p.cluster.empty() || cluster_env) {
@@ -90,8 +95,13 @@ std::shared_ptr<dist::Strategy> make_strategy(const ParallelFlags& p, const dist
 std::string describe_layout(const dist::Strategy& strategy, int world_size) {
   if (const auto* ps = dynamic_cast<const dist::ParameterServerStrategy*>(&strategy)) {
     const int workers = ps->mesh().role_size("worker"), servers = ps->mesh().role_size("ps");
-    return fmt::format("parameter servers: {} worker(s) (ranks 0-{}), {} server(s) (ranks {}-{}), mode {}", workers,
-                       workers - 1, servers, workers, world_size - 1, dist::ps_mode_name(ps->options()));
+    const dist::PsOptions& o = ps->options();
+    std::string extras;
+    if (o.backup_workers > 0) extras += fmt::format(", {} backup worker(s)", o.backup_workers);
+    if (o.staleness_lr) extras += ", learning rate / staleness";
+    if (o.delay_compensation > 0) extras += fmt::format(", delay compensation {:g}", o.delay_compensation);
+    return fmt::format("parameter servers: {} worker(s) (ranks 0-{}), {} server(s) (ranks {}-{}), mode {}{}", workers,
+                       workers - 1, servers, workers, world_size - 1, dist::ps_mode_name(o), extras);
   }
   if (const auto* pipeline = dynamic_cast<const dist::PipelineStrategy*>(&strategy)) {
     const dist::PipelineOptions& o = pipeline->options();

@@ -397,7 +397,8 @@ TEST_CASE("ps async: stale gradients at their learning rate over their staleness
   }
 }
 
-TEST_CASE("ps options for stale gradients are refused in sync mode and with a negative lambda", "[cpu][dist]") {
+TEST_CASE("ps options for stale gradients and backup workers are refused outside their mode and out of range",
+          "[cpu][dist]") {
   dist::PsOptions o{.mode = dist::PsMode::Sync, .staleness_lr = true};
   CHECK_THROWS_WITH(dist::check_ps_options(o), Catch::Contains("stale_lr") && Catch::Contains("sync mode"));
   o = {.mode = dist::PsMode::Sync, .delay_compensation = 0.5};
@@ -406,4 +407,65 @@ TEST_CASE("ps options for stale gradients are refused in sync mode and with a ne
   CHECK_THROWS_WITH(dist::check_ps_options(o), Catch::Contains("must be a number >= 0"));
   o = {.mode = dist::PsMode::Ssp, .staleness = 2, .staleness_lr = true, .delay_compensation = 0.1};
   CHECK_NOTHROW(dist::check_ps_options(o));
+  o = {.mode = dist::PsMode::Async, .backup_workers = 1};
+  CHECK_THROWS_WITH(dist::check_ps_options(o), Catch::Contains("backup=1") && Catch::Contains("sync mode"));
+  o = {.mode = dist::PsMode::Sync, .backup_workers = -1};
+  CHECK_THROWS_WITH(dist::check_ps_options(o), Catch::Contains("must be >= 0"));
+}
+
+TEST_CASE("ps sync with a backup worker: each step is the first workers' mean, the straggler's gradients dropped",
+          "[mpi][dist]") {
+  // Three workers and a server, backup_workers = 1; worker 2 sleeps 300 ms before each of
+  // its 3 steps (a straggler), so workers 0 and 1 push every step long before it and it
+  // is always late. Each update must then be the mean of workers 0 and 1's gradients,
+  // the same as one process on their rows (1e-5, as sync mode above), every one of worker
+  // 2's pushes dropped (server 0 counts 3), and worker 2 must go on from the values it
+  // is sent back (it ends with everyone's).
+  auto world = dist::world();
+  if (world->size() != 4) return;  // three workers and one server: mpirun -np 4
+  constexpr int kSteps = 3;
+  auto model = make_mlp();
+  auto sgd = make_sgd(*model);
+  dist::ParameterServer ps(world, model,
+                           {.mode = dist::PsMode::Sync, .servers = 1, .bucket_bytes = 64, .backup_workers = 1});
+  double diff = 0;
+  std::int64_t dropped = -1, applied = -1;
+  if (ps.is_server()) {
+    ps.serve(sgd);
+  } else {
+    const int me = ps.worker_index();
+    const Batch batch = make_batch(kRowsPerWorker * 3);
+    auto reference = make_mlp();
+    auto ref_sgd = make_sgd(*reference);
+    ps.join();
+    for (int step = 0; step < kSteps; ++step) {
+      if (me == 2) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      sgd.zero_grad();
+      ps.begin_push(sgd.lr());
+      cross_entropy((*model)(Variable(batch.x.narrow(0, me * kRowsPerWorker, kRowsPerWorker))),
+                    batch.y.narrow(0, me * kRowsPerWorker, kRowsPerWorker))
+          .backward();
+      ps.finish_push();
+      ref_sgd.zero_grad();
+      cross_entropy((*reference)(Variable(batch.x.narrow(0, 0, 2 * kRowsPerWorker))),
+                    batch.y.narrow(0, 0, 2 * kRowsPerWorker))
+          .backward();
+      ref_sgd.step();
+    }
+    ps.leave();
+    ps.sync_parameters();
+    if (me == 0) {
+      const dist::StalenessStats stats = ps.staleness();
+      dropped = stats.dropped;
+      applied = stats.total();
+    }
+    ps.shutdown();
+    diff = max_param_diff(*model, *reference);
+  }
+  INFO("rank " << world->rank());
+  CHECK(diff < 1e-5);
+  if (ps.worker_index() == 0) {
+    CHECK(dropped == kSteps);
+    CHECK(applied == 2 * kSteps);
+  }
 }

@@ -184,6 +184,7 @@ std::shared_ptr<Strategy> make_parameter_server(StrategySpec& spec, const Commun
   o.bucket_bytes = static_cast<std::size_t>(spec.number("bucket_mb", 1.0) * (1 << 20));
   o.staleness_lr = spec.flag("stale_lr");
   o.delay_compensation = spec.number("dc", 0.0);
+  o.backup_workers = spec.integer("backup", 0, 0);
   check_ps_options(o);
   DTRAIN_CHECK(world->size() > o.servers,
                "strategy spec '{}': {} server(s) need at least one worker besides: launch "

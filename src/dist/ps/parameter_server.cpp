@@ -51,6 +51,12 @@ void check_ps_options(const PsOptions& options) {
   DTRAIN_CHECK(options.mode != PsMode::Sync || (!options.staleness_lr && options.delay_compensation == 0),
                "parameter server: {} is for the async and ssp modes; in sync mode no gradient is stale",
                options.staleness_lr ? "the staleness-aware learning rate (stale_lr)" : "delay compensation (dc)");
+  DTRAIN_CHECK(options.backup_workers >= 0, "parameter server: backup workers {}: must be >= 0",
+               options.backup_workers);
+  DTRAIN_CHECK(options.backup_workers == 0 || options.mode == PsMode::Sync,
+               "parameter server: backup workers (backup={}) are for sync mode, whose updates wait for every "
+               "worker; async and ssp never wait for a straggler",
+               options.backup_workers);
 }
 
 std::string ps_mode_name(const PsOptions& options) {
@@ -171,6 +177,9 @@ ParameterServer::ParameterServer(CommunicatorPtr world, std::shared_ptr<nn::Modu
                "ParameterServer: the staleness bound must be >= 0, got {}", options_.staleness);
   DTRAIN_CHECK(options_.bucket_bytes > 0, "ParameterServer: bucket_bytes must be positive");
   workers_ = world->size() - options_.servers;
+  DTRAIN_CHECK(options_.backup_workers < workers_,
+               "ParameterServer: {} backup worker(s) among {} workers: an update needs at least one gradient",
+               options_.backup_workers, workers_);
   state_device("ParameterServer", *model_);  // one device
   check_same_structure("ParameterServer", *model_, *world, Device::cpu());
   // Every rank starts from worker 0's state (servers take their shards from it), through
@@ -312,14 +321,15 @@ void ParameterServer::sync_parameters() {
 
 StalenessStats ParameterServer::staleness() {
   check_worker("staleness");
-  Tensor reply = Tensor::empty({ps::kStalenessBins + 1}, {DType::f64});
+  Tensor reply = Tensor::empty({ps::kStatsWords}, {DType::f64});
   RecvWorkPtr r = comm_->irecv(reply, workers_, ps::kStatsTag);
   worker_->control(0, Control::Stats);
   r->wait();
   const std::vector<double> v = reply.to_vector<double>();
   StalenessStats stats;
   for (std::int64_t k = 0; k < ps::kStalenessBins; ++k) stats.counts.push_back(static_cast<std::int64_t>(v[k]));
-  stats.max = static_cast<std::int64_t>(v.back());
+  stats.max = static_cast<std::int64_t>(v[ps::kStalenessBins]);
+  stats.dropped = static_cast<std::int64_t>(v[ps::kStalenessBins + 1]);
   return stats;
 }
 

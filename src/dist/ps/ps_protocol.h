@@ -5,10 +5,11 @@
 //                     learning rate and a skip flag (kPushTrailer elements), in the
 //                     parameters' dtype
 //   server -> worker  values of piece p (kPieceTag + p): after a push (async: each piece
-//                     as soon as it is applied; sync: when every worker's is in; ssp:
-//                     when the bound allows), a join or a fetch
+//                     as soon as it is applied; sync: when every worker's is in, or with
+//                     backup workers the first workers - b, and at once to a late one;
+//                     ssp: when the bound allows), a join or a fetch
 //   server 0 -> worker  a claimed batch (kClaimTag): f64[1], -1 when none is left;
-//                     staleness (kStatsTag): f64[kStalenessBins + 1], the counts then max
+//                     staleness (kStatsTag): f64[kStatsWords], the counts, max, dropped
 //   server -> worker 0  a checkpoint share taken (kSaveTag): f64[1]
 // Worker w is rank w of the communicator; server s is rank workers + s.
 #pragma once
@@ -26,6 +27,7 @@ inline constexpr int kPieceTag = 16;
 inline constexpr std::int64_t kControlWords = 4;
 inline constexpr std::int64_t kPushTrailer = 2;
 inline constexpr std::int64_t kStalenessBins = 64;
+inline constexpr std::int64_t kStatsWords = kStalenessBins + 2;
 
 enum class Control : std::int64_t {
   Join = 1,  // send me parameters to start from (ssp: once the bound allows)

@@ -20,6 +20,8 @@ struct PsServer::Piece {
   Tensor sum;
   int count = 0;
   bool skip = false;
+  std::int64_t updates = 0;       // sync: steps applied
+  std::vector<int> contributors;  // sync: the workers in `sum`, who wait for the update
 };
 
 struct PsServer::Worker {
@@ -30,9 +32,11 @@ struct PsServer::Worker {
   std::int64_t waiting = 0;  // its place in the queue for parameters (ssp)
   bool stopped = false;
   Clock::time_point last_push = Clock::now();
-  bool reported = false;       // as stalled
-  std::vector<WorkPtr> sends;  // values in flight to it
-  std::vector<Tensor> sent;    // delay compensation: the values of each piece last sent to it
+  bool reported = false;                   // as stalled
+  std::vector<WorkPtr> sends;              // values in flight to it
+  std::vector<Tensor> sent;                // delay compensation: the values of each piece last sent to it
+  std::vector<std::int64_t> piece_pushes;  // sync: its pushes of each piece (the step of the next)
+  bool late = false;                       // sync: a piece of its current push came too late
 };
 
 struct PsServer::Slot {
@@ -178,22 +182,38 @@ void PsServer::on_push(int w, std::size_t local, const Tensor& buffer) {
   double lr = buffer.narrow(0, piece.length, 1).item();
   const bool skip = buffer.narrow(0, piece.length + 1, 1).item() != 0;
   if (options_.mode == PsMode::Sync) {
-    if (piece.count == 0) {
-      piece.sum = grad.clone();
+    if (wk.piece_pushes.empty()) wk.piece_pushes.assign(pieces_.size(), 0);
+    const std::int64_t step = wk.piece_pushes[local]++;
+    if (step < piece.updates) {
+      // A backup worker's gradient, late: its step was applied without it. The worker goes
+      // on from the current values.
+      wk.late = true;
+      send_piece(w, local);
     } else {
-      add_(piece.sum, grad);
-    }
-    piece.skip = piece.skip || skip;
-    if (++piece.count == workers_) {
-      // Every worker's gradient of this step is in: their mean, as an all-reduce gives.
-      if (!piece.skip) {
-        mul_(piece.sum, 1.0 / workers_);
-        apply(piece, piece.sum, lr);
+      DTRAIN_CHECK(step == piece.updates,
+                   "parameter server {}: worker {} pushed its step {} gradient of piece {} while step {} is open",
+                   server_, w, step + 1, piece.id, piece.updates + 1);
+      if (piece.count == 0) {
+        piece.sum = grad.clone();
+      } else {
+        add_(piece.sum, grad);
       }
-      piece.count = 0;
-      piece.skip = false;
-      const Tensor values = piece.value.clone();  // one copy for every worker
-      for (int v = 0; v < workers_; ++v) send_piece(v, local, values);
+      piece.skip = piece.skip || skip;
+      piece.contributors.push_back(w);
+      if (++piece.count == workers_ - options_.backup_workers) {
+        // Every worker's gradient of this step is in (or all but the backups'): their mean,
+        // as an all-reduce gives.
+        if (!piece.skip) {
+          mul_(piece.sum, 1.0 / piece.count);
+          apply(piece, piece.sum, lr);
+        }
+        ++piece.updates;
+        piece.count = 0;
+        piece.skip = false;
+        const Tensor values = piece.value.clone();  // one copy for every worker
+        for (int v : piece.contributors) send_piece(v, local, values);
+        piece.contributors.clear();
+      }
     }
   } else {
     if (!skip) {
@@ -237,10 +257,13 @@ void PsServer::push_complete(int w) {
   wk.last_push = now;
   wk.reported = false;
   const std::int64_t staleness = options_.mode == PsMode::Sync ? 0 : version_ - wk.read;
-  if (server_ == 0) {
+  if (server_ == 0 && wk.late) {
+    ++dropped_;
+  } else if (server_ == 0) {
     ++staleness_[static_cast<std::size_t>(std::min<std::int64_t>(staleness, ps::kStalenessBins - 1))];
     staleness_max_ = std::max(staleness_max_, staleness);
   }
+  wk.late = false;
   if (options_.mode == PsMode::Sync) return;
   ++version_;
   if (options_.mode == PsMode::Async) {
@@ -320,9 +343,11 @@ void PsServer::reply_stats(int w) {
   DTRAIN_CHECK(server_ == 0, "parameter server {}: worker {} asked a server other than 0 for staleness", server_, w);
   std::vector<double> message(staleness_.begin(), staleness_.end());
   message.push_back(static_cast<double>(staleness_max_));
-  comm_.send(Tensor::from_vector(message, {static_cast<std::int64_t>(message.size())}), w, ps::kStatsTag);
+  message.push_back(static_cast<double>(dropped_));
+  comm_.send(Tensor::from_vector(message, {ps::kStatsWords}), w, ps::kStatsTag);
   std::fill(staleness_.begin(), staleness_.end(), 0);
   staleness_max_ = 0;
+  dropped_ = 0;
 }
 
 void PsServer::report_stalls() {

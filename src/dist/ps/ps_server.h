@@ -75,6 +75,7 @@ class PsServer {
   std::int64_t claim_epoch_ = -1, next_batch_ = 0;
   std::vector<std::int64_t> staleness_;
   std::int64_t staleness_max_ = 0;
+  std::int64_t dropped_ = 0;  // sync with backup workers: late pushes
   // Stalled-worker reports: the mean time between a worker's pushes.
   double mean_step_s_ = 0;
 };

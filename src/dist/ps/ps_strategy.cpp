@@ -107,19 +107,26 @@ void add_to(StalenessStats& total, const StalenessStats& more) {
   total.counts.resize(std::max(total.counts.size(), more.counts.size()));
   for (std::size_t k = 0; k < more.counts.size(); ++k) total.counts[k] += more.counts[k];
   total.max = std::max(total.max, more.max);
+  total.dropped += more.dropped;
 }
 
 // The histogram up to its largest non-empty bin, its mean and max, as a report.
-EpochReport report(const StalenessStats& s, const std::string& prefix) {
+// backup_workers: also the late pushes dropped.
+EpochReport report(const StalenessStats& s, const std::string& prefix, int backup_workers) {
   std::size_t last = 0;
   for (std::size_t k = 0; k < s.counts.size(); ++k) {
     if (s.counts[k] != 0) last = k;
   }
   std::vector<double> histogram;
   if (!s.counts.empty()) histogram.assign(s.counts.begin(), s.counts.begin() + static_cast<std::ptrdiff_t>(last) + 1);
-  return {.text = fmt::format("{}staleness mean {:.2f}, max {}", prefix, s.mean(), s.max),
-          .values = {{"staleness_mean", s.mean()}, {"staleness_max", static_cast<double>(s.max)}},
-          .series = {{"staleness_histogram", std::move(histogram)}}};
+  EpochReport out{.text = fmt::format("{}staleness mean {:.2f}, max {}", prefix, s.mean(), s.max),
+                  .values = {{"staleness_mean", s.mean()}, {"staleness_max", static_cast<double>(s.max)}},
+                  .series = {{"staleness_histogram", std::move(histogram)}}};
+  if (backup_workers > 0) {
+    out.text += fmt::format(", {} late gradient(s) dropped", s.dropped);
+    out.values.emplace_back("dropped_gradients", static_cast<double>(s.dropped));
+  }
+  return out;
 }
 
 }  // namespace
@@ -132,15 +139,17 @@ EpochReport ParameterServerStrategy::end_epoch() {
   const StalenessStats more = ps.staleness();
   add_to(staleness_, more);
   add_to(run_staleness_, more);
-  return report(staleness_, "");
+  return report(staleness_, "", options_.backup_workers);
 }
 
 EpochReport ParameterServerStrategy::end_training() {
   ParameterServer& ps = parameter_server();
   ps.shutdown();
   if (ps.worker_index() != 0) return {};
-  return report(run_staleness_, fmt::format("parameter servers ({}): {} pushes applied, ", ps_mode_name(options_),
-                                            run_staleness_.total()));
+  return report(
+      run_staleness_,
+      fmt::format("parameter servers ({}): {} pushes applied, ", ps_mode_name(options_), run_staleness_.total()),
+      options_.backup_workers);
 }
 
 void ParameterServerStrategy::forward_backward(const MicroBatch& batch, double weight, bool last,

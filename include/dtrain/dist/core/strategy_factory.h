@@ -29,7 +29,7 @@
 // stage) or `recompute_stages=A:B:...`, `zero=1` (a sharded optimizer over each stage's
 // replicas), and the dp keys for the replicas.
 // ps: `ps=S`, `mode=sync|async|ssp:K`, `bucket_mb=MB`, `stale_lr=0|1` and `dc=LAMBDA` (async and
-// ssp: PsOptions::staleness_lr, delay_compensation). zero:
+// ssp: PsOptions::staleness_lr, delay_compensation), `backup=B` (sync: backup_workers). zero:
 // `zero=STAGE` (1, 2 or 3), `dp=N`, `bucket_mb=MB` (stages 1 and 2), `gather_mb=MB` (stage 3's
 // gather units; 0: a layer each), `overlap=0|1`, `hybrid` or `shard=N`.
 // Later capabilities take keys of their kind (`exchange=` for compression) or a kind of

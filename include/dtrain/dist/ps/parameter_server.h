@@ -68,6 +68,12 @@ struct PsOptions {
   int staleness = 0;                    // Ssp: the bound K >= 0
   int servers = 1;                      // the last `servers` ranks; at least one worker must remain
   std::size_t bucket_bytes = 1u << 20;  // gradient bytes per push message (at least)
+  // Sync: backup workers (Chen et al. 2016, "Revisiting distributed synchronous SGD";
+  // TensorFlow's SyncReplicasOptimizer): each update is the mean of the first
+  // workers - backup_workers gradients of its step to reach a server (for each of its
+  // pieces); a later one is dropped and its worker gets the current values to go on from,
+  // so a straggler stops setting the pace. 0 <= backup_workers < workers.
+  int backup_workers = 0;
   // Async and ssp: how the servers make up for stale gradients (a gradient's staleness: the
   // updates applied since the worker read the values it computed it from).
   // staleness_lr: each gradient at its learning rate divided by its staleness (when above 1;
@@ -84,7 +90,8 @@ struct PsOptions {
 // naming the text otherwise.
 void parse_ps_mode(const std::string& text, PsOptions& options);
 // Throws naming the option when staleness_lr or delay_compensation is set in sync mode (its
-// gradients are never stale) or delay_compensation is negative or not finite.
+// gradients are never stale), delay_compensation is negative or not finite, or
+// backup_workers is negative or set outside sync mode.
 void check_ps_options(const PsOptions& options);
 std::string ps_mode_name(const PsOptions& options);
 
@@ -93,6 +100,7 @@ std::string ps_mode_name(const PsOptions& options);
 struct StalenessStats {
   std::vector<std::int64_t> counts;
   std::int64_t max = 0;
+  std::int64_t dropped = 0;  // sync with backup workers: pushes that came too late for their step
   std::int64_t total() const;
   double mean() const;  // the last bin counted at its lower bound
 };
