@@ -15,8 +15,8 @@ using Msg = PipelineMessage;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-constexpr int kMaxDims = 8;
-constexpr std::int64_t kNarrowOutput = 8;  // see the constructor  // a header: dtype, rank, then up to kMaxDims sizes
+constexpr int kMaxDims = 8;                // a header: dtype, rank, then up to kMaxDims sizes
+constexpr std::int64_t kNarrowOutput = 8;  // see the constructor
 
 Tensor encode_header(const Tensor& t) {
   DTRAIN_CHECK(t.dim() <= kMaxDims, "pipeline: an activation of {} dimensions crosses a stage boundary; at most {}",
@@ -91,7 +91,6 @@ PipelineExecutor::Timing PipelineExecutor::run(const std::vector<Tensor>& inputs
   live_.clear();
   deferred_.clear();
   weights_ahead_.clear();
-  weights_done_.clear();
   // The passes that add to the parameters' gradients (backwards, and W passes where the
   // schedule splits them), how many of each kind each chunk has, to tell the data-parallel
   // hook which one is the last.
@@ -120,11 +119,13 @@ PipelineExecutor::Timing PipelineExecutor::run(const std::vector<Tensor>& inputs
   for (const PipelineStep& step : plan.steps) {
     exchange(step.messages);
     for (const PipelineAction& a : step.actions) {
-      if (a.kind == Kind::Weight && weights_done_.erase({a.chunk, a.micro}) > 0) continue;
+      // Every W that ran early or with its B left weights_ahead_; the others come in its order.
+      if (a.kind == Kind::Weight && (weights_ahead_.empty() || weights_ahead_.front() != Key(a.chunk, a.micro))) {
+        continue;
+      }
       if (fill_waits) fill_wait(a, train, last, before_gradients);
-      const bool whole = a.kind == Kind::Backward && whole_backwards.contains({a.chunk, a.micro});
-      run_pass(a, train, last, before_gradients, whole);
-      if (whole) weights_done_.insert({a.chunk, a.micro});
+      run_pass(a, train, last, before_gradients,
+               a.kind == Kind::Backward && whole_backwards.contains({a.chunk, a.micro}));
     }
   }
   exchange(plan.tail);
@@ -189,7 +190,6 @@ void PipelineExecutor::fill_wait(const PipelineAction& a, bool train, const Last
     const auto [chunk, micro] = weights_ahead_.front();
     const PipelineAction w{PipelineAction::Kind::Weight, chunk, micro};
     run_pass(w, train, last, before_gradients);
-    weights_done_.insert({chunk, micro});
     ++timing_.weights_early;
   }
 }

@@ -139,7 +139,6 @@ class PipelineExecutor {
   std::map<Key, Live> live_;
   std::map<Key, DeferredWeightGradients> deferred_;  // B done, W to run
   std::deque<Key> weights_ahead_;                    // the plan's W passes not run yet, in its order
-  std::set<Key> weights_done_;                       // run early or with their B: skipped in the plan
   std::map<std::pair<int, PipelineAction::Kind>, int> gradient_passes_left_;  // per chunk and kind
   std::vector<std::vector<Variable>> weights_;                                // each chunk's weights that W computes
   // Messages: what a pass produced for sending, what arrived, what is in flight.

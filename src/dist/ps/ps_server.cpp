@@ -16,12 +16,11 @@ struct PsServer::Piece {
   Tensor value;                    // flat
   std::vector<Variable> segments;  // views of `value`, end to end, one per layout segment: the optimizer's parameters
   std::unique_ptr<optim::Optimizer> optimizer;
-  // Sync: the sum of this step's gradients so far, from `count` workers.
+  // Sync: the sum of this step's gradients so far, from `contributors` (who wait for the update).
   Tensor sum;
-  int count = 0;
+  std::vector<int> contributors;
   bool skip = false;
-  std::int64_t updates = 0;       // sync: steps applied
-  std::vector<int> contributors;  // sync: the workers in `sum`, who wait for the update
+  std::int64_t updates = 0;  // sync: steps applied
 };
 
 struct PsServer::Worker {
@@ -75,6 +74,10 @@ PsServer::PsServer(Communicator& comm, int workers, int server, const PsLayout& 
     if (i < states.size() && !states[i].empty()) p.optimizer->load_state(states[i]);
   }
   if (server_ == 0) staleness_.assign(ps::kStalenessBins, 0);
+  for (Worker& wk : workers_state_) {
+    wk.piece_pushes.assign(pieces_.size(), 0);
+    if (options_.delay_compensation > 0) wk.sent.resize(pieces_.size());
+  }
   for (int w = 0; w < workers_; ++w) {
     slots_.push_back(
         {.worker = w, .local = -1, .buffer = Tensor::empty({ps::kControlWords}, {DType::f64}), .work = {}});
@@ -178,60 +181,69 @@ void PsServer::on_push(int w, std::size_t local, const Tensor& buffer) {
   DTRAIN_CHECK(wk.state == Worker::State::InFlight,
                "parameter server {}: worker {} pushed a gradient without parameters to compute it from (join first)",
                server_, w);
-  Tensor grad = buffer.narrow(0, 0, piece.length);
-  double lr = buffer.narrow(0, piece.length, 1).item();
+  const Tensor grad = buffer.narrow(0, 0, piece.length);
+  const double lr = buffer.narrow(0, piece.length, 1).item();
   const bool skip = buffer.narrow(0, piece.length + 1, 1).item() != 0;
   if (options_.mode == PsMode::Sync) {
-    if (wk.piece_pushes.empty()) wk.piece_pushes.assign(pieces_.size(), 0);
-    const std::int64_t step = wk.piece_pushes[local]++;
-    if (step < piece.updates) {
-      // A backup worker's gradient, late: its step was applied without it. The worker goes
-      // on from the current values.
-      wk.late = true;
-      send_piece(w, local);
-    } else {
-      DTRAIN_CHECK(step == piece.updates,
-                   "parameter server {}: worker {} pushed its step {} gradient of piece {} while step {} is open",
-                   server_, w, step + 1, piece.id, piece.updates + 1);
-      if (piece.count == 0) {
-        piece.sum = grad.clone();
-      } else {
-        add_(piece.sum, grad);
-      }
-      piece.skip = piece.skip || skip;
-      piece.contributors.push_back(w);
-      if (++piece.count == workers_ - options_.backup_workers) {
-        // Every worker's gradient of this step is in (or all but the backups'): their mean,
-        // as an all-reduce gives.
-        if (!piece.skip) {
-          mul_(piece.sum, 1.0 / piece.count);
-          apply(piece, piece.sum, lr);
-        }
-        ++piece.updates;
-        piece.count = 0;
-        piece.skip = false;
-        const Tensor values = piece.value.clone();  // one copy for every worker
-        for (int v : piece.contributors) send_piece(v, local, values);
-        piece.contributors.clear();
-      }
-    }
+    sync_push(w, local, grad, lr, skip);
   } else {
-    if (!skip) {
-      const std::int64_t staleness = version_ - wk.read;
-      if (options_.staleness_lr && staleness > 1) lr /= static_cast<double>(staleness);
-      if (options_.delay_compensation > 0) {
-        // g + lambda * g * g * (w_now - w_sent)
-        Tensor drift = sub(piece.value, wk.sent[local]);
-        mul_(drift, grad);
-        mul_(drift, grad);
-        mul_(drift, options_.delay_compensation);
-        grad = add(grad, drift);
-      }
-      apply(piece, grad, lr);
-    }
+    if (!skip) stale_push(w, local, grad, lr);
     if (options_.mode == PsMode::Async) send_piece(w, local);  // at once: overlaps the rest of its push
   }
   if (++wk.pushed == pieces_.size()) push_complete(w);
+}
+
+void PsServer::sync_push(int w, std::size_t local, const Tensor& grad, double lr, bool skip) {
+  Worker& wk = workers_state_[static_cast<std::size_t>(w)];
+  Piece& piece = pieces_[local];
+  const std::int64_t step = wk.piece_pushes[local]++;
+  if (step < piece.updates) {
+    // A backup worker's gradient, late: its step was applied without it. The worker goes
+    // on from the current values.
+    wk.late = true;
+    send_piece(w, local);
+    return;
+  }
+  DTRAIN_CHECK(step == piece.updates,
+               "parameter server {}: worker {} pushed its step {} gradient of piece {} while step {} is open", server_,
+               w, step + 1, piece.id, piece.updates + 1);
+  if (piece.contributors.empty()) {
+    piece.sum = grad.clone();
+  } else {
+    add_(piece.sum, grad);
+  }
+  piece.skip = piece.skip || skip;
+  piece.contributors.push_back(w);
+  if (static_cast<int>(piece.contributors.size()) < workers_ - options_.backup_workers) return;
+  // Every worker's gradient of this step is in (or all but the backups'): their mean, as an
+  // all-reduce gives.
+  if (!piece.skip) {
+    mul_(piece.sum, 1.0 / static_cast<double>(piece.contributors.size()));
+    apply(piece, piece.sum, lr);
+  }
+  ++piece.updates;
+  piece.skip = false;
+  const Tensor values = piece.value.clone();  // one copy for every worker
+  for (int v : piece.contributors) send_piece(v, local, values);
+  piece.contributors.clear();
+}
+
+void PsServer::stale_push(int w, std::size_t local, const Tensor& grad, double lr) {
+  const Worker& wk = workers_state_[static_cast<std::size_t>(w)];
+  Piece& piece = pieces_[local];
+  const std::int64_t staleness = version_ - wk.read;
+  if (options_.staleness_lr && staleness > 1) lr /= static_cast<double>(staleness);
+  if (options_.delay_compensation == 0) {
+    apply(piece, grad, lr);
+    return;
+  }
+  // g + lambda * g * g * (w_now - w_sent), built in the drift's buffer
+  Tensor compensated = sub(piece.value, wk.sent[local]);
+  mul_(compensated, grad);
+  mul_(compensated, grad);
+  mul_(compensated, options_.delay_compensation);
+  add_(compensated, grad);
+  apply(piece, compensated, lr);
 }
 
 void PsServer::save_share(int w, std::int64_t step) {
@@ -317,10 +329,7 @@ void PsServer::send_piece(int w, std::size_t local, const Tensor& values) {
     wk.sends.clear();
   }
   wk.sends.push_back(comm_.isend(values, w, ps::kPieceTag + static_cast<int>(pieces_[local].id)));
-  if (options_.delay_compensation > 0) {
-    if (wk.sent.empty()) wk.sent.resize(pieces_.size());
-    wk.sent[local] = values;  // a copy, never written: the worker computes its next gradient at these
-  }
+  if (options_.delay_compensation > 0) wk.sent[local] = values;  // a copy, never written: the worker's next point
 }
 
 void PsServer::send_all(int w) {

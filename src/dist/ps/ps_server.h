@@ -45,6 +45,11 @@ class PsServer {
   // `buffer`: the push as received (gradient, learning rate, skip flag).
   void on_push(int w, std::size_t local, const Tensor& buffer);
   void apply(Piece& piece, const Tensor& grad, double lr);
+  // Sync: adds the gradient to its step's sum (or drops it when its step is done, sending
+  // the worker the current values) and applies the mean once enough workers are in.
+  void sync_push(int w, std::size_t local, const Tensor& grad, double lr, bool skip);
+  // Async and ssp: applies the gradient, with the stale-gradient options.
+  void stale_push(int w, std::size_t local, const Tensor& grad, double lr);
   void push_complete(int w);
   void grant_waiting();
   bool bound_allows() const;
