@@ -69,6 +69,8 @@ mkdir -p "$results"
 suffix=$([ "$batch" = 256 ] || echo "_b$batch")
 jsonl=$results/pipeline_np2$suffix.jsonl
 table=$results/pipeline_np2$suffix.txt
+# The commit before this run rewrites its own (tracked) results files, which would read as dirty.
+commit=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)
 : > "$jsonl"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -79,7 +81,7 @@ micro=8
 
 machine="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) hardware threads, \
 $(free -g | awk '/^Mem:/ {print $2}') GB; $(uname -sr); load average at start $(cut -d' ' -f1-3 /proc/loadavg); \
-dtrain $(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown); \
+dtrain $commit; \
 torch $("$python" -c 'import torch; print(torch.__version__)'); $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "machine: $machine"
 
