@@ -100,6 +100,9 @@ std::string describe_layout(const dist::Strategy& strategy, int world_size) {
     if (o.backup_workers > 0) extras += fmt::format(", {} backup worker(s)", o.backup_workers);
     if (o.staleness_lr) extras += ", learning rate / staleness";
     if (o.delay_compensation > 0) extras += fmt::format(", delay compensation {:g}", o.delay_compensation);
+    if (o.lost_after.count() > 0) {
+      extras += fmt::format(", a worker silent {:g} s is dropped", std::chrono::duration<double>(o.lost_after).count());
+    }
     return fmt::format("parameter servers: {} worker(s) (ranks 0-{}), {} server(s) (ranks {}-{}), mode {}{}", workers,
                        workers - 1, servers, workers, world_size - 1, dist::ps_mode_name(o), extras);
   }

@@ -132,8 +132,8 @@ void Trainer::run_update(Epoch& e, UpdateBatches& batches) {
   for (const auto& callback : step_callbacks_) {
     callback({.epoch = e.epoch, .step = step, .global_step = global_step_, .lr = e.optimizer.lr(), .stats = &stats});
   }
+  fault::maybe_kill_at_step(strategy_->rank(), global_step_);
   if (!checkpointer_) return;
-  fault::maybe_kill_at_step(checkpointer_->rank(), global_step_);
   // The epoch's last update is saved by the end-of-epoch checkpoint, after its evaluation.
   const std::int64_t every = checkpointer_->options().every;
   if (every > 0 && global_step_ % every == 0 && step < e.updates && !checkpointer_->options().dir.empty()) {

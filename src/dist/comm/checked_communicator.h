@@ -50,6 +50,12 @@ class CheckedCommunicator final : public Communicator {
   void send(const Tensor& t, int dst, int tag) override { inner_->send(t, dst, tag); }
   void recv(Tensor& t, int src, int tag) override { inner_->recv(t, src, tag); }
   std::size_t wait_any(const std::vector<WorkPtr>& works) override { return inner_->wait_any(works); }
+  std::size_t wait_any_for(const std::vector<WorkPtr>& works, std::chrono::milliseconds limit) override {
+    return inner_->wait_any_for(works, limit);
+  }
+  void forget_peer(int rank) override { inner_->forget_peer(rank); }
+  // Not checked: the members alone call it, so the others cannot be compared with.
+  std::shared_ptr<Communicator> subgroup(const std::vector<int>& ranks) override { return inner_->subgroup(ranks); }
 
  private:
   // Exchanges `call` over records_; throws the mismatch. The caller holds mutex_.

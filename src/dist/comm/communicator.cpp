@@ -10,7 +10,10 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <climits>
+#include <cstdlib>
+#include <mutex>
 #include <cstdio>
 #include <exception>
 
@@ -32,6 +35,50 @@ bool launched_by_mpi_launcher() {
 
 std::size_t Communicator::wait_any(const std::vector<WorkPtr>&) {
   DTRAIN_FAIL("wait_any: the {} backend has no wait for any of several messages (MPI has)", backend());
+}
+
+std::size_t Communicator::wait_any_for(const std::vector<WorkPtr>&, std::chrono::milliseconds) {
+  DTRAIN_FAIL("wait_any_for: the {} backend has no wait for any of several messages (MPI has)", backend());
+}
+
+void Communicator::forget_peer(int rank) {
+  DTRAIN_FAIL("forget_peer({}): the {} backend cannot go on without a rank (MPI can)", rank, backend());
+}
+
+std::shared_ptr<Communicator> Communicator::subgroup(const std::vector<int>&) {
+  DTRAIN_FAIL("subgroup: the {} backend cannot make a group of some of its ranks (MPI can)", backend());
+}
+
+namespace {
+std::atomic<bool> lost_peer{false};
+std::mutex departure_mutex;
+std::function<std::string()> departure_check;
+
+// Into DTRAIN_STATUS_FILE, for dtrain-launch: rank 0's exit code, or a failure on any rank.
+void write_status(int code) {
+  const auto path = env::get("DTRAIN_STATUS_FILE");
+  if (!path || (code == 0 && detail::mpi_world_rank() > 0)) return;
+  if (std::FILE* f = std::fopen(path->c_str(), "w")) {
+    std::fprintf(f, "%d\n", code);
+    std::fclose(f);
+  }
+}
+
+// Ends this process with `code`, leaving MPI_Finalize out when a peer was lost (it would
+// wait for that peer for ever).
+[[noreturn]] void exit_without_finalize(int code) {
+  std::fflush(nullptr);
+  std::_Exit(code);
+}
+}  // namespace
+
+void detail::note_peer_lost() { lost_peer.store(true); }
+
+bool peer_was_lost() { return lost_peer.load(); }
+
+void set_departure_check(std::function<std::string()> check) {
+  std::lock_guard lock(departure_mutex);
+  departure_check = std::move(check);
 }
 
 CommunicatorOptions detail::with_environment(CommunicatorOptions options) {
@@ -76,6 +123,16 @@ CommunicatorPtr world(const CommunicatorOptions& options) {
 
 void abort_job(const std::string& message) {
   int rank = detail::mpi_world_rank();
+  std::function<std::string()> check;
+  {
+    std::lock_guard lock(departure_mutex);
+    check = departure_check;
+  }
+  if (const std::string departure = check ? check() : std::string(); !departure.empty()) {
+    std::fprintf(stderr, "dtrain: rank %d: %s\n", rank < 0 ? 0 : rank, departure.c_str());
+    exit_without_finalize(0);
+  }
+  write_status(1);
   std::fprintf(stderr, "dtrain: rank %d: %s\n", rank < 0 ? 0 : rank, message.c_str());
   std::fflush(stderr);
   detail::abort_mpi_job(1);
@@ -87,7 +144,10 @@ int run_program(const char* program, const std::function<int(const CommunicatorP
   std::string error;
   try {
     comm = world(options);
-    return body(comm);
+    const int code = body(comm);
+    write_status(code);
+    if (peer_was_lost()) exit_without_finalize(code);
+    return code;
   } catch (const Error& e) {
     error = e.message();
   } catch (const std::exception& e) {
@@ -95,6 +155,7 @@ int run_program(const char* program, const std::function<int(const CommunicatorP
   }
   if (comm && comm->size() > 1) abort_job(fmt::format("{}: error: {}", program, error));
   fmt::print(stderr, "{}: error: {}\n", program, error);
+  write_status(1);
   return 1;
 }
 

@@ -18,5 +18,7 @@ int mpi_world_rank();
 int mpi_host_rank();
 // MPI_Abort(MPI_COMM_WORLD, code) when MPI is running (does not return); otherwise returns.
 void abort_mpi_job(int code);
+// A communicator forgot a lost peer (communicator.cpp keeps the flag: peer_was_lost).
+void note_peer_lost();
 
 }  // namespace dtrain::dist::detail

@@ -177,7 +177,7 @@ std::shared_ptr<Strategy> make_pipeline(StrategySpec& spec, const CommunicatorPt
 }
 
 std::shared_ptr<Strategy> make_parameter_server(StrategySpec& spec, const CommunicatorPtr& world, Device device,
-                                                const StrategyHints&) {
+                                                const StrategyHints& hints) {
   PsOptions o;
   o.servers = spec.integer("ps", 1);
   parse_ps_mode(spec.text_of("mode").value_or("async"), o);
@@ -185,6 +185,10 @@ std::shared_ptr<Strategy> make_parameter_server(StrategySpec& spec, const Commun
   o.staleness_lr = spec.flag("stale_lr");
   o.delay_compensation = spec.number("dc", 0.0);
   o.backup_workers = spec.integer("backup", 0, 0);
+  if (o.mode != PsMode::Sync) {
+    const double lost_s = spec.number("lost", std::chrono::duration<double>(hints.timeout).count() / 2, true);
+    o.lost_after = std::chrono::milliseconds(static_cast<std::int64_t>(lost_s * 1000));
+  }
   check_ps_options(o);
   DTRAIN_CHECK(world->size() > o.servers,
                "strategy spec '{}': {} server(s) need at least one worker besides: launch "

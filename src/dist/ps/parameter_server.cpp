@@ -53,6 +53,7 @@ void check_ps_options(const PsOptions& options) {
                options.staleness_lr ? "the staleness-aware learning rate (stale_lr)" : "delay compensation (dc)");
   DTRAIN_CHECK(options.backup_workers >= 0, "parameter server: backup workers {}: must be >= 0",
                options.backup_workers);
+  DTRAIN_CHECK(options.lost_after.count() >= 0, "parameter server: lost_after must be >= 0 (0: never)");
   DTRAIN_CHECK(options.backup_workers == 0 || options.mode == PsMode::Sync,
                "parameter server: backup workers (backup={}) are for sync mode, whose updates wait for every "
                "worker; async and ssp never wait for a straggler",
@@ -127,11 +128,12 @@ class ParameterServer::Worker {
     receives_.clear();
   }
 
-  void begin_push(double lr, bool deferred) {
+  void begin_push(double lr, bool deferred, std::int64_t batches) {
     DTRAIN_CHECK(!armed_, "ParameterServer: begin_push twice without finish_push");
     expect_values();
-    push_->set_push(lr, false);
+    push_->set_push(lr, false, batches);
     lr_ = lr;
+    batches_ = batches;
     deferred_ = deferred;
     armed_ = true;
     hooks_on_ = !deferred;  // deferred: finish_push hands every bucket over
@@ -144,7 +146,7 @@ class ParameterServer::Worker {
                  "check)");
     armed_ = false;
     hooks_on_ = false;
-    push_->set_push(lr_, skip);
+    push_->set_push(lr_, skip, batches_);
     reducer_->finish();  // the buckets backward did not send, then every send done
     take_values();
   }
@@ -160,6 +162,7 @@ class ParameterServer::Worker {
   PsPushExchange* push_ = nullptr;
   std::unique_ptr<GradientReducer> reducer_;
   double lr_ = 0;
+  std::int64_t batches_ = 0;
   bool deferred_ = false;
   bool armed_ = false;
 };
@@ -207,6 +210,7 @@ ParameterServer::ParameterServer(CommunicatorPtr world, std::shared_ptr<nn::Modu
   const bool server = world->rank() >= workers_;
   worker_group_ = world->split(server ? 1 : 0, world->rank());
   if (server) worker_group_ = nullptr;
+  for (int w = 0; w < workers_; ++w) live_workers_.push_back(w);
   layout_ = std::make_unique<PsLayout>(ps_layout(numels, dtype_size(*dtype), options_.servers, options_.bucket_bytes));
   if (!server) {
     worker_ = std::make_unique<Worker>(*comm_, workers_, *layout_, trainable_parameters(*model_), *dtype,
@@ -214,7 +218,25 @@ ParameterServer::ParameterServer(CommunicatorPtr world, std::shared_ptr<nn::Modu
   }
 }
 
-ParameterServer::~ParameterServer() = default;
+namespace {
+std::string dropped_message(int worker) {
+  return fmt::format(
+      "parameter server 0 dropped this worker (worker {}) as lost: it pushed nothing for longer than the limit "
+      "(PsOptions::lost_after; the trainers' is half of --timeout); the others trained on without it, and it leaves",
+      worker);
+}
+}  // namespace
+
+ParameterServer::~ParameterServer() {
+  if (!dropped_notice_) return;
+  // Destroyed while the error that the drop caused unwinds to run_program: the check stays
+  // true without the communicator, which goes with this object.
+  if (dropped_notice_->test()) {
+    set_departure_check([message = dropped_message(worker_index())] { return message; });
+  } else {
+    set_departure_check({});
+  }
+}
 
 bool ParameterServer::is_server() const { return comm_->rank() >= workers_; }
 
@@ -272,8 +294,55 @@ void ParameterServer::serve(const optim::Optimizer& prototype, PsSaveShare save)
   stopped_ = true;
 }
 
+void ParameterServer::watch_for_drop() {
+  if (dropped_notice_ || options_.mode == PsMode::Sync || options_.lost_after.count() == 0) return;
+  dropped_notice_buffer_ = Tensor::empty({1}, {DType::f64});
+  dropped_notice_ = comm_->irecv(dropped_notice_buffer_, workers_, ps::kDroppedTag);
+  // When this worker wakes from a stall and finds its messages timed out, it leaves quietly
+  // instead of ending the job that went on without it.
+  set_departure_check([notice = dropped_notice_, message = dropped_message(worker_index())]() -> std::string {
+    return notice->test() ? message : std::string();
+  });
+}
+
+void ParameterServer::check_not_dropped() const {
+  DTRAIN_CHECK(!dropped_notice_ || !dropped_notice_->test(), "{}", dropped_message(worker_index()));
+}
+
+void ParameterServer::take_leave_answer() {
+  if (!leave_answer_) return;
+  leave_answer_->wait();
+  leave_answer_.reset();
+  const std::vector<double> lost = leave_answer_buffer_.to_vector<double>();
+  std::vector<int> live, ranks;
+  for (int w = 0; w < workers_; ++w) {
+    if (lost[static_cast<std::size_t>(w)] != 0) continue;
+    live.push_back(w);
+    const auto at = std::find(live_workers_.begin(), live_workers_.end(), w);
+    DTRAIN_CHECK(at != live_workers_.end(), "parameter server: worker {} came back after it was lost", w);
+    ranks.push_back(static_cast<int>(at - live_workers_.begin()));
+  }
+  if (live == live_workers_) return;
+  for (int w : live_workers_) {
+    if (std::find(live.begin(), live.end(), w) == live.end()) lost_workers_.push_back(w);
+  }
+  // Evaluation and the epoch's sums go over the workers left. Forgetting the lost ones also
+  // lets this process end without MPI_Finalize, which would wait for a stopped one.
+  for (int w : live_workers_) {
+    if (std::find(live.begin(), live.end(), w) != live.end()) continue;
+    comm_->forget_peer(w);
+    worker_group_->forget_peer(static_cast<int>(std::find(live_workers_.begin(), live_workers_.end(), w) -
+                                                live_workers_.begin()));
+  }
+  worker_group_ = worker_group_->subgroup(ranks);
+  live_workers_ = std::move(live);
+}
+
 void ParameterServer::join() {
   check_worker("join");
+  watch_for_drop();
+  check_not_dropped();
+  take_leave_answer();
   worker_->expect_values();
   for (int s = 0; s < options_.servers; ++s) worker_->control(s, Control::Join);
   worker_->take_values();
@@ -283,6 +352,7 @@ std::optional<std::int64_t> ParameterServer::claim_batch(std::int64_t epoch, std
   check_worker("claim_batch");
   DTRAIN_CHECK(options_.mode != PsMode::Sync,
                "ParameterServer::claim_batch: sync mode reads fixed shards (every worker pushes every step)");
+  check_not_dropped();
   Tensor reply = Tensor::empty({1}, {DType::f64});
   RecvWorkPtr r = comm_->irecv(reply, workers_, ps::kClaimTag);
   worker_->control(0, Control::Claim, static_cast<double>(epoch), static_cast<double>(batches));
@@ -292,10 +362,11 @@ std::optional<std::int64_t> ParameterServer::claim_batch(std::int64_t epoch, std
   return batch;
 }
 
-void ParameterServer::begin_push(double lr, bool deferred) {
+void ParameterServer::begin_push(double lr, bool deferred, std::int64_t batches) {
   check_worker("begin_push");
+  check_not_dropped();
   trace::Span span("parameter server: previous push", trace::Phase::Communication);
-  worker_->begin_push(lr, deferred);
+  worker_->begin_push(lr, deferred, batches);
 }
 
 void ParameterServer::finish_push(bool skip) {
@@ -306,14 +377,18 @@ void ParameterServer::finish_push(bool skip) {
 
 void ParameterServer::leave() {
   check_worker("leave");
+  take_leave_answer();  // of a leave() that sync_parameters() did not follow
+  leave_answer_buffer_ = Tensor::empty({workers_}, {DType::f64});
+  leave_answer_ = comm_->irecv(leave_answer_buffer_, workers_, ps::kLeaveTag);
   for (int s = 0; s < options_.servers; ++s) worker_->control(s, Control::Leave);
 }
 
 void ParameterServer::sync_parameters() {
   check_worker("sync_parameters");
-  // Each worker's last push has been applied (finish_push waited for its values), so
-  // after the barrier the servers hold every push.
-  worker_group_->barrier();
+  DTRAIN_CHECK(leave_answer_ != nullptr, "ParameterServer::sync_parameters: leave() first");
+  // Server 0 answers the leave once every live worker has left, after its last push was
+  // applied (finish_push waited for its values), so the servers now hold every push.
+  take_leave_answer();
   worker_->expect_values();
   for (int s = 0; s < options_.servers; ++s) worker_->control(s, Control::Fetch);
   worker_->take_values();
@@ -330,6 +405,8 @@ StalenessStats ParameterServer::staleness() {
   for (std::int64_t k = 0; k < ps::kStalenessBins; ++k) stats.counts.push_back(static_cast<std::int64_t>(v[k]));
   stats.max = static_cast<std::int64_t>(v[ps::kStalenessBins]);
   stats.dropped = static_cast<std::int64_t>(v[ps::kStalenessBins + 1]);
+  stats.handed_again = static_cast<std::int64_t>(v[ps::kStalenessBins + 2]);
+  stats.missed = static_cast<std::int64_t>(v[ps::kStalenessBins + 3]);
   return stats;
 }
 

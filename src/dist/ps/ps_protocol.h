@@ -2,14 +2,19 @@
 // ParameterServer talks over its own communicator, so these tags meet nothing else.
 //   worker -> server  control (kControlTag): f64[kControlWords] = {Control, a, b, 0}
 //   worker -> server  push of piece p (kPieceTag + p): the piece's gradient, then the
-//                     learning rate and a skip flag (kPushTrailer elements), in the
-//                     parameters' dtype
+//                     learning rate, a skip flag and the number of claimed batches the
+//                     push trains (kPushTrailer elements), in the parameters' dtype
 //   server -> worker  values of piece p (kPieceTag + p): after a push (async: each piece
 //                     as soon as it is applied; sync: when every worker's is in, or with
 //                     backup workers the first workers - b, and at once to a late one;
 //                     ssp: when the bound allows), a join or a fetch
 //   server 0 -> worker  a claimed batch (kClaimTag): f64[1], -1 when none is left;
-//                     staleness (kStatsTag): f64[kStatsWords], the counts, max, dropped
+//                     staleness (kStatsTag): f64[kStatsWords], the counts, max, dropped,
+//                     batches handed out again, batches a lost worker left untrained;
+//                     every worker has left (kLeaveTag, the answer to Leave): f64[workers],
+//                     1 for each worker lost so far;
+//                     you were dropped (kDroppedTag): f64[1], to a worker found lost
+//   server 0 -> server s  worker w was lost (kLostTag): f64[1] = {w}
 //   server -> worker 0  a checkpoint share taken (kSaveTag): f64[1]
 // Worker w is rank w of the communicator; server s is rank workers + s.
 #pragma once
@@ -22,16 +27,19 @@ inline constexpr int kControlTag = 1;
 inline constexpr int kClaimTag = 2;
 inline constexpr int kStatsTag = 3;
 inline constexpr int kSaveTag = 4;
+inline constexpr int kLeaveTag = 5;
+inline constexpr int kDroppedTag = 6;
+inline constexpr int kLostTag = 7;
 inline constexpr int kPieceTag = 16;
 
 inline constexpr std::int64_t kControlWords = 4;
-inline constexpr std::int64_t kPushTrailer = 2;
+inline constexpr std::int64_t kPushTrailer = 3;
 inline constexpr std::int64_t kStalenessBins = 64;
-inline constexpr std::int64_t kStatsWords = kStalenessBins + 2;
+inline constexpr std::int64_t kStatsWords = kStalenessBins + 4;
 
 enum class Control : std::int64_t {
   Join = 1,  // send me parameters to start from (ssp: once the bound allows)
-  Leave,     // I push no more this epoch
+  Leave,     // I push no more this epoch (server 0 answers once every live worker has)
   Fetch,     // send me the current parameters now (I do not count as computing)
   Claim,     // server 0: the next batch of epoch a among b
   Stats,     // server 0: the staleness histogram since the last request

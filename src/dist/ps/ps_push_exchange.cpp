@@ -58,6 +58,7 @@ WorkPtr PsPushExchange::start(std::size_t index, Tensor& buffer) {
     push.narrow(0, 0, piece.length).copy_(buffer.narrow(0, piece_start_[i], piece.length));
     push.narrow(0, piece.length, 1).fill_(lr_);
     push.narrow(0, piece.length + 1, 1).fill_(skip_ ? 1 : 0);
+    push.narrow(0, piece.length + 2, 1).fill_(static_cast<double>(batches_));
     sends.push_back(comm_.isend(push, workers_ + piece.server, ps::kPieceTag + static_cast<int>(i)));
   }
   return std::make_shared<Sends>(std::move(sends));

@@ -1,7 +1,7 @@
 // The parameter-server worker's gradient exchange (private to dist): the same reducer as
 // DataParallel's fills the buckets during backward, and a full bucket, instead of being
 // all-reduced, is cut into its pieces (ps_layout.h), each copied into a host buffer with
-// the learning rate and the skip flag appended, and sent to the server that owns it. The
+// the learning rate, the skip flag and the number of claimed batches it trains appended, and sent to the server that owns it. The
 // servers' answers (the fresh values) are the worker's to receive.
 #pragma once
 
@@ -26,11 +26,14 @@ class PsPushExchange final : public GradientExchange {
   // Sends the bucket's pieces; the work is done when every send is.
   WorkPtr start(std::size_t index, Tensor& buffer) override;
 
-  // What the next pushes carry: the learning rate to apply them at, and whether the
-  // servers are to skip them (inf/NaN under a loss scaler) yet answer as for any push.
-  void set_push(double lr, bool skip) {
+  // What the next pushes carry: the learning rate to apply them at, whether the servers
+  // are to skip them (inf/NaN under a loss scaler) yet answer as for any push, and how
+  // many claimed batches they train (async and ssp: server 0 hands out again the batches
+  // a lost worker claimed and did not push).
+  void set_push(double lr, bool skip, std::int64_t batches) {
     lr_ = lr;
     skip_ = skip;
+    batches_ = batches;
   }
 
  private:
@@ -42,6 +45,7 @@ class PsPushExchange final : public GradientExchange {
   std::vector<Tensor> push_;               // per piece, in host memory
   double lr_ = 0;
   bool skip_ = false;
+  std::int64_t batches_ = 0;
 };
 
 }  // namespace dtrain::dist

@@ -36,11 +36,22 @@ struct PsServer::Worker {
   std::vector<Tensor> sent;                // delay compensation: the values of each piece last sent to it
   std::vector<std::int64_t> piece_pushes;  // sync: its pushes of each piece (the step of the next)
   bool late = false;                       // sync: a piece of its current push came too late
+  std::int64_t push_batches = 0;           // claimed batches its current push trains
+  bool left = false;                       // server 0: left, waiting for the others to
+  bool lost = false;                       // dropped: silent past lost_after
+  std::deque<std::int64_t> claimed;        // server 0: batches handed to it and not yet pushed, in order
 };
 
+namespace {
+constexpr std::ptrdiff_t kControl = -1;
+constexpr std::ptrdiff_t kLostNotice = -2;  // server 0's "worker w was lost", on the other servers
+// How often server 0 looks at the clock while no message comes (async and ssp).
+constexpr std::chrono::milliseconds kWatchPoll{100};
+}  // namespace
+
 struct PsServer::Slot {
-  int worker = 0;
-  std::ptrdiff_t local = -1;  // a piece of this server, or -1: control messages
+  int worker = 0;             // kLostNotice: server 0 sends
+  std::ptrdiff_t local = -1;  // a piece of this server, kControl or kLostNotice
   Tensor buffer;
   WorkPtr work;
 };
@@ -78,9 +89,12 @@ PsServer::PsServer(Communicator& comm, int workers, int server, const PsLayout& 
     wk.piece_pushes.assign(pieces_.size(), 0);
     if (options_.delay_compensation > 0) wk.sent.resize(pieces_.size());
   }
+  if (server_ > 0 && options_.mode != PsMode::Sync) {
+    slots_.push_back({.worker = workers_, .local = kLostNotice, .buffer = Tensor::empty({1}, {DType::f64}), .work = {}});
+  }
   for (int w = 0; w < workers_; ++w) {
     slots_.push_back(
-        {.worker = w, .local = -1, .buffer = Tensor::empty({ps::kControlWords}, {DType::f64}), .work = {}});
+        {.worker = w, .local = kControl, .buffer = Tensor::empty({ps::kControlWords}, {DType::f64}), .work = {}});
     for (std::size_t i = 0; i < pieces_.size(); ++i) {
       const Tensor& v = pieces_[i].value;
       slots_.push_back({.worker = w,
@@ -94,8 +108,10 @@ PsServer::PsServer(Communicator& comm, int workers, int server, const PsLayout& 
 PsServer::~PsServer() = default;
 
 void PsServer::post(Slot& slot) {
-  const int tag = slot.local < 0 ? ps::kControlTag
-                                 : ps::kPieceTag + static_cast<int>(pieces_[static_cast<std::size_t>(slot.local)].id);
+  const int tag = slot.local == kLostNotice ? ps::kLostTag
+                  : slot.local == kControl
+                      ? ps::kControlTag
+                      : ps::kPieceTag + static_cast<int>(pieces_[static_cast<std::size_t>(slot.local)].id);
   slot.work = comm_.irecv(slot.buffer, slot.worker, tag);
 }
 
@@ -103,6 +119,7 @@ void PsServer::run() {
   for (Slot& s : slots_) post(s);
   std::vector<WorkPtr> live;
   std::vector<std::size_t> which;
+  const bool watch = server_ == 0 && options_.mode != PsMode::Sync;
   while (stopped_ < workers_) {
     live.clear();
     which.clear();
@@ -112,21 +129,28 @@ void PsServer::run() {
         which.push_back(i);
       }
     }
-    Slot& slot = slots_[which[comm_.wait_any(live)]];
-    WorkPtr done = std::move(slot.work);
-    done->wait();  // rethrows a failed receive
-    const int w = slot.worker;
-    if (slot.local < 0) {
-      const std::vector<double> message = slot.buffer.to_vector<double>();
-      if (static_cast<Control>(message[0]) != Control::Stop) post(slot);
-      on_control(w, message);
-    } else {
-      on_push(w, static_cast<std::size_t>(slot.local), slot.buffer);
-      post(slot);  // the buffer is consumed
+    const std::size_t first = watch ? comm_.wait_any_for(live, kWatchPoll) : comm_.wait_any(live);
+    if (first < live.size()) {
+      Slot& slot = slots_[which[first]];
+      WorkPtr done = std::move(slot.work);
+      done->wait();  // rethrows a failed receive
+      const int w = slot.worker;
+      if (slot.local == kLostNotice) {
+        post(slot);
+        forget(static_cast<int>(slot.buffer.item()));
+      } else if (slot.local == kControl) {
+        const std::vector<double> message = slot.buffer.to_vector<double>();
+        if (static_cast<Control>(message[0]) != Control::Stop) post(slot);
+        on_control(w, message);
+      } else {
+        on_push(w, static_cast<std::size_t>(slot.local), slot.buffer);
+        post(slot);  // the buffer is consumed
+      }
     }
-    if (server_ == 0 && options_.mode != PsMode::Sync) report_stalls();
+    if (watch) watch_workers();
   }
   for (Worker& wk : workers_state_) {
+    if (wk.lost) continue;  // its sends were left to MPI
     for (const WorkPtr& s : wk.sends) s->wait();
   }
 }
@@ -146,6 +170,10 @@ void PsServer::on_control(int w, const std::vector<double>& message) {
       DTRAIN_CHECK(wk.pushed == 0, "parameter server {}: worker {} left in the middle of a push", server_, w);
       wk.state = Worker::State::Idle;
       grant_waiting();
+      if (server_ == 0) {
+        wk.left = true;
+        answer_leaves();
+      }
       return;
     case Control::Fetch: send_all(w); return;
     case Control::Claim:
@@ -184,13 +212,14 @@ void PsServer::on_push(int w, std::size_t local, const Tensor& buffer) {
   const Tensor grad = buffer.narrow(0, 0, piece.length);
   const double lr = buffer.narrow(0, piece.length, 1).item();
   const bool skip = buffer.narrow(0, piece.length + 1, 1).item() != 0;
+  wk.push_batches = static_cast<std::int64_t>(buffer.narrow(0, piece.length + 2, 1).item());
   if (options_.mode == PsMode::Sync) {
     sync_push(w, local, grad, lr, skip);
   } else {
     if (!skip) stale_push(w, local, grad, lr);
     if (options_.mode == PsMode::Async) send_piece(w, local);  // at once: overlaps the rest of its push
   }
-  if (++wk.pushed == pieces_.size()) push_complete(w);
+  if (++wk.pushed == pieces_.size()) push_complete(w, wk.push_batches);
 }
 
 void PsServer::sync_push(int w, std::size_t local, const Tensor& grad, double lr, bool skip) {
@@ -260,9 +289,10 @@ void PsServer::save_share(int w, std::int64_t step) {
   comm_.send(Tensor::full({1}, 1.0, {DType::f64}), w, ps::kSaveTag);
 }
 
-void PsServer::push_complete(int w) {
+void PsServer::push_complete(int w, std::int64_t batches) {
   Worker& wk = workers_state_[static_cast<std::size_t>(w)];
   wk.pushed = 0;
+  for (std::int64_t b = 0; b < batches && !wk.claimed.empty(); ++b) wk.claimed.pop_front();
   const auto now = Clock::now();
   const double step_s = std::chrono::duration<double>(now - wk.last_push).count();
   mean_step_s_ = mean_step_s_ == 0 ? step_s : 0.9 * mean_step_s_ + 0.1 * step_s;
@@ -323,11 +353,9 @@ void PsServer::send_piece(int w, std::size_t local) { send_piece(w, local, piece
 
 void PsServer::send_piece(int w, std::size_t local, const Tensor& values) {
   Worker& wk = workers_state_[static_cast<std::size_t>(w)];
-  // The worker has received what was sent before its last push, so these are done.
-  if (wk.sends.size() >= 2 * pieces_.size()) {
-    for (const WorkPtr& s : wk.sends) s->wait();
-    wk.sends.clear();
-  }
+  // The worker has received what was sent before its last push, so these are done, or
+  // nearly: never waited for, since a worker may be lost.
+  if (wk.sends.size() >= 2 * pieces_.size()) std::erase_if(wk.sends, [](const WorkPtr& s) { return s->test(); });
   wk.sends.push_back(comm_.isend(values, w, ps::kPieceTag + static_cast<int>(pieces_[local].id)));
   if (options_.delay_compensation > 0) wk.sent[local] = values;  // a copy, never written: the worker's next point
 }
@@ -343,9 +371,70 @@ void PsServer::reply_claim(int w, std::int64_t epoch, std::int64_t batches) {
   if (epoch != claim_epoch_) {
     claim_epoch_ = epoch;
     next_batch_ = 0;
+    missed_ += static_cast<std::int64_t>(returned_.size());  // nobody was left to claim them
+    returned_.clear();
+    for (Worker& wk : workers_state_) wk.claimed.clear();
   }
-  const double batch = next_batch_ < batches ? static_cast<double>(next_batch_++) : -1.0;
-  comm_.send(Tensor::full({1}, batch, {DType::f64}), w, ps::kClaimTag);
+  if (!returned_.empty()) {
+    give(w, returned_.front());
+    returned_.pop_front();
+    ++handed_again_;
+  } else if (next_batch_ < batches) {
+    give(w, next_batch_++);
+  } else {
+    // None left, unless a worker holding some is lost: the claim waits until that cannot
+    // happen any more (settle_claims).
+    parked_.push_back(w);
+    parked_batches_ = batches;
+    settle_claims();
+  }
+}
+
+bool PsServer::parked(int w) const { return std::find(parked_.begin(), parked_.end(), w) != parked_.end(); }
+
+void PsServer::give(int w, std::int64_t batch) {
+  Worker& wk = workers_state_[static_cast<std::size_t>(w)];
+  if (parked(w)) wk.last_push = Clock::now();  // its silence so far was the wait for this answer
+  wk.claimed.push_back(batch);
+  comm_.send(Tensor::full({1}, static_cast<double>(batch), {DType::f64}), w, ps::kClaimTag);
+}
+
+void PsServer::settle_claims() {
+  while (!parked_.empty() && !returned_.empty()) {
+    give(parked_.front(), returned_.front());  // before it leaves parked_: its clock restarts
+    parked_.erase(parked_.begin());
+    returned_.pop_front();
+    ++handed_again_;
+  }
+  if (parked_.empty()) return;
+  // The end, once every live worker that holds untrained batches waits here too: one that
+  // computes may still be lost, and then its batches go to the claims waiting. (A waiting
+  // worker may be blocked on this very claim, its next batch staged behind it, or
+  // accumulating gradients over several, and push nothing until it is answered.)
+  for (int w = 0; w < workers_; ++w) {
+    const Worker& wk = workers_state_[static_cast<std::size_t>(w)];
+    if (!wk.lost && !wk.stopped && !wk.claimed.empty() && !parked(w)) return;
+  }
+  for (int w : parked_) {
+    workers_state_[static_cast<std::size_t>(w)].last_push = Clock::now();
+    comm_.send(Tensor::full({1}, -1.0, {DType::f64}), w, ps::kClaimTag);
+  }
+  parked_.clear();
+}
+
+void PsServer::answer_leaves() {
+  std::vector<double> lost;
+  for (const Worker& wk : workers_state_) {
+    if (!wk.left && !wk.lost && !wk.stopped) return;
+    lost.push_back(wk.lost ? 1.0 : 0.0);
+  }
+  const Tensor answer = Tensor::from_vector(lost, {static_cast<std::int64_t>(lost.size())});
+  for (int w = 0; w < workers_; ++w) {
+    Worker& wk = workers_state_[static_cast<std::size_t>(w)];
+    if (!wk.left) continue;
+    wk.left = false;
+    comm_.send(answer, w, ps::kLeaveTag);
+  }
 }
 
 void PsServer::reply_stats(int w) {
@@ -353,10 +442,75 @@ void PsServer::reply_stats(int w) {
   std::vector<double> message(staleness_.begin(), staleness_.end());
   message.push_back(static_cast<double>(staleness_max_));
   message.push_back(static_cast<double>(dropped_));
+  message.push_back(static_cast<double>(handed_again_));
+  message.push_back(static_cast<double>(missed_));
   comm_.send(Tensor::from_vector(message, {ps::kStatsWords}), w, ps::kStatsTag);
   std::fill(staleness_.begin(), staleness_.end(), 0);
   staleness_max_ = 0;
   dropped_ = 0;
+  handed_again_ = 0;
+  missed_ = 0;
+}
+
+void PsServer::watch_workers() {
+  report_stalls();
+  if (options_.lost_after.count() > 0) {
+    const auto now = Clock::now();
+    for (int w = 0; w < workers_; ++w) {
+      const Worker& wk = workers_state_[static_cast<std::size_t>(w)];
+      if (wk.state != Worker::State::InFlight || wk.lost || parked(w)) continue;  // a parked one waits for us
+      const double silent = std::chrono::duration<double>(now - wk.last_push).count();
+      if (silent >= std::chrono::duration<double>(options_.lost_after).count()) drop(w, silent);
+    }
+  }
+  settle_claims();
+}
+
+void PsServer::drop(int w, double silent_s) {
+  Worker& wk = workers_state_[static_cast<std::size_t>(w)];
+  const double limit = std::chrono::duration<double>(options_.lost_after).count();
+  DTRAIN_CHECK(w != 0,
+               "parameter server 0: the chief (worker 0, rank 0) has pushed nothing for {:.1f} s (a worker silent for "
+               "{:.1f} s is lost): the job ends with it (dtrain-launch --max-restarts N restarts the job from its last "
+               "checkpoint)",
+               silent_s, limit);
+  int live = 0;
+  for (const Worker& other : workers_state_) live += other.lost || other.stopped ? 0 : 1;
+  spdlog::warn("parameter server: worker {} (rank {}) has pushed nothing for {:.1f} s (the limit is {:.1f} s): dropped "
+               "as lost; training goes on with {} worker(s){}",
+               w, w, silent_s, limit, live - 1,
+               wk.claimed.empty() ? std::string()
+                                  : fmt::format(", and the {} batch(es) it claimed and did not push go to the next claims",
+                                                wk.claimed.size()));
+  comm_.isend(Tensor::full({1}, 1.0, {DType::f64}), w, ps::kDroppedTag);  // for when it wakes; forgotten below
+  for (int s = 1; s < static_cast<int>(options_.servers); ++s) {
+    comm_.send(Tensor::full({1}, static_cast<double>(w), {DType::f64}), workers_ + s, ps::kLostTag);
+  }
+  returned_.insert(returned_.end(), wk.claimed.begin(), wk.claimed.end());
+  wk.claimed.clear();
+  std::erase(parked_, w);
+  forget(w);
+  settle_claims();
+  answer_leaves();
+}
+
+void PsServer::forget(int w) {
+  Worker& wk = workers_state_[static_cast<std::size_t>(w)];
+  if (wk.lost) return;
+  wk.lost = true;
+  wk.state = Worker::State::Idle;
+  wk.pushed = 0;
+  wk.left = false;
+  if (!wk.stopped) {
+    wk.stopped = true;
+    ++stopped_;
+  }
+  for (Slot& slot : slots_) {
+    if (slot.worker == w && slot.local != kLostNotice) slot.work.reset();
+  }
+  comm_.forget_peer(w);
+  wk.sends.clear();
+  grant_waiting();
 }
 
 void PsServer::report_stalls() {
@@ -364,7 +518,7 @@ void PsServer::report_stalls() {
   const auto now = Clock::now();
   for (int w = 0; w < workers_; ++w) {
     Worker& wk = workers_state_[static_cast<std::size_t>(w)];
-    if (wk.state != Worker::State::InFlight || wk.reported) continue;
+    if (wk.state != Worker::State::InFlight || wk.reported || parked(w)) continue;
     const double waited = std::chrono::duration<double>(now - wk.last_push).count();
     if (waited < std::max(1.0, 20 * mean_step_s_)) continue;
     spdlog::warn(

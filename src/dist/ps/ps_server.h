@@ -8,6 +8,7 @@
 #include "dtrain/dist/ps/parameter_server.h"
 
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -42,7 +43,7 @@ class PsServer {
 
   void post(Slot& slot);
   void on_control(int w, const std::vector<double>& message);
-  // `buffer`: the push as received (gradient, learning rate, skip flag).
+  // `buffer`: the push as received (gradient, learning rate, skip flag, batches).
   void on_push(int w, std::size_t local, const Tensor& buffer);
   void apply(Piece& piece, const Tensor& grad, double lr);
   // Sync: adds the gradient to its step's sum (or drops it when its step is done, sending
@@ -50,7 +51,8 @@ class PsServer {
   void sync_push(int w, std::size_t local, const Tensor& grad, double lr, bool skip);
   // Async and ssp: applies the gradient, with the stale-gradient options.
   void stale_push(int w, std::size_t local, const Tensor& grad, double lr);
-  void push_complete(int w);
+  // `batches`: the claimed batches the push trained (server 0 stops holding them for w).
+  void push_complete(int w, std::int64_t batches);
   void grant_waiting();
   bool bound_allows() const;
   // Sends a copy of the piece's values (they change with the next push while the message
@@ -59,8 +61,23 @@ class PsServer {
   void send_piece(int w, std::size_t local, const Tensor& values);
   void send_all(int w);
   void reply_claim(int w, std::int64_t epoch, std::int64_t batches);
+  void give(int w, std::int64_t batch);
+  bool parked(int w) const;  // its claim waits in parked_
+  // Server 0: answers the claims parked at the end of the batches, with a batch a lost
+  // worker left (handed out again) or, once no worker that computes holds any, with the end.
+  void settle_claims();
+  // Server 0: answers every Leave once each live worker has left.
+  void answer_leaves();
   void reply_stats(int w);
   void report_stalls();
+  // Server 0 (async and ssp): reports a worker that has pushed nothing for a while, drops
+  // one silent past lost_after, and settles the parked claims.
+  void watch_workers();
+  // Server 0: worker w is lost (silent for `silent_s`): tells it and the other servers,
+  // hands its claimed batches out again. Throws for the chief.
+  void drop(int w, double silent_s);
+  // Every server: nothing waits on worker w any more (it counts as stopped).
+  void forget(int w);
   // Hands this server's share of the checkpoint of `step` to save_, then tells worker w.
   void save_share(int w, std::int64_t step);
 
@@ -81,6 +98,13 @@ class PsServer {
   std::vector<std::int64_t> staleness_;
   std::int64_t staleness_max_ = 0;
   std::int64_t dropped_ = 0;  // sync with backup workers: late pushes
+  // Server 0, async and ssp: the batches lost workers left, to hand out first; how many
+  // were; the workers whose claim waits at the end of the batches, and for how many.
+  std::deque<std::int64_t> returned_;
+  std::int64_t handed_again_ = 0;
+  std::int64_t missed_ = 0;  // left in returned_ when their stretch ended: not trained
+  std::vector<int> parked_;
+  std::int64_t parked_batches_ = 0;
   // Stalled-worker reports: the mean time between a worker's pushes.
   double mean_step_s_ = 0;
 };

@@ -1,6 +1,7 @@
 #include "dtrain/dist/ps/ps_strategy.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -54,6 +55,7 @@ void ParameterServerStrategy::reduce_sums(Tensor& sums) {
 StepStats ParameterServerStrategy::train_step(std::span<const MicroBatch> micro, optim::Optimizer& optimizer,
                                               const StepConfig& config) {
   lr_ = optimizer.lr();  // the servers apply the push at the learning rate the caller set
+  batches_ = static_cast<std::int64_t>(micro.size());  // each a claimed batch
   return Strategy::train_step(micro, optimizer, config);
 }
 
@@ -108,11 +110,14 @@ void add_to(StalenessStats& total, const StalenessStats& more) {
   for (std::size_t k = 0; k < more.counts.size(); ++k) total.counts[k] += more.counts[k];
   total.max = std::max(total.max, more.max);
   total.dropped += more.dropped;
+  total.handed_again += more.handed_again;
+  total.missed += more.missed;
 }
 
 // The histogram up to its largest non-empty bin, its mean and max, as a report.
-// backup_workers: also the late pushes dropped.
-EpochReport report(const StalenessStats& s, const std::string& prefix, int backup_workers) {
+// backup_workers: also the late pushes dropped. `lost`: the workers lost so far.
+EpochReport report(const StalenessStats& s, const std::string& prefix, int backup_workers,
+                   const std::vector<int>& lost) {
   std::size_t last = 0;
   for (std::size_t k = 0; k < s.counts.size(); ++k) {
     if (s.counts[k] != 0) last = k;
@@ -125,6 +130,14 @@ EpochReport report(const StalenessStats& s, const std::string& prefix, int backu
   if (backup_workers > 0) {
     out.text += fmt::format(", {} late gradient(s) dropped", s.dropped);
     out.values.emplace_back("dropped_gradients", static_cast<double>(s.dropped));
+  }
+  if (!lost.empty()) {
+    out.text += fmt::format(", worker(s) {} lost, {} batch(es) handed out again", fmt::join(lost, " and "),
+                            s.handed_again);
+    if (s.missed > 0) out.text += fmt::format(" ({} left untrained at a stretch's end)", s.missed);
+    out.values.emplace_back("lost_workers", static_cast<double>(lost.size()));
+    out.values.emplace_back("batches_handed_again", static_cast<double>(s.handed_again));
+    out.values.emplace_back("batches_missed", static_cast<double>(s.missed));
   }
   return out;
 }
@@ -139,7 +152,7 @@ EpochReport ParameterServerStrategy::end_epoch() {
   const StalenessStats more = ps.staleness();
   add_to(staleness_, more);
   add_to(run_staleness_, more);
-  return report(staleness_, "", options_.backup_workers);
+  return report(staleness_, "", options_.backup_workers, ps.lost_workers());
 }
 
 EpochReport ParameterServerStrategy::end_training() {
@@ -149,14 +162,14 @@ EpochReport ParameterServerStrategy::end_training() {
   return report(
       run_staleness_,
       fmt::format("parameter servers ({}): {} pushes applied, ", ps_mode_name(options_), run_staleness_.total()),
-      options_.backup_workers);
+      options_.backup_workers, ps.lost_workers());
 }
 
 void ParameterServerStrategy::forward_backward(const MicroBatch& batch, double weight, bool last,
                                                const StepConfig& config, StepStats& stats) {
   // The last micro-batch's backward pushes; a loss scaler or clipping needs every gradient
   // before any is sent.
-  if (last) parameter_server().begin_push(lr_, config.scaler != nullptr || config.clip_grad_norm > 0);
+  if (last) parameter_server().begin_push(lr_, config.scaler != nullptr || config.clip_grad_norm > 0, batches_);
   Strategy::forward_backward(batch, weight, last, config, stats);
 }
 

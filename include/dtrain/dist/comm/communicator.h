@@ -194,6 +194,21 @@ class Communicator {
   // the receives count as mailboxes, so waiting here does not start their timeout clocks;
   // while nothing arrives, the caller sleeps in steps of up to a millisecond. MPI only.
   virtual std::size_t wait_any(const std::vector<WorkPtr>& works);
+  // As wait_any, but returns works.size() when none is done within `limit` (a server that
+  // also watches the clock: parameter servers drop a worker that has gone silent). MPI only.
+  virtual std::size_t wait_any_for(const std::vector<WorkPtr>& works, std::chrono::milliseconds limit);
+
+  // ---- a lost peer (MPI only; parameter servers train on without a lost worker) ----
+  // Forgets every message to or from `rank` still in flight on this communicator: its
+  // receives fail, its sends are left to MPI (their tensors kept until exit), and none of
+  // them times out any more. Open MPI's MPI_Finalize waits for a peer that was sent
+  // anything and died, so a process that forgot a peer ends without it: run_program exits
+  // with the program's code directly (peer_was_lost()).
+  virtual void forget_peer(int rank);
+  // A communicator of `ranks` (ranks of this one, ascending, this rank among them), made
+  // by those ranks alone (MPI_Comm_create_group): the others, a lost one among them, call
+  // nothing. Unlike split, it does not need every rank.
+  virtual std::shared_ptr<Communicator> subgroup(const std::vector<int>& ranks);
 
   virtual void barrier() = 0;
   // Ranks with equal color form a new communicator, ordered by key (then old rank).
@@ -213,10 +228,23 @@ CommunicatorPtr world(const CommunicatorOptions& options = {});
 // For main() and the watchdogs; library code throws instead.
 void abort_job(const std::string& message);
 
+// Whether a communicator of this process has forgotten a lost peer (forget_peer).
+bool peer_was_lost();
+
+// A rank that the others have dropped (a parameter-server worker that stalled past the
+// servers' limit) must not end the job when it wakes and finds its messages timed out or
+// refused: abort_job first calls this check, and when it returns a message, prints it and
+// ends this process alone, with exit code 0 and without MPI_Finalize. One check per
+// process (the latest set); an empty function removes it.
+void set_departure_check(std::function<std::string()> check);
+
 // The body of a program's main(): runs body(world(options)) and returns its exit code. An
 // error (dtrain::Error or any std::exception) prints "<program>: error: <message>" and
 // returns 1; under mpirun it ends the whole job instead (abort_job), since the other ranks
-// would wait for this one in their next collective.
+// would wait for this one in their next collective. With DTRAIN_STATUS_FILE set (by
+// dtrain-launch --survive-lost-workers), rank 0 writes its exit code there when it ends and
+// a rank that fails (abort_job) writes 1, since under mpirun's --enable-recovery mpirun's
+// own exit status no longer tells.
 int run_program(const char* program, const std::function<int(const CommunicatorPtr&)>& body,
                 const CommunicatorOptions& options = {});
 

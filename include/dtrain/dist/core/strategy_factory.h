@@ -29,7 +29,8 @@
 // stage) or `recompute_stages=A:B:...`, `zero=1` (a sharded optimizer over each stage's
 // replicas), and the dp keys for the replicas.
 // ps: `ps=S`, `mode=sync|async|ssp:K`, `bucket_mb=MB`, `stale_lr=0|1` and `dc=LAMBDA` (async and
-// ssp: PsOptions::staleness_lr, delay_compensation), `backup=B` (sync: backup_workers). zero:
+// ssp: PsOptions::staleness_lr, delay_compensation), `backup=B` (sync: backup_workers),
+// `lost=SECONDS` (async and ssp: lost_after; 0: never; default half of StrategyHints::timeout). zero:
 // `zero=STAGE` (1, 2 or 3), `dp=N`, `bucket_mb=MB` (stages 1 and 2), `gather_mb=MB` (stage 3's
 // gather units; 0: a layer each), `overlap=0|1`, `hybrid` or `shard=N`.
 // Later capabilities take keys of their kind (`exchange=` for compression) or a kind of
@@ -38,6 +39,7 @@
 
 #include "dtrain/dist/core/strategy.h"
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -81,6 +83,10 @@ struct StrategyHints {
   Shape example_shape = {};
   std::int64_t batch_size = 0;
   int accumulate = 1;
+  // The communicators' timeout: in async and ssp modes the parameter servers drop a worker
+  // silent for half of it (PsOptions::lost_after) unless `lost=SECONDS` says otherwise. 0:
+  // never.
+  std::chrono::milliseconds timeout{0};
 };
 
 using StrategyFactory = std::function<std::shared_ptr<Strategy>(StrategySpec& spec, const CommunicatorPtr& world,

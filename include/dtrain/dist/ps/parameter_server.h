@@ -48,6 +48,7 @@
 #include "dtrain/layers/module.h"
 #include "dtrain/optim/optimizer.h"
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -84,6 +85,15 @@ struct PsOptions {
   // (w_now - w_sent), elementwise, a first-order step towards the gradient at w_now. The
   // servers keep each worker's w_sent: one more copy of their shard per worker. 0: off.
   double delay_compensation = 0;
+  // Async and ssp: a worker that has pushed nothing for this long while it computes is
+  // lost. Server 0 drops it (tells it, in case it wakes; the servers forget its messages),
+  // hands the batches it claimed and did not push out again, and training goes on with the
+  // others; the epoch's end and evaluation then run over the live workers. The chief
+  // (worker 0) cannot be dropped: losing it ends the job. 0: never (a lost worker ends the
+  // job at the end of the epoch, when the others wait for it). The trainers take half of
+  // --timeout, so that a worker held by the staleness bound is released before its own
+  // wait times out.
+  std::chrono::milliseconds lost_after{0};
 };
 
 // "sync", "async" or "ssp:K" (K >= 0) into options.mode and options.staleness; throws
@@ -101,6 +111,10 @@ struct StalenessStats {
   std::vector<std::int64_t> counts;
   std::int64_t max = 0;
   std::int64_t dropped = 0;  // sync with backup workers: pushes that came too late for their step
+  std::int64_t handed_again = 0;  // batches a lost worker claimed and did not push, handed out again
+  // Batches a lost worker left when no other worker would claim again in their stretch
+  // (it was lost in the stretch's last steps): not trained in that epoch.
+  std::int64_t missed = 0;
   std::int64_t total() const;
   double mean() const;  // the last bin counted at its lower bound
 };
@@ -146,7 +160,9 @@ class ParameterServer {
   // Arms the push of the gradients of the next backward at learning rate `lr`: each bucket
   // is sent as soon as its gradients are complete, unless `deferred` (then finish_push
   // sends them all, after the caller has checked or clipped them).
-  void begin_push(double lr, bool deferred = false);
+  // `batches`: the claimed batches (claim_batch) this push trains, in the order claimed
+  // (async and ssp: server 0 hands those a lost worker did not push out again).
+  void begin_push(double lr, bool deferred = false, std::int64_t batches = 1);
   // Sends what backward did not (gradients a parameter never received count as zero),
   // and waits for the servers' updated parameters, which it copies into the model.
   // `skip`: the servers do not apply this gradient (inf/NaN under a loss scaler), yet
@@ -154,9 +170,13 @@ class ParameterServer {
   void finish_push(bool skip = false);
   // No more pushes this epoch (after the last finish_push); join() starts the next.
   void leave();
-  // Collective over the workers: once every worker has pushed its last gradient, each
-  // receives the servers' current parameters, so that all evaluate the same model.
+  // After leave(), on every live worker: once every live worker has pushed its last
+  // gradient (server 0 answers the leave), each receives the servers' current parameters,
+  // so that all evaluate the same model. When workers were lost, worker_group() is then a
+  // group of those left.
   void sync_parameters();
+  // The workers lost so far (async and ssp with lost_after), as of the last sync_parameters.
+  const std::vector<int>& lost_workers() const { return lost_workers_; }
   // Worker 0: server 0's histogram of the staleness of the gradients applied since the
   // previous call.
   StalenessStats staleness();
@@ -170,6 +190,14 @@ class ParameterServer {
  private:
   class Worker;
   void check_worker(const char* op) const;
+  // Async and ssp with lost_after: a receive for server 0's notice that this worker was
+  // dropped, and the departure check (set_departure_check) that reads it.
+  void watch_for_drop();
+  // Throws, saying so, when server 0 has dropped this worker.
+  void check_not_dropped() const;
+  // Waits for server 0's answer to leave() and, when workers were lost, makes the worker
+  // group of those left.
+  void take_leave_answer();
   // The state a server's optimizers start from, from the prototype's (per trainable
   // parameter): none when the prototype has not stepped (a fresh run).
   struct ServerState {
@@ -190,6 +218,12 @@ class ParameterServer {
   std::vector<Variable> params_;  // trainable, registration order
   std::vector<std::string> param_names_;
   bool stopped_ = false;  // shut down (worker) or served (server)
+  RecvWorkPtr dropped_notice_;
+  Tensor dropped_notice_buffer_;
+  RecvWorkPtr leave_answer_;
+  Tensor leave_answer_buffer_;
+  std::vector<int> live_workers_;  // the workers of worker_group_, by index
+  std::vector<int> lost_workers_;
 };
 
 }  // namespace dtrain::dist

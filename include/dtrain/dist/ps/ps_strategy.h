@@ -72,7 +72,8 @@ class ParameterServerStrategy final : public Strategy, private ServerLoop, priva
   PsOptions options_;
   DeviceMesh mesh_;
   std::unique_ptr<ParameterServer> ps_;
-  double lr_ = 0;  // of the step in progress
+  double lr_ = 0;             // of the step in progress
+  std::int64_t batches_ = 0;  // the step's micro-batches: claimed batches in async and ssp modes
   // The chief: server 0's staleness counts since the start of the epoch, and of the run.
   std::int64_t epoch_ = -1;
   StalenessStats staleness_, run_staleness_;

@@ -4,10 +4,12 @@
 #include "dist/comm/mpi/algorithm_choice.h"
 #include "dist/comm/mpi/host_groups.h"
 #include "dist/comm/mpi/request_wait.h"
+#include "dist/comm/mpi_entry.h"
 #include "dist/comm/reduce_kernels.h"
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <climits>
 #include <numeric>
 #include <vector>
@@ -333,7 +335,38 @@ std::vector<WorkPtr> MpiCommunicator::batch_isend_irecv(const std::vector<P2POp>
   return {works.begin(), works.end()};
 }
 
-std::size_t MpiCommunicator::wait_any(const std::vector<WorkPtr>& works) { return p2p("wait_any").wait_any(works); }
+std::size_t MpiCommunicator::wait_any(const std::vector<WorkPtr>& works) {
+  return p2p("wait_any").wait_any(works, std::chrono::milliseconds::max());
+}
+
+std::size_t MpiCommunicator::wait_any_for(const std::vector<WorkPtr>& works, std::chrono::milliseconds limit) {
+  return p2p("wait_any_for").wait_any(works, limit);
+}
+
+void MpiCommunicator::forget_peer(int rank) {
+  DTRAIN_CHECK(rank >= 0 && rank < size_ && rank != rank_, "forget_peer: {} is not another rank of {} ranks", rank,
+               size_);
+  p2p("forget_peer").forget(rank);
+  detail::note_peer_lost();
+}
+
+// Made on the calling thread: the collectives' thread would run it after whatever it has
+// queued, and nothing here is queued behind (the members meet only in this call).
+std::shared_ptr<Communicator> MpiCommunicator::subgroup(const std::vector<int>& ranks) {
+  DTRAIN_CHECK(std::is_sorted(ranks.begin(), ranks.end()) &&
+                   std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end() &&
+                   std::binary_search(ranks.begin(), ranks.end(), rank_) && ranks.front() >= 0 && ranks.back() < size_,
+               "subgroup: the ranks must be ascending ranks of {} ranks, this rank ({}) among them", size_, rank_);
+  MPI_Group all, some;
+  check(MPI_Comm_group(state_->comm, &all), "MPI_Comm_group");
+  check(MPI_Group_incl(all, static_cast<int>(ranks.size()), ranks.data(), &some), "MPI_Group_incl");
+  MPI_Comm comm;
+  const int rc = MPI_Comm_create_group(state_->comm, some, 0, &comm);
+  MPI_Group_free(&some);
+  MPI_Group_free(&all);
+  check(rc, "MPI_Comm_create_group");
+  return std::make_shared<MpiCommunicator>(comm, options_, fmt::format("{}.subgroup({})", name_, ranks.size()));
+}
 
 void MpiCommunicator::send(const Tensor& t, int dst, int tag) {
   p2p("send").post({message("send", P2POp::Kind::Send, t, dst, tag, false)}).front()->wait();

@@ -63,6 +63,9 @@ class MpiCommunicator final : public Communicator, public Resource {
   RecvWorkPtr irecv(Tensor& t, int src, int tag) override;
   std::vector<WorkPtr> batch_isend_irecv(const std::vector<P2POp>& ops) override;
   std::size_t wait_any(const std::vector<WorkPtr>& works) override;
+  std::size_t wait_any_for(const std::vector<WorkPtr>& works, std::chrono::milliseconds limit) override;
+  void forget_peer(int rank) override;
+  std::shared_ptr<Communicator> subgroup(const std::vector<int>& ranks) override;
   void send(const Tensor& t, int dst, int tag) override;
   void recv(Tensor& t, int src, int tag) override;
   void barrier() override;

@@ -22,7 +22,9 @@ std::vector<Resource*>& registry() {
 void finalize_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (finalized) return;
+  // Open MPI's MPI_Finalize waits for a dead peer that was sent anything: a process that
+  // went on without a lost rank ends without it (mpirun --enable-recovery allows that).
+  if (finalized || peer_was_lost()) return;
   std::vector<Resource*> alive;
   {
     std::lock_guard lock(registry_mutex());

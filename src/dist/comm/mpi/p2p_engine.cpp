@@ -388,7 +388,7 @@ bool P2pEngine::test(Op& op) {
   return op.done.load(std::memory_order_relaxed);
 }
 
-std::size_t P2pEngine::wait_any(const std::vector<WorkPtr>& works) {
+std::size_t P2pEngine::wait_any(const std::vector<WorkPtr>& works, std::chrono::milliseconds limit) {
   DTRAIN_CHECK(!works.empty(), "wait_any: no messages given");
   std::vector<Op*> ops;
   ops.reserve(works.size());
@@ -404,8 +404,24 @@ std::size_t P2pEngine::wait_any(const std::vector<WorkPtr>& works) {
   std::unique_lock lock(mutex_);
   // A server idles here between steps: after the usual short spin it sleeps up to the idle
   // poll, as the progress thread does.
-  wait_until(lock, Backoff(Backoff::kSpin, kIdlePoll), [&] { return first_done() != ops.end(); });
+  const auto deadline = limit == std::chrono::milliseconds::max() ? std::chrono::steady_clock::time_point::max()
+                                                                   : std::chrono::steady_clock::now() + limit;
+  wait_until(lock, Backoff(Backoff::kSpin, kIdlePoll),
+             [&] { return first_done() != ops.end() || std::chrono::steady_clock::now() >= deadline; });
   return static_cast<std::size_t>(first_done() - ops.begin());
+}
+
+void P2pEngine::forget(int peer) {
+  std::lock_guard lock(mutex_);
+  for (auto& op : pending_) {
+    if (op->peer != peer || op->done.load(std::memory_order_relaxed)) continue;
+    op->error = std::make_exception_ptr(
+        Error(fmt::format("{}: {} was lost; the message was abandoned", op->name, describe_peer(peer))));
+    if (op->request != MPI_REQUEST_NULL) abandoned_.push_back(op);  // MPI may still touch the tensor
+    else op->tensor = Tensor();
+    op->done.store(true, std::memory_order_release);
+  }
+  std::erase_if(pending_, [](const std::shared_ptr<Op>& op) { return op->done.load(std::memory_order_relaxed); });
 }
 
 void P2pEngine::run_progress_thread() {
