@@ -227,12 +227,12 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
 
   const Device device = examples::run_device(r);
   // Data parallel under mpirun (NCCL on GPUs) unless --parallel says otherwise.
-  auto strategy = examples::make_strategy(
-      c.parallel, comm, device,
-      {.example_shape = {3, size, size},
-       .batch_size = r.batch_size,
-       .accumulate = r.accumulate,
-       .timeout = std::chrono::milliseconds(static_cast<std::int64_t>(r.timeout_s * 1000))});
+  auto strategy =
+      examples::make_strategy(c.parallel, comm, device,
+                              {.example_shape = {3, size, size},
+                               .batch_size = r.batch_size,
+                               .accumulate = r.accumulate,
+                               .timeout = std::chrono::milliseconds(static_cast<std::int64_t>(r.timeout_s * 1000))});
   std::shared_ptr<nn::Module> whole = make_model(c.model, splits.classes);
   const std::int64_t parameters = whole->num_parameters();
   auto model = strategy->prepare(std::move(whole));

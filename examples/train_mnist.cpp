@@ -103,11 +103,12 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
   const Device device = examples::run_device(r);
   // --parallel and its aliases (examples/common/parallel_flags.h); a pipeline balanced by
   // time is timed on one micro-batch of 28x28 images.
-  auto strategy = examples::make_strategy(
-      c.parallel, comm, device, {.example_shape = {1, 28, 28},
-       .batch_size = r.batch_size,
-       .accumulate = r.accumulate,
-       .timeout = std::chrono::milliseconds(static_cast<std::int64_t>(r.timeout_s * 1000))});
+  auto strategy =
+      examples::make_strategy(c.parallel, comm, device,
+                              {.example_shape = {1, 28, 28},
+                               .batch_size = r.batch_size,
+                               .accumulate = r.accumulate,
+                               .timeout = std::chrono::milliseconds(static_cast<std::int64_t>(r.timeout_s * 1000))});
   std::shared_ptr<nn::Module> whole = c.model == "mlp" ? nn::mlp(28 * 28, c.hidden, 10) : nn::lenet_cnn(1, 10);
   const std::int64_t parameters = whole->num_parameters();
   auto model = strategy->prepare(std::move(whole));  // a pipeline keeps this rank's stage

@@ -70,8 +70,7 @@ void maybe_stop(int rank, std::int64_t at) {
   if (child == 0) {
     const auto whole = static_cast<time_t>(f.seconds);
     timespec pause{.tv_sec = whole, .tv_nsec = static_cast<long>((f.seconds - static_cast<double>(whole)) * 1e9)};
-    while (nanosleep(&pause, &pause) != 0) {
-    }
+    while (nanosleep(&pause, &pause) != 0) {}
     kill(parent, SIGCONT);
     _exit(0);
   }

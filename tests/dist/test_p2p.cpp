@@ -469,3 +469,53 @@ TEST_CASE("under OnTimeout::Throw a stalled all-reduce fails its wait() and the 
     require_equal(t, Tensor::full({4}, static_cast<double>(c->size())));
   }
 }
+
+TEST_CASE("wait_any_for returns after its limit when nothing arrives and the message once it does", "[cpu][dist]") {
+  // Rank 0 waits 50 ms for a receive that rank 1 answers only after the barrier: the first
+  // wait ends empty-handed (works.size()), not before the limit; the second returns it.
+  CommunicatorPtr c = comm();
+  if (c->size() == 1) {
+    CHECK_THAT(error_of([&] { c->wait_any_for({nullptr}, 1ms); }),
+               Contains("wait_any_for: the local backend has no wait"));
+    return;
+  }
+  Tensor inbox = Tensor::zeros({3});
+  if (c->rank() == 0) {
+    const std::vector<dist::WorkPtr> works{c->irecv(inbox, 1, 7)};
+    const auto start = std::chrono::steady_clock::now();
+    CHECK(c->wait_any_for(works, 50ms) == 1);
+    CHECK(std::chrono::steady_clock::now() - start >= 50ms);
+    c->barrier();
+    CHECK(c->wait_any_for(works, std::chrono::minutes(1)) == 0);
+    works.front()->wait();
+    CHECK(inbox.to_vector<float>() == std::vector<float>{7, 7, 7});
+  } else {
+    c->barrier();
+    if (c->rank() == 1) c->send(Tensor::full({3}, 7.0), 0, 7);
+  }
+  c->barrier();
+}
+
+TEST_CASE("subgroup makes a communicator of some ranks while the others call nothing", "[cpu][dist]") {
+  // The last rank stays out (as a lost rank would); the others reduce over their group,
+  // numbered in the order given. The local backend has no such groups.
+  CommunicatorPtr c = comm();
+  if (c->size() == 1) {
+    CHECK_THAT(error_of([&] { c->subgroup({0}); }), Contains("subgroup: the local backend cannot"));
+    return;
+  }
+  std::vector<int> members;
+  for (int r = 0; r + 1 < c->size(); ++r) members.push_back(r);
+  if (c->rank() + 1 < c->size()) {
+    CHECK_THAT(error_of([&] { c->subgroup({c->rank() == 0 ? 1 : 0}); }),
+               Contains("this rank (" + std::to_string(c->rank()) + ") among them"));
+    CommunicatorPtr group = c->subgroup(members);
+    REQUIRE(group->size() == c->size() - 1);
+    CHECK(group->rank() == c->rank());
+    Tensor t = Tensor::full({2}, static_cast<double>(c->rank() + 1));
+    group->all_reduce(t);
+    const float expected = static_cast<float>((c->size() - 1) * c->size() / 2);
+    CHECK(t.to_vector<float>() == std::vector<float>{expected, expected});
+  }
+  c->barrier();
+}

@@ -331,8 +331,8 @@ void ParameterServer::take_leave_answer() {
   for (int w : live_workers_) {
     if (std::find(live.begin(), live.end(), w) != live.end()) continue;
     comm_->forget_peer(w);
-    worker_group_->forget_peer(static_cast<int>(std::find(live_workers_.begin(), live_workers_.end(), w) -
-                                                live_workers_.begin()));
+    worker_group_->forget_peer(
+        static_cast<int>(std::find(live_workers_.begin(), live_workers_.end(), w) - live_workers_.begin()));
   }
   worker_group_ = worker_group_->subgroup(ranks);
   live_workers_ = std::move(live);

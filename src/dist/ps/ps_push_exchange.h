@@ -1,8 +1,8 @@
 // The parameter-server worker's gradient exchange (private to dist): the same reducer as
 // DataParallel's fills the buckets during backward, and a full bucket, instead of being
 // all-reduced, is cut into its pieces (ps_layout.h), each copied into a host buffer with
-// the learning rate, the skip flag and the number of claimed batches it trains appended, and sent to the server that owns it. The
-// servers' answers (the fresh values) are the worker's to receive.
+// the learning rate, the skip flag and the number of claimed batches it trains appended, and sent to the server that
+// owns it. The servers' answers (the fresh values) are the worker's to receive.
 #pragma once
 
 #include "dist/ps/ps_layout.h"

@@ -90,7 +90,8 @@ PsServer::PsServer(Communicator& comm, int workers, int server, const PsLayout& 
     if (options_.delay_compensation > 0) wk.sent.resize(pieces_.size());
   }
   if (server_ > 0 && options_.mode != PsMode::Sync) {
-    slots_.push_back({.worker = workers_, .local = kLostNotice, .buffer = Tensor::empty({1}, {DType::f64}), .work = {}});
+    slots_.push_back(
+        {.worker = workers_, .local = kLostNotice, .buffer = Tensor::empty({1}, {DType::f64}), .work = {}});
   }
   for (int w = 0; w < workers_; ++w) {
     slots_.push_back(
@@ -371,7 +372,6 @@ void PsServer::reply_claim(int w, std::int64_t epoch, std::int64_t batches) {
   if (epoch != claim_epoch_) {
     claim_epoch_ = epoch;
     next_batch_ = 0;
-    missed_ += static_cast<std::int64_t>(returned_.size());  // nobody was left to claim them
     returned_.clear();
     for (Worker& wk : workers_state_) wk.claimed.clear();
   }
@@ -428,6 +428,9 @@ void PsServer::answer_leaves() {
     if (!wk.left && !wk.lost && !wk.stopped) return;
     lost.push_back(wk.lost ? 1.0 : 0.0);
   }
+  // The stretch is over: what a lost worker left and nobody claimed stays untrained.
+  missed_ += static_cast<std::int64_t>(returned_.size());
+  returned_.clear();
   const Tensor answer = Tensor::from_vector(lost, {static_cast<std::int64_t>(lost.size())});
   for (int w = 0; w < workers_; ++w) {
     Worker& wk = workers_state_[static_cast<std::size_t>(w)];
@@ -476,12 +479,13 @@ void PsServer::drop(int w, double silent_s) {
                silent_s, limit);
   int live = 0;
   for (const Worker& other : workers_state_) live += other.lost || other.stopped ? 0 : 1;
-  spdlog::warn("parameter server: worker {} (rank {}) has pushed nothing for {:.1f} s (the limit is {:.1f} s): dropped "
-               "as lost; training goes on with {} worker(s){}",
-               w, w, silent_s, limit, live - 1,
-               wk.claimed.empty() ? std::string()
-                                  : fmt::format(", and the {} batch(es) it claimed and did not push go to the next claims",
-                                                wk.claimed.size()));
+  spdlog::warn(
+      "parameter server: worker {} (rank {}) has pushed nothing for {:.1f} s (the limit is {:.1f} s): dropped "
+      "as lost; training goes on with {} worker(s){}",
+      w, w, silent_s, limit, live - 1,
+      wk.claimed.empty()
+          ? std::string()
+          : fmt::format(", and the {} batch(es) it claimed and did not push go to the next claims", wk.claimed.size()));
   comm_.isend(Tensor::full({1}, 1.0, {DType::f64}), w, ps::kDroppedTag);  // for when it wakes; forgotten below
   for (int s = 1; s < static_cast<int>(options_.servers); ++s) {
     comm_.send(Tensor::full({1}, static_cast<double>(w), {DType::f64}), workers_ + s, ps::kLostTag);

@@ -54,7 +54,7 @@ void ParameterServerStrategy::reduce_sums(Tensor& sums) {
 
 StepStats ParameterServerStrategy::train_step(std::span<const MicroBatch> micro, optim::Optimizer& optimizer,
                                               const StepConfig& config) {
-  lr_ = optimizer.lr();  // the servers apply the push at the learning rate the caller set
+  lr_ = optimizer.lr();                                // the servers apply the push at the learning rate the caller set
   batches_ = static_cast<std::int64_t>(micro.size());  // each a claimed batch
   return Strategy::train_step(micro, optimizer, config);
 }
@@ -132,9 +132,9 @@ EpochReport report(const StalenessStats& s, const std::string& prefix, int backu
     out.values.emplace_back("dropped_gradients", static_cast<double>(s.dropped));
   }
   if (!lost.empty()) {
-    out.text += fmt::format(", worker(s) {} lost, {} batch(es) handed out again", fmt::join(lost, " and "),
-                            s.handed_again);
-    if (s.missed > 0) out.text += fmt::format(" ({} left untrained at a stretch's end)", s.missed);
+    out.text +=
+        fmt::format(", worker(s) {} lost, {} batch(es) handed out again", fmt::join(lost, " and "), s.handed_again);
+    if (s.missed > 0) out.text += fmt::format(" ({} left untrained: it was lost as the epoch ended)", s.missed);
     out.values.emplace_back("lost_workers", static_cast<double>(lost.size()));
     out.values.emplace_back("batches_handed_again", static_cast<double>(s.handed_again));
     out.values.emplace_back("batches_missed", static_cast<double>(s.missed));

@@ -110,7 +110,7 @@ std::string ps_mode_name(const PsOptions& options);
 struct StalenessStats {
   std::vector<std::int64_t> counts;
   std::int64_t max = 0;
-  std::int64_t dropped = 0;  // sync with backup workers: pushes that came too late for their step
+  std::int64_t dropped = 0;       // sync with backup workers: pushes that came too late for their step
   std::int64_t handed_again = 0;  // batches a lost worker claimed and did not push, handed out again
   // Batches a lost worker left when no other worker would claim again in their stretch
   // (it was lost in the stretch's last steps): not trained in that epoch.

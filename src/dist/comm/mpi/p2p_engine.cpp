@@ -405,7 +405,7 @@ std::size_t P2pEngine::wait_any(const std::vector<WorkPtr>& works, std::chrono::
   // A server idles here between steps: after the usual short spin it sleeps up to the idle
   // poll, as the progress thread does.
   const auto deadline = limit == std::chrono::milliseconds::max() ? std::chrono::steady_clock::time_point::max()
-                                                                   : std::chrono::steady_clock::now() + limit;
+                                                                  : std::chrono::steady_clock::now() + limit;
   wait_until(lock, Backoff(Backoff::kSpin, kIdlePoll),
              [&] { return first_done() != ops.end() || std::chrono::steady_clock::now() >= deadline; });
   return static_cast<std::size_t>(first_done() - ops.begin());

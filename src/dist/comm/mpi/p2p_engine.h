@@ -67,7 +67,8 @@ class P2pEngine {
   std::vector<RecvWorkPtr> post(const std::vector<Message>& messages);
 
   // Blocks until one of `works` (this engine's) is done and returns its index, or
-  // works.size() after `limit`; see Communicator::wait_any. Receives waited on here keep their timeout clocks unstarted.
+  // works.size() after `limit`; see Communicator::wait_any. Receives waited on here keep their timeout clocks
+  // unstarted.
   std::size_t wait_any(const std::vector<WorkPtr>& works, std::chrono::milliseconds limit);
   // Communicator::forget_peer: the messages to and from `peer` still pending are done with
   // an error; those MPI holds a request of are abandoned (kept until exit), not timed.
