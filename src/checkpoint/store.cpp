@@ -58,11 +58,18 @@ void CheckpointStore::remove_incomplete() const {
 }
 
 std::vector<RankRecord> CheckpointStore::wait_for_ranks(std::int64_t global_step, int ranks,
-                                                        const std::atomic<bool>& cancel) const {
+                                                        const std::atomic<bool>& cancel,
+                                                        const std::vector<int>& absent) const {
   const fs::path dir = incomplete(global_step);
   std::vector<RankRecord> records(static_cast<std::size_t>(ranks));
   std::vector<bool> found(static_cast<std::size_t>(ranks), false);
   int missing = ranks;
+  for (int r : absent) {
+    if (r < 0 || r >= ranks || found[static_cast<std::size_t>(r)]) continue;
+    found[static_cast<std::size_t>(r)] = true;  // not waited for, not returned
+    records[static_cast<std::size_t>(r)].rank = -1;
+    --missing;
+  }
   while (missing > 0) {
     for (int r = 0; r < ranks; ++r) {
       if (found[static_cast<std::size_t>(r)]) continue;
@@ -80,6 +87,7 @@ std::vector<RankRecord> CheckpointStore::wait_for_ranks(std::int64_t global_step
                  missing);
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  std::erase_if(records, [](const RankRecord& r) { return r.rank < 0; });
   return records;
 }
 

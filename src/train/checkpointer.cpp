@@ -218,6 +218,7 @@ struct Checkpointer::Snapshot {
   NamedTensors model, optimizer;
   checkpoint::RankRecord record;
   checkpoint::Manifest manifest;  // rank 0: all but the files
+  std::vector<int> absent;        // rank 0: ranks that left the job (CheckpointPlan::absent_ranks)
   int fault_save = 0;             // which save of this process this is (fault injection)
 };
 
@@ -325,6 +326,7 @@ void Checkpointer::save(const optim::Optimizer& optimizer, const optim::LossScal
                   .position = position,
                   .files = {}};
     s.manifest.position.global_step = step;
+    if (plan_.absent_ranks) s.absent = plan_.absent_ranks();
   }
   start(std::move(s));
   if (plan_.after_snapshot) plan_.after_snapshot(step);
@@ -391,7 +393,8 @@ void Checkpointer::write(const Snapshot& s) {
     if (!s.optimizer.empty()) write_part("optimizer", s.optimizer, {});
     checkpoint::write_file_atomically(dir / fmt::format("rank-{}.json", plan_.rank), record.to_json());
     if (plan_.rank == 0) {
-      const std::vector<checkpoint::RankRecord> records = store.wait_for_ranks(s.step, plan_.ranks, writer_->cancel);
+      const std::vector<checkpoint::RankRecord> records =
+          store.wait_for_ranks(s.step, plan_.ranks, writer_->cancel, s.absent);
       checkpoint::Manifest manifest = s.manifest;
       for (const checkpoint::RankRecord& r : records) {
         manifest.files.insert(manifest.files.end(), r.files.begin(), r.files.end());
@@ -536,15 +539,20 @@ std::optional<Restored> Checkpointer::restore(optim::Optimizer& optimizer, optim
   // record of rank (r mod saved ranks), and the epoch's sums start afresh.
   const bool same_shape = m.job.world_size == plan_.ranks && m.job.stages == plan_.stages &&
                           m.job.replicas == plan_.replicas && m.job.servers == plan_.servers;
-  const int from = plan_.rank % m.job.world_size;
+  int from = plan_.rank % m.job.world_size;
   const checkpoint::FileRecord* rf = c.find(fmt::format("rank-{}.json", from));
+  if (rf == nullptr && m.job.servers > 0) {
+    // A parameter-server worker lost before the save left no record: start as rank 0.
+    from = 0;
+    rf = c.find("rank-0.json");
+  }
   DTRAIN_CHECK(rf != nullptr, "checkpoint {}: the manifest lists no rank-{}.json", dir.string(), from);
   const std::vector<std::uint8_t> text = c.read_verified(*rf);
   const checkpoint::RankRecord record =
       checkpoint::RankRecord::parse((c.dir / rf->name).string(), std::string(text.begin(), text.end()));
   default_generator().set_state(record.rng_seed, record.rng_offset);
   Restored r{.from = dir, .manifest = m, .epoch_sums = std::nullopt};
-  if (same_shape) r.epoch_sums = record.epoch_sums;
+  if (same_shape && from == plan_.rank) r.epoch_sums = record.epoch_sums;
   return r;
 }
 

@@ -211,6 +211,19 @@ TEST_CASE("CheckpointStore commits whole checkpoints, points latest at them and 
   REQUIRE_THROWS_WITH(store.wait_for_ranks(50, 2, cancel), Catch::Contains("rank 1 could not save: disk full"));
   cancel = true;
   REQUIRE_THROWS_WITH(store.wait_for_ranks(60, 1, cancel), Catch::Contains("abandoned"));
+  // A rank that left the job (a lost parameter-server worker) is not waited for.
+  cancel = false;
+  fs::create_directories(store.incomplete(70));
+  for (int r : {0, 2}) {
+    write_file_atomically(store.incomplete(70) / fmt::format("rank-{}.json", r),
+                          RankRecord{.rank = r, .rng_seed = 0, .rng_offset = 0, .epoch_sums = {}, .files = {},
+                                     .error = ""}
+                              .to_json());
+  }
+  const std::vector<RankRecord> present = store.wait_for_ranks(70, 3, cancel, {1});
+  REQUIRE(present.size() == 2);
+  CHECK(present[0].rank == 0);
+  CHECK(present[1].rank == 2);
 }
 
 TEST_CASE("OpenCheckpoint names a missing, truncated or corrupt file", "[checkpoint][cpu]") {

@@ -34,10 +34,12 @@ class CheckpointStore {
   // Removes the .incomplete-* directories that a crashed save left (rank 0, before any
   // rank starts a save).
   void remove_incomplete() const;
-  // Waits until every rank in [0, ranks) has written its record into the incomplete
-  // directory of `global_step`, and returns them; throws naming the rank whose save failed,
-  // or when `cancel` is set (the job is going down).
-  std::vector<RankRecord> wait_for_ranks(std::int64_t global_step, int ranks, const std::atomic<bool>& cancel) const;
+  // Waits until every rank in [0, ranks) but those `absent` (ranks that left the job) has
+  // written its record into the incomplete directory of `global_step`, and returns them in
+  // rank order; throws naming the rank whose save failed, or when `cancel` is set (the job
+  // is going down).
+  std::vector<RankRecord> wait_for_ranks(std::int64_t global_step, int ranks, const std::atomic<bool>& cancel,
+                                         const std::vector<int>& absent = {}) const;
   // Writes the manifest, renames the incomplete directory to its final name, updates
   // `latest`, and removes the oldest checkpoints beyond `keep` (0 keeps all). Rank 0.
   std::filesystem::path commit(std::int64_t global_step, const Manifest& manifest, int keep) const;

@@ -71,6 +71,7 @@ CheckpointPlan ParameterServerStrategy::checkpoint_plan() const {
                       .replicas = workers,
                       .servers = options_.servers};
   if (trains()) {
+    plan.absent_ranks = [ps = ps_.get()] { return ps->lost_workers(); };  // worker w is rank w
     // No worker pushes again before every server has taken its share, so that in every mode
     // the shares belong to the parameters the chief saved.
     plan.after_snapshot = [ps = ps_.get()](std::int64_t step) {

@@ -158,6 +158,10 @@ struct CheckpointPlan {
   // After this rank's snapshot for the checkpoint of `step`: ranks that serve take their
   // shares (collective over the training ranks). Empty: nothing.
   std::function<void(std::int64_t step)> after_snapshot = {};
+  // Rank 0, at each save: ranks that have left the job (parameter-server workers dropped as
+  // lost), whose records are not waited for; on resume their ranks start from rank 0's.
+  // Empty: every rank saves.
+  std::function<std::vector<int>()> absent_ranks = {};
 };
 
 // ---- the core ------------------------------------------------------------------------

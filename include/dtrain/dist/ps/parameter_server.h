@@ -38,10 +38,12 @@
 //
 // Transport: MPI point-to-point over a communicator split from the one given (parameters
 // and gradients travel through host memory, so a model on a GPU works too, by copies).
-// Failure: a worker or server that dies ends the job (mpirun names it); a message that
-// outlives the communicator's timeout aborts the job naming the operation and peer. In
-// async and ssp modes a worker that stalls does not hold the others up until the end of the
-// epoch: server 0 reports it ("worker R has pushed nothing for S s").
+// Failure: a message that outlives the communicator's timeout aborts the job naming the
+// operation and peer. In async and ssp modes a worker that stalls does not hold the others
+// up: server 0 reports it ("worker R has pushed nothing for S s"), and with lost_after it
+// drops the worker and the others train on (see PsOptions::lost_after; the launch needs
+// mpirun's --enable-recovery, which dtrain-launch --survive-lost-workers adds, or mpirun
+// ends the job when a process dies). Losing the chief or a server ends the job.
 #pragma once
 
 #include "dtrain/dist/comm/communicator.h"
