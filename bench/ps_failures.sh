@@ -56,7 +56,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src include examples scripts || echo "-dirty")
 echo "# bench/ps_failures.sh --trainer $trainer${data:+ --data $data}${model:+ --model $model} --limit-train $limit --reps $reps --timeout $timeout"
 echo "# commit $commit, $(date -u +%Y-%m-%d), $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cpus"
-echo "# ${trainer} ${args[*]}; batch 64; a lost worker is dropped after $((timeout / 2)) s"
+echo "# ${trainer} ${args[*]}; batch 64 at np 3, 96 at np 4 (a multiple of 3 workers); a lost worker is dropped after $((timeout / 2)) s"
 printf '%-6s %-3s %-10s %-4s %-5s %-8s %-7s %-5s %-7s %-6s %s\n' \
   mode np run exit acc_% vs_median lost again missed secs note
 
@@ -70,28 +70,32 @@ run() {
   start=$(date +%s.%N)
   set +e
   env ${fault:+DTRAIN_FAULT=$fault} scripts/dtrain-launch --max-restarts 0 --survive-lost-workers --finish-grace 60 -- \
-    mpirun -np "$np" "$binary" "${args[@]}" --ps-mode "$mode" > "$log" 2>&1
+    mpirun -np "$np" "$binary" "${args[@]}" --batch-size "$batch" --ps-mode "$mode" > "$log" 2>&1
   status=$?
   set -e
   local secs
   secs=$(echo "$(date +%s.%N) - $start" | bc)
-  acc=$(sed -n 's/^final test accuracy: \([0-9.]*\)%.*/\1/p' "$log" | tail -1)
-  lost=$(grep -o 'worker(s) [0-9 and]* lost' "$log" | tail -1 | sed 's/worker(s) \(.*\) lost/\1/; s/ and /+/g')
-  again=$(grep '^parameter servers (' "$log" | grep -o '[0-9]* batch(es) handed out again' | grep -o '^[0-9]*' || true)
-  missed=$(grep '^parameter servers (' "$log" | grep -o '([0-9]* left untrained' | grep -o '[0-9]*' || true)
+  acc=$(sed -n 's/^final test accuracy: \([0-9.]*\)%.*/\1/p' "$log" | tail -1 || true)
+  lost=$( (grep -o 'worker(s) [0-9 and]* lost' "$log" || true) | tail -1 | sed 's/worker(s) \(.*\) lost/\1/; s/ and /+/g')
+  again=$( (grep '^parameter servers (' "$log" || true) | (grep -o '[0-9]* batch(es) handed out again' || true) | grep -o '^[0-9]*' || true)
+  missed=$( (grep '^parameter servers (' "$log" || true) | (grep -o '([0-9]* left untrained' || true) | grep -o '[0-9]*' || true)
   note=""
   grep -q 'dropped this worker' "$log" && note="worker left when it woke"
   local delta="-"
   if [ -n "$acc" ] && [ "$med" != "-" ]; then delta=$(printf '%+.2f' "$(echo "$acc - $med" | bc -l)"); fi
   printf '%-6s %-3s %-10s %-4s %-5s %-8s %-7s %-5s %-7s %-6.1f %s\n' "$mode" "$np" "$label" "$status" \
     "${acc:--}" "$delta" "${lost:--}" "${again:-0}" "${missed:-0}" "$secs" "$note"
+  if [ "$status" -ne 0 ]; then
+    grep -v 'PMIX ERROR' "$log" | tail -15 | sed 's/^/#   /'  # what went wrong, for the record
+  fi
   LAST_ACC=$acc
 }
 
 for np in 3 4; do
   workers=$((np - 1))
+  batch=$((32 * workers))
   # Worker 1's step in the middle of its first epoch: it takes about 1/workers of the batches.
-  middle=$(( (examples + 63) / 64 / workers / 2 ))
+  middle=$(( (examples + batch - 1) / batch / workers / 2 ))
   for mode in async ssp:4; do
     accs=()
     for r in $(seq 1 "$reps"); do

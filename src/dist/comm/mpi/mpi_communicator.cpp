@@ -115,7 +115,8 @@ void MpiCommunicator::shutdown() {
   if (!thread_) return;
   untrack(this);
   p2p_->close();  // waits for the messages in flight; a timeout there fails the thread too
-  if (thread_->failed()) {
+  // Freeing waits for the other ranks (MPI_Win_free): a lost one never comes.
+  if (thread_->failed() || lost_peer_) {
     abandon();
     return;
   }
@@ -347,6 +348,7 @@ void MpiCommunicator::forget_peer(int rank) {
   DTRAIN_CHECK(rank >= 0 && rank < size_ && rank != rank_, "forget_peer: {} is not another rank of {} ranks", rank,
                size_);
   p2p("forget_peer").forget(rank);
+  lost_peer_ = true;
   detail::note_peer_lost();
 }
 

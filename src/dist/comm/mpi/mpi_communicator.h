@@ -29,6 +29,7 @@
 #include <mpi.h>
 
 #include <functional>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -125,6 +126,7 @@ class MpiCommunicator final : public Communicator, public Resource {
   std::vector<int> world_ranks_;  // MPI_COMM_WORLD rank of each rank, for messages
   std::string host_peers_;        // the other ranks on this host, for messages
   bool single_host_ = true;
+  std::atomic<bool> lost_peer_{false};  // forget_peer was called: shutdown frees nothing (abandon)
   CommunicatorOptions options_;
   std::string name_;
   int tag_ub_ = 32767;  // MPI's largest tag here (MPI_TAG_UB; the standard's minimum until read)
