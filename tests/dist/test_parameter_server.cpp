@@ -397,7 +397,7 @@ TEST_CASE("ps async: stale gradients at their learning rate over their staleness
   }
 }
 
-TEST_CASE("ps options for stale gradients and backup workers are refused outside their mode and out of range",
+TEST_CASE("ps options for stale gradients, backup and lost workers are refused outside their mode and out of range",
           "[cpu][dist]") {
   dist::PsOptions o{.mode = dist::PsMode::Sync, .staleness_lr = true};
   CHECK_THROWS_WITH(dist::check_ps_options(o), Catch::Contains("stale_lr") && Catch::Contains("sync mode"));
@@ -411,6 +411,10 @@ TEST_CASE("ps options for stale gradients and backup workers are refused outside
   CHECK_THROWS_WITH(dist::check_ps_options(o), Catch::Contains("backup=1") && Catch::Contains("sync mode"));
   o = {.mode = dist::PsMode::Sync, .backup_workers = -1};
   CHECK_THROWS_WITH(dist::check_ps_options(o), Catch::Contains("must be >= 0"));
+  o = {.mode = dist::PsMode::Sync, .lost_after = std::chrono::seconds(5)};
+  CHECK_THROWS_WITH(dist::check_ps_options(o), Catch::Contains("lost workers") && Catch::Contains("sync mode"));
+  o = {.mode = dist::PsMode::Async, .lost_after = std::chrono::milliseconds(-1)};
+  CHECK_THROWS_WITH(dist::check_ps_options(o), Catch::Contains("lost_after must be >= 0"));
 }
 
 TEST_CASE("ps sync with a backup worker: each step is the first workers' mean, the straggler's gradients dropped",

@@ -54,6 +54,9 @@ void check_ps_options(const PsOptions& options) {
   DTRAIN_CHECK(options.backup_workers >= 0, "parameter server: backup workers {}: must be >= 0",
                options.backup_workers);
   DTRAIN_CHECK(options.lost_after.count() >= 0, "parameter server: lost_after must be >= 0 (0: never)");
+  DTRAIN_CHECK(options.lost_after.count() == 0 || options.mode != PsMode::Sync,
+               "parameter server: dropping lost workers (lost_after, lost=) is for the async and ssp modes; in sync "
+               "mode every update waits for every worker (backup workers spare a straggler there)");
   DTRAIN_CHECK(options.backup_workers == 0 || options.mode == PsMode::Sync,
                "parameter server: backup workers (backup={}) are for sync mode, whose updates wait for every "
                "worker; async and ssp never wait for a straggler",

@@ -103,7 +103,8 @@ struct PsOptions {
 void parse_ps_mode(const std::string& text, PsOptions& options);
 // Throws naming the option when staleness_lr or delay_compensation is set in sync mode (its
 // gradients are never stale), delay_compensation is negative or not finite, or
-// backup_workers is negative or set outside sync mode.
+// backup_workers is negative or set outside sync mode, or lost_after is negative or set in
+// sync mode.
 void check_ps_options(const PsOptions& options);
 std::string ps_mode_name(const PsOptions& options);
 
