@@ -18,6 +18,9 @@
 // same repetition just before), so that its steps take twice as long.
 //
 //   mpirun -np 4 bench_ps --model cnn --modes sync,async,ssp:1,ssp:4 --servers 1,2 [--json]
+//   mpirun -np 4 bench_ps --workers 3 --batch 96 --modes sync,sync+backup=1,async+stale_lr,async+dc=0.04
+// A mode may carry server options after '+': backup=B (sync: backup workers), stale_lr (the
+// staleness-aware learning rate) and dc=LAMBDA (DC-ASGD), as in train_mnist's --parallel.
 //
 // Cases run in turn within each repetition (--reps), so that a slow spell of the machine
 // hits all of them alike.
@@ -80,13 +83,32 @@ struct Outcome {
   int epochs = 0;
 };
 
+// "MODE[+KEY[=VALUE]]...": the mode (dist::parse_ps_mode), then backup=B, stale_lr, dc=LAMBDA.
+void parse_mode(const std::string& text, dist::PsOptions& options) {
+  std::vector<std::string> parts;
+  std::size_t at = 0;
+  for (std::size_t plus; (plus = text.find('+', at)) != std::string::npos; at = plus + 1) {
+    parts.push_back(text.substr(at, plus - at));
+  }
+  parts.push_back(text.substr(at));
+  dist::parse_ps_mode(parts.front(), options);
+  for (std::size_t i = 1; i < parts.size(); ++i) {
+    const std::string& p = parts[i];
+    if (p == "stale_lr") options.staleness_lr = true;
+    else if (p.starts_with("backup=")) options.backup_workers = std::stoi(p.substr(7));
+    else if (p.starts_with("dc=")) options.delay_compensation = std::stod(p.substr(3));
+    else DTRAIN_FAIL("bench_ps: mode '{}': unknown option '{}' (expected backup=B, stale_lr or dc=LAMBDA)", text, p);
+  }
+  dist::check_ps_options(options);
+}
+
 // Runs one case on `comm` (the W + S ranks). `slow_ms`: worker 1's sleep per update (0:
 // none). Returns, on rank 0, the outcome; on rank 1 its median step time.
 Outcome run_case(const Config& c, const Case& k, const dist::CommunicatorPtr& comm,
                  std::shared_ptr<const data::Dataset> train, std::shared_ptr<const data::Dataset> test,
                  double slow_ms) {
   dist::PsOptions options{.servers = k.servers};
-  dist::parse_ps_mode(k.mode, options);
+  parse_mode(k.mode, options);
   auto strategy = std::make_shared<dist::ParameterServerStrategy>(comm, Device::cpu(), options);
   manual_seed(1);
   std::shared_ptr<nn::Module> model = c.model == "mlp" ? nn::mlp(28 * 28, {512, 512}, 10) : nn::lenet_cnn(1, 10);
@@ -156,7 +178,7 @@ int run(const Config& c, const dist::CommunicatorPtr& world) {
                  "{:g} (async, ssp), target {:.0f}% ({} evaluations per epoch, at most {} epochs); {}\n",
                  c.model, train_set->size(), c.workers, c.batch, c.momentum, c.async_momentum, 100 * c.target,
                  c.evals_per_epoch, c.epochs, bench::machine_description());
-      fmt::print("{:<4}{:<8}{:>4}{:>6}{:>12}{:>16}{:>10}{:>12}{:>10}\n", "rep", "mode", "S", "slow", "samples/s",
+      fmt::print("{:<4}{:<18}{:>4}{:>6}{:>12}{:>16}{:>10}{:>12}{:>10}\n", "rep", "mode", "S", "slow", "samples/s",
                  "to target (s)", "final %", "staleness", "slow ms");
     }
     std::fflush(stdout);
@@ -191,7 +213,7 @@ int run(const Config& c, const dist::CommunicatorPtr& world) {
                                      {"slowed", k.slowed},
                                      {"slow_ms", out.slow_ms},
                                      {"batch", c.batch},
-                                     {"momentum", mode == "sync" ? c.momentum : c.async_momentum},
+                                     {"momentum", mode.starts_with("sync") ? c.momentum : c.async_momentum},
                                      {"samples_per_s", out.samples_per_s},
                                      {"target", c.target},
                                      {"time_to_target_s", out.time_to_target ? nlohmann::ordered_json(*out.time_to_target)
@@ -202,7 +224,7 @@ int run(const Config& c, const dist::CommunicatorPtr& world) {
                                      {"staleness_max", out.staleness_max}};
             fmt::print("{}\n", j.dump());
           } else {
-            fmt::print("{:<4}{:<8}{:>4}{:>6}{:>12.0f}{:>16}{:>10.2f}{:>7.2f}/{:<4.0f}{:>10.1f}\n", rep, mode, servers,
+            fmt::print("{:<4}{:<18}{:>4}{:>6}{:>12.0f}{:>16}{:>10.2f}{:>7.2f}/{:<4.0f}{:>10.1f}\n", rep, mode, servers,
                        slow, out.samples_per_s, to_target, 100 * out.final_accuracy, out.staleness_mean,
                        out.staleness_max, out.slow_ms);
           }
