@@ -228,13 +228,25 @@ std::string dropped_message(int worker) {
       "(PsOptions::lost_after; the trainers' is half of --timeout); the others trained on without it, and it leaves",
       worker);
 }
+
+// Server 0's notice arrived: the receive is done without error (a failed or shut-down
+// communicator also completes it, with an error) and holds its 1.
+bool notice_arrived(RecvWork& notice, const Tensor& buffer) {
+  if (!notice.test()) return false;
+  try {
+    notice.wait();
+  } catch (const std::exception&) {
+    return false;
+  }
+  return buffer.item() == 1.0;
+}
 }  // namespace
 
 ParameterServer::~ParameterServer() {
   if (!dropped_notice_) return;
   // Destroyed while the error that the drop caused unwinds to run_program: the check stays
   // true without the communicator, which goes with this object.
-  if (dropped_notice_->test()) {
+  if (notice_arrived(*dropped_notice_, dropped_notice_buffer_)) {
     set_departure_check([message = dropped_message(worker_index())] { return message; });
   } else {
     set_departure_check({});
@@ -299,17 +311,19 @@ void ParameterServer::serve(const optim::Optimizer& prototype, PsSaveShare save)
 
 void ParameterServer::watch_for_drop() {
   if (dropped_notice_ || options_.mode == PsMode::Sync || options_.lost_after.count() == 0) return;
-  dropped_notice_buffer_ = Tensor::empty({1}, {DType::f64});
+  dropped_notice_buffer_ = Tensor::zeros({1}, {DType::f64});
   dropped_notice_ = comm_->irecv(dropped_notice_buffer_, workers_, ps::kDroppedTag);
   // When this worker wakes from a stall and finds its messages timed out, it leaves quietly
   // instead of ending the job that went on without it.
-  set_departure_check([notice = dropped_notice_, message = dropped_message(worker_index())]() -> std::string {
-    return notice->test() ? message : std::string();
-  });
+  set_departure_check(
+      [notice = dropped_notice_, buffer = dropped_notice_buffer_, message = dropped_message(worker_index())] {
+        return notice_arrived(*notice, buffer) ? message : std::string();
+      });
 }
 
 void ParameterServer::check_not_dropped() const {
-  DTRAIN_CHECK(!dropped_notice_ || !dropped_notice_->test(), "{}", dropped_message(worker_index()));
+  DTRAIN_CHECK(!dropped_notice_ || !notice_arrived(*dropped_notice_, dropped_notice_buffer_), "{}",
+               dropped_message(worker_index()));
 }
 
 void ParameterServer::take_leave_answer() {

@@ -185,8 +185,10 @@ void PsServer::on_control(int w, const std::vector<double>& message) {
     case Control::Stop:
       wk.stopped = true;
       wk.state = Worker::State::Idle;
+      wk.left = false;  // answered already, or never to be
       ++stopped_;
       grant_waiting();
+      if (server_ == 0) answer_leaves();  // a stopped worker no longer holds the others' leave
       return;
   }
   DTRAIN_FAIL("parameter server {}: unknown message {} from worker {}", server_, message[0], w);
@@ -385,7 +387,6 @@ void PsServer::reply_claim(int w, std::int64_t epoch, std::int64_t batches) {
     // None left, unless a worker holding some is lost: the claim waits until that cannot
     // happen any more (settle_claims).
     parked_.push_back(w);
-    parked_batches_ = batches;
     settle_claims();
   }
 }

@@ -99,12 +99,11 @@ class PsServer {
   std::int64_t staleness_max_ = 0;
   std::int64_t dropped_ = 0;  // sync with backup workers: late pushes
   // Server 0, async and ssp: the batches lost workers left, to hand out first; how many
-  // were; the workers whose claim waits at the end of the batches, and for how many.
+  // were; the workers whose claim waits at the end of the batches.
   std::deque<std::int64_t> returned_;
   std::int64_t handed_again_ = 0;
   std::int64_t missed_ = 0;  // left in returned_ when their stretch ended: not trained
   std::vector<int> parked_;
-  std::int64_t parked_batches_ = 0;
   // Stalled-worker reports: the mean time between a worker's pushes.
   double mean_step_s_ = 0;
 };
