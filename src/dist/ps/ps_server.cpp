@@ -378,9 +378,7 @@ void PsServer::reply_claim(int w, std::int64_t epoch, std::int64_t batches) {
     for (Worker& wk : workers_state_) wk.claimed.clear();
   }
   if (!returned_.empty()) {
-    give(w, returned_.front());
-    returned_.pop_front();
-    ++handed_again_;
+    hand_again(w);
   } else if (next_batch_ < batches) {
     give(w, next_batch_++);
   } else {
@@ -394,18 +392,26 @@ void PsServer::reply_claim(int w, std::int64_t epoch, std::int64_t batches) {
 bool PsServer::parked(int w) const { return std::find(parked_.begin(), parked_.end(), w) != parked_.end(); }
 
 void PsServer::give(int w, std::int64_t batch) {
-  Worker& wk = workers_state_[static_cast<std::size_t>(w)];
-  if (parked(w)) wk.last_push = Clock::now();  // its silence so far was the wait for this answer
-  wk.claimed.push_back(batch);
+  workers_state_[static_cast<std::size_t>(w)].claimed.push_back(batch);
+  answer_claim(w, batch);
+}
+
+void PsServer::hand_again(int w) {
+  give(w, returned_.front());
+  returned_.pop_front();
+  ++handed_again_;
+}
+
+void PsServer::answer_claim(int w, std::int64_t batch) {
+  // A parked worker's silence so far was its wait for this answer.
+  if (parked(w)) workers_state_[static_cast<std::size_t>(w)].last_push = Clock::now();
   comm_.send(Tensor::full({1}, static_cast<double>(batch), {DType::f64}), w, ps::kClaimTag);
 }
 
 void PsServer::settle_claims() {
   while (!parked_.empty() && !returned_.empty()) {
-    give(parked_.front(), returned_.front());  // before it leaves parked_: its clock restarts
+    hand_again(parked_.front());  // before it leaves parked_: its clock restarts
     parked_.erase(parked_.begin());
-    returned_.pop_front();
-    ++handed_again_;
   }
   if (parked_.empty()) return;
   // The end, once every live worker that holds untrained batches waits here too: one that
@@ -416,10 +422,7 @@ void PsServer::settle_claims() {
     const Worker& wk = workers_state_[static_cast<std::size_t>(w)];
     if (!wk.lost && !wk.stopped && !wk.claimed.empty() && !parked(w)) return;
   }
-  for (int w : parked_) {
-    workers_state_[static_cast<std::size_t>(w)].last_push = Clock::now();
-    comm_.send(Tensor::full({1}, -1.0, {DType::f64}), w, ps::kClaimTag);
-  }
+  for (int w : parked_) answer_claim(w, -1);  // the end
   parked_.clear();
 }
 
@@ -457,14 +460,19 @@ void PsServer::reply_stats(int w) {
 }
 
 void PsServer::watch_workers() {
-  report_stalls();
-  if (options_.lost_after.count() > 0) {
-    const auto now = Clock::now();
-    for (int w = 0; w < workers_; ++w) {
-      const Worker& wk = workers_state_[static_cast<std::size_t>(w)];
-      if (wk.state != Worker::State::InFlight || wk.lost || parked(w)) continue;  // a parked one waits for us
-      const double silent = std::chrono::duration<double>(now - wk.last_push).count();
-      if (silent >= std::chrono::duration<double>(options_.lost_after).count()) drop(w, silent);
+  const auto now = Clock::now();
+  for (int w = 0; w < workers_; ++w) {
+    Worker& wk = workers_state_[static_cast<std::size_t>(w)];
+    if (wk.state != Worker::State::InFlight || wk.lost || parked(w)) continue;  // a parked one waits for us
+    const double silent = std::chrono::duration<double>(now - wk.last_push).count();
+    if (options_.lost_after.count() > 0 && silent >= std::chrono::duration<double>(options_.lost_after).count()) {
+      drop(w, silent);
+    } else if (mean_step_s_ > 0 && !wk.reported && silent >= std::max(1.0, 20 * mean_step_s_)) {
+      spdlog::warn(
+          "parameter server: worker {} (rank {}) has pushed nothing for {:.1f} s (a step takes {:.3f} s on "
+          "average); the other workers go on",
+          w, w, silent, mean_step_s_);
+      wk.reported = true;
     }
   }
   settle_claims();
@@ -516,22 +524,6 @@ void PsServer::forget(int w) {
   comm_.forget_peer(w);
   wk.sends.clear();
   grant_waiting();
-}
-
-void PsServer::report_stalls() {
-  if (mean_step_s_ == 0) return;
-  const auto now = Clock::now();
-  for (int w = 0; w < workers_; ++w) {
-    Worker& wk = workers_state_[static_cast<std::size_t>(w)];
-    if (wk.state != Worker::State::InFlight || wk.reported || parked(w)) continue;
-    const double waited = std::chrono::duration<double>(now - wk.last_push).count();
-    if (waited < std::max(1.0, 20 * mean_step_s_)) continue;
-    spdlog::warn(
-        "parameter server: worker {} (rank {}) has pushed nothing for {:.1f} s (a step takes {:.3f} s on "
-        "average); the other workers go on",
-        w, w, waited, mean_step_s_);
-    wk.reported = true;
-  }
 }
 
 }  // namespace dtrain::dist

@@ -61,7 +61,12 @@ class PsServer {
   void send_piece(int w, std::size_t local, const Tensor& values);
   void send_all(int w);
   void reply_claim(int w, std::int64_t epoch, std::int64_t batches);
+  // Hands `batch` to worker w (it holds it until a push trains it).
   void give(int w, std::int64_t batch);
+  // Gives w the first batch a lost worker left.
+  void hand_again(int w);
+  // Sends w's claim its answer (a batch, or -1: none left).
+  void answer_claim(int w, std::int64_t batch);
   bool parked(int w) const;  // its claim waits in parked_
   // Server 0: answers the claims parked at the end of the batches, with a batch a lost
   // worker left (handed out again) or, once no worker that computes holds any, with the end.
@@ -69,9 +74,9 @@ class PsServer {
   // Server 0: answers every Leave once each live worker has left.
   void answer_leaves();
   void reply_stats(int w);
-  void report_stalls();
-  // Server 0 (async and ssp): reports a worker that has pushed nothing for a while, drops
-  // one silent past lost_after, and settles the parked claims.
+  // Server 0 (async and ssp), after each message and at least every kWatchPoll: reports a
+  // worker that has pushed nothing for a while (20 mean steps, at least 1 s), drops one
+  // silent past lost_after, and settles the parked claims.
   void watch_workers();
   // Server 0: worker w is lost (silent for `silent_s`): tells it and the other servers,
   // hands its claimed batches out again. Throws for the chief.
