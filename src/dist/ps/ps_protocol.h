@@ -15,6 +15,10 @@
 //                     1 for each worker lost so far;
 //                     you were dropped (kDroppedTag): f64[1], to a worker found lost
 //   server 0 -> server s  worker w was lost (kLostTag): f64[1] = {w}
+//   server s -> server 0  ssp with several servers (kProgressTag): f64[3] = {w, the pushes
+//                     of w completed at s, 1 if s has granted w values to compute from
+//                     or 0 if its bound holds w}, after each push and grant; {-1, 0, 0}
+//                     when s is done, the last
 //   server -> worker 0  a checkpoint share taken (kSaveTag): f64[1]
 // Worker w is rank w of the communicator; server s is rank workers + s.
 #pragma once
@@ -30,6 +34,7 @@ inline constexpr int kSaveTag = 4;
 inline constexpr int kLeaveTag = 5;
 inline constexpr int kDroppedTag = 6;
 inline constexpr int kLostTag = 7;
+inline constexpr int kProgressTag = 8;
 inline constexpr int kPieceTag = 16;
 
 inline constexpr std::int64_t kControlWords = 4;

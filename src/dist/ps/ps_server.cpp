@@ -29,7 +29,10 @@ struct PsServer::Worker {
   std::int64_t read = 0;     // the version its gradient is computed from
   std::size_t pushed = 0;    // pieces of its current push received
   std::int64_t waiting = 0;  // its place in the queue for parameters (ssp)
+  std::int64_t pushes = 0;   // completed here
   bool stopped = false;
+  // Server 0: when it last heard of the worker's progress (a push or a grant, here or, ssp
+  // with several servers, at another server).
   Clock::time_point last_push = Clock::now();
   bool reported = false;                   // as stalled
   std::vector<WorkPtr> sends;              // values in flight to it
@@ -40,18 +43,25 @@ struct PsServer::Worker {
   bool left = false;                       // server 0: left, waiting for the others to
   bool lost = false;                       // dropped: silent past lost_after
   std::deque<std::int64_t> claimed;        // server 0: batches handed to it and not yet pushed, in order
+  // Server 0, ssp with several servers: what server s reported of it, at [s - 1].
+  struct Elsewhere {
+    std::int64_t pushes = 0;
+    bool held = false;  // its bound holds the worker's values
+  };
+  std::vector<Elsewhere> elsewhere;
 };
 
 namespace {
 constexpr std::ptrdiff_t kControl = -1;
 constexpr std::ptrdiff_t kLostNotice = -2;  // server 0's "worker w was lost", on the other servers
+constexpr std::ptrdiff_t kProgress = -3;    // a server's progress report, on server 0
 // How often server 0 looks at the clock while no message comes (async and ssp).
 constexpr std::chrono::milliseconds kWatchPoll{100};
 }  // namespace
 
 struct PsServer::Slot {
-  int worker = 0;             // kLostNotice: server 0 sends
-  std::ptrdiff_t local = -1;  // a piece of this server, kControl or kLostNotice
+  int worker = 0;             // the sender's rank: a worker's, or a server's (kLostNotice, kProgress)
+  std::ptrdiff_t local = -1;  // a piece of this server, kControl, kLostNotice or kProgress
   Tensor buffer;
   WorkPtr work;
 };
@@ -93,6 +103,14 @@ PsServer::PsServer(Communicator& comm, int workers, int server, const PsLayout& 
     slots_.push_back(
         {.worker = workers_, .local = kLostNotice, .buffer = Tensor::empty({1}, {DType::f64}), .work = {}});
   }
+  if (server_ == 0 && reports_progress()) {
+    for (int s = 1; s < static_cast<int>(options_.servers); ++s) {
+      slots_.push_back(
+          {.worker = workers_ + s, .local = kProgress, .buffer = Tensor::empty({3}, {DType::f64}), .work = {}});
+      ++reporters_;
+    }
+    for (Worker& wk : workers_state_) wk.elsewhere.resize(options_.servers - 1);
+  }
   for (int w = 0; w < workers_; ++w) {
     slots_.push_back(
         {.worker = w, .local = kControl, .buffer = Tensor::empty({ps::kControlWords}, {DType::f64}), .work = {}});
@@ -110,6 +128,7 @@ PsServer::~PsServer() = default;
 
 void PsServer::post(Slot& slot) {
   const int tag = slot.local == kLostNotice ? ps::kLostTag
+                  : slot.local == kProgress ? ps::kProgressTag
                   : slot.local == kControl
                       ? ps::kControlTag
                       : ps::kPieceTag + static_cast<int>(pieces_[static_cast<std::size_t>(slot.local)].id);
@@ -121,7 +140,8 @@ void PsServer::run() {
   std::vector<WorkPtr> live;
   std::vector<std::size_t> which;
   const bool watch = server_ == 0 && options_.mode != PsMode::Sync;
-  while (stopped_ < workers_) {
+  // Server 0 also reads every other server's reports to the last (none is left unmatched).
+  while (stopped_ < workers_ || reporters_ > 0) {
     live.clear();
     which.clear();
     for (std::size_t i = 0; i < slots_.size(); ++i) {
@@ -139,6 +159,10 @@ void PsServer::run() {
       if (slot.local == kLostNotice) {
         post(slot);
         forget(static_cast<int>(slot.buffer.item()));
+      } else if (slot.local == kProgress) {
+        const std::vector<double> message = slot.buffer.to_vector<double>();
+        if (message[0] >= 0) post(slot);  // not the last
+        on_progress(w - workers_, message);
       } else if (slot.local == kControl) {
         const std::vector<double> message = slot.buffer.to_vector<double>();
         if (static_cast<Control>(message[0]) != Control::Stop) post(slot);
@@ -154,6 +178,47 @@ void PsServer::run() {
     if (wk.lost) continue;  // its sends were left to MPI
     for (const WorkPtr& s : wk.sends) s->wait();
   }
+  if (server_ > 0 && reports_progress()) {
+    comm_.send(Tensor::from_vector(std::vector<double>{-1, 0, 0}, {3}), workers_, ps::kProgressTag);
+  }
+}
+
+bool PsServer::reports_progress() const { return options_.mode == PsMode::Ssp && options_.servers > 1; }
+
+void PsServer::report_progress(int w) {
+  if (server_ == 0 || !reports_progress()) return;
+  const Worker& wk = workers_state_[static_cast<std::size_t>(w)];
+  const std::vector<double> message{static_cast<double>(w), static_cast<double>(wk.pushes),
+                                    wk.state == Worker::State::InFlight ? 1.0 : 0.0};
+  comm_.send(Tensor::from_vector(message, {3}), workers_, ps::kProgressTag);
+}
+
+void PsServer::on_progress(int s, const std::vector<double>& message) {
+  if (message[0] < 0) {
+    --reporters_;
+    return;
+  }
+  Worker& wk = workers_state_[static_cast<std::size_t>(message[0])];
+  if (wk.lost) return;  // sent before server s heard of it
+  Worker::Elsewhere& there = wk.elsewhere[static_cast<std::size_t>(s - 1)];
+  there.pushes = static_cast<std::int64_t>(message[1]);
+  there.held = message[2] == 0;
+  wk.last_push = Clock::now();
+}
+
+bool PsServer::computing(const Worker& wk) const {
+  if (wk.state == Worker::State::Idle) return false;
+  // Each ssp server holds a worker by its own bound, and the servers may see the workers'
+  // pushes in different orders: a worker granted here can be waiting for another server's
+  // values (its silence that server's hold, maybe for a lost worker), or, held here, still
+  // be pushing to another server.
+  std::int64_t most = wk.pushes;
+  for (const Worker::Elsewhere& there : wk.elsewhere) most = std::max(most, there.pushes);
+  const bool owes_a_push = wk.pushes < most || std::ranges::any_of(wk.elsewhere, [&](const Worker::Elsewhere& there) {
+                             return there.pushes < most;
+                           });
+  return owes_a_push || (wk.state == Worker::State::InFlight &&
+                         std::ranges::none_of(wk.elsewhere, [](const Worker::Elsewhere& there) { return there.held; }));
 }
 
 void PsServer::on_control(int w, const std::vector<double>& message) {
@@ -166,6 +231,7 @@ void PsServer::on_control(int w, const std::vector<double>& message) {
       wk.state = Worker::State::Waiting;
       wk.waiting = ++waiting_order_;
       grant_waiting();
+      if (wk.state == Worker::State::Waiting) report_progress(w);  // held (a grant reports itself)
       return;
     case Control::Leave:
       DTRAIN_CHECK(wk.pushed == 0, "parameter server {}: worker {} left in the middle of a push", server_, w);
@@ -295,6 +361,7 @@ void PsServer::save_share(int w, std::int64_t step) {
 void PsServer::push_complete(int w, std::int64_t batches) {
   Worker& wk = workers_state_[static_cast<std::size_t>(w)];
   wk.pushed = 0;
+  ++wk.pushes;
   for (std::int64_t b = 0; b < batches && !wk.claimed.empty(); ++b) wk.claimed.pop_front();
   const auto now = Clock::now();
   const double step_s = std::chrono::duration<double>(now - wk.last_push).count();
@@ -318,6 +385,7 @@ void PsServer::push_complete(int w, std::int64_t batches) {
   wk.state = Worker::State::Waiting;
   wk.waiting = ++waiting_order_;
   grant_waiting();
+  if (wk.state == Worker::State::Waiting) report_progress(w);  // held (a grant reports itself)
 }
 
 // Ssp: granting one more worker fresh values adds one gradient that may be applied before
@@ -349,6 +417,7 @@ void PsServer::grant_waiting() {
     next->read = version_;
     next->last_push = Clock::now();
     send_all(who);
+    report_progress(who);
   }
 }
 
@@ -463,7 +532,7 @@ void PsServer::watch_workers() {
   const auto now = Clock::now();
   for (int w = 0; w < workers_; ++w) {
     Worker& wk = workers_state_[static_cast<std::size_t>(w)];
-    if (wk.state != Worker::State::InFlight || wk.lost || parked(w)) continue;  // a parked one waits for us
+    if (wk.lost || parked(w) || !computing(wk)) continue;  // a parked one waits for us
     const double silent = std::chrono::duration<double>(now - wk.last_push).count();
     if (options_.lost_after.count() > 0 && silent >= std::chrono::duration<double>(options_.lost_after).count()) {
       drop(w, silent);

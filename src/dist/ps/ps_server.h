@@ -55,6 +55,15 @@ class PsServer {
   void push_complete(int w, std::int64_t batches);
   void grant_waiting();
   bool bound_allows() const;
+  // Ssp with several servers: server 0 needs every server's holds to tell a worker that
+  // computes from one that waits (computing), so each other server reports to it.
+  bool reports_progress() const;
+  // Server s > 0: tells server 0 worker w's pushes here and whether it holds w.
+  void report_progress(int w);
+  void on_progress(int s, const std::vector<double>& message);
+  // Server 0: whether the worker's silence is its own (it computes or pushes), not a
+  // wait for values that a server's bound holds back, or for nothing (idle).
+  bool computing(const Worker& wk) const;
   // Sends a copy of the piece's values (they change with the next push while the message
   // may still be in flight), or `values`, a copy already made.
   void send_piece(int w, std::size_t local);
@@ -98,6 +107,7 @@ class PsServer {
   std::int64_t version_ = 0;  // completed pushes (sync: updates)
   std::int64_t waiting_order_ = 0;
   int stopped_ = 0;
+  int reporters_ = 0;  // server 0: the servers whose progress reports have not ended
   // Server 0: the batch queue of the current epoch, and the staleness histogram.
   std::int64_t claim_epoch_ = -1, next_batch_ = 0;
   std::vector<std::int64_t> staleness_;
