@@ -89,13 +89,18 @@ void Trainer::make_loaders() {
     }
   }
   train_loader_ = std::make_unique<data::DataLoader>(data_.train, train, sampler);
-  if (!data_.test) return;
-  const data::DataLoaderOptions eval{.batch_size = data_.eval_batch_size, .workers = data_.workers, .pin_memory = pin};
+  if (data_.test) make_test_loader(shard);
+}
+
+void Trainer::make_test_loader(const dist::Strategy::Shard& shard) {
+  const data::DataLoaderOptions eval{
+      .batch_size = data_.eval_batch_size, .workers = data_.workers, .pin_memory = strategy_->device().is_cuda()};
   if (auto share = data_.test->rank_sampler(shard.index, shard.count, data_.seed, false)) {
     test_loader_ = std::make_unique<data::DataLoader>(data_.test, eval, std::move(share));
   } else {
     test_loader_ = std::make_unique<data::DataLoader>(data::Subset::shard(data_.test, shard.index, shard.count), eval);
   }
+  test_shard_ = shard;
 }
 
 void Trainer::make_outputs() {
@@ -266,6 +271,7 @@ FitResult Trainer::fit(optim::Optimizer& optimizer, const optim::LrSchedule* sch
       const EvalResult e = early_evaluation_ ? *early_evaluation_ : evaluate();
       summary.test_loss = e.loss();
       summary.test_accuracy = e.accuracy();
+      summary.test_samples = e.samples;
       for (std::size_t m = 0; m < metrics_fns_.size(); ++m)
         summary.test_metrics.emplace_back(metrics_fns_[m].name, e.fraction(m));
     }

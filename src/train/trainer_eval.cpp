@@ -33,6 +33,10 @@ std::vector<Metric> default_metrics(int top_k) {
 
 EvalResult Trainer::evaluate() {
   DTRAIN_CHECK(test_loader_ != nullptr, "Trainer: evaluate() needs a test set");
+  if (const dist::Strategy::Shard now = strategy_->data_shard();
+      now.index != test_shard_.index || now.count != test_shard_.count) {
+    make_test_loader(now);  // ranks were lost: the test set is split among those left
+  }
   nn::Module& model = strategy_->module();
   const bool was_training = model.is_training();
   model.eval();

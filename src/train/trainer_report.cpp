@@ -51,7 +51,9 @@ void Trainer::report(const EpochSummary& s) const {
   if (!metrics_ && !tensorboard_) return;
   std::vector<std::pair<std::string, double>> values{{"epoch", s.epoch}, {"train_loss", s.train_loss}};
   if (!metrics_fns_.empty()) values.emplace_back("train_" + metrics_fns_.front().name, s.train_accuracy);
-  if (test_loader_) values.emplace_back("test_loss", s.test_loss);
+  if (test_loader_) {
+    values.insert(values.end(), {{"test_loss", s.test_loss}, {"test_samples", static_cast<double>(s.test_samples)}});
+  }
   for (const auto& [name, value] : s.test_metrics) values.emplace_back("test_" + name, value);
   values.insert(values.end(), {{"bad_samples_skipped", static_cast<double>(s.bad_samples_skipped)},
                                {"loader_wait_s", s.loader_wait_s}});

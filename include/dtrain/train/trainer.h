@@ -131,8 +131,9 @@ struct EpochSummary {
   // Updates whose loss was inf or NaN, summed over the ranks: with a loss scaler, steps it
   // skipped (mixed precision overflow); without one the Trainer stops as diverged.
   std::int64_t nonfinite_updates = 0;
-  double test_loss = 0;      // over the whole test set (all shards)
-  double test_accuracy = 0;  // by the first metric
+  double test_loss = 0;           // over the whole test set (all shards)
+  double test_accuracy = 0;       // by the first metric
+  std::int64_t test_samples = 0;  // evaluated, over every shard: the whole test set, after a lost worker too
   // Every metric's fraction, by name ("accuracy", "top5_accuracy", ...).
   std::vector<std::pair<std::string, double>> test_metrics = {};
   std::int64_t samples = 0;  // over all ranks (a DistributedSampler's padding included)
@@ -220,6 +221,8 @@ class Trainer {
   // Checks the options against the data and the strategy; sets micro_batch_.
   void check_options();
   void make_loaders();
+  // The test set's share of `shard` (again when the strategy's shard changes).
+  void make_test_loader(const dist::Strategy::Shard& shard);
   void make_outputs();  // metrics file, TensorBoard, timeline probe, checkpointer
   void make_step_configs();
   // An epoch's training steps, with evaluations inside it as configured; stops early when
@@ -258,6 +261,7 @@ class Trainer {
   std::vector<Metric> metrics_fns_;  // options.eval_metrics or the defaults
   std::int64_t micro_batch_ = 0;
   std::unique_ptr<data::DataLoader> train_loader_, test_loader_;
+  dist::Strategy::Shard test_shard_;     // the one test_loader_ reads
   std::unique_ptr<MetricsLog> metrics_;  // on the reporting rank, when options.metrics is set
   optim::LossScaler scaler_;
   dist::StepConfig train_config_, eval_config_;

@@ -43,6 +43,12 @@ ParameterServer& ParameterServerStrategy::parameter_server() {
 }
 
 Strategy::Shard ParameterServerStrategy::data_shard() const {
+  // After a loss, the group of the workers left (their training batches come from server
+  // 0's claims; this splits the test set among them).
+  if (ps_ != nullptr && trains() && !ps_->lost_workers().empty()) {
+    const CommunicatorPtr& group = ps_->worker_group();
+    return {group->rank(), group->size()};
+  }
   return {trains() ? mesh_.coordinate("dp") : 0, mesh_.role_size("worker")};
 }
 

@@ -192,6 +192,8 @@ class Strategy {
   // parallelism, the rank and the number of replicas). Rates shown to users are per
   // `count` shards. `splits`: each micro-batch this rank trains on is split again into
   // this many equal parts (a pipeline's micro-batches), so its rows must be a multiple.
+  // It may change as training goes (parameter servers that lost a worker: the survivors
+  // share the test set); the Trainer re-splits its test set when it does.
   struct Shard {
     int index = 0;
     int count = 1;
