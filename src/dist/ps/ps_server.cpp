@@ -31,8 +31,7 @@ struct PsServer::Worker {
   std::int64_t waiting = 0;  // its place in the queue for parameters (ssp)
   std::int64_t pushes = 0;   // completed here
   bool stopped = false;
-  // Server 0: when it last heard of the worker's progress (a push or a grant, here or, ssp
-  // with several servers, at another server).
+  // Its last push or grant here: where its step times start.
   Clock::time_point last_push = Clock::now();
   bool reported = false;                   // as stalled
   std::vector<WorkPtr> sends;              // values in flight to it
@@ -46,7 +45,8 @@ struct PsServer::Worker {
   // Server 0, ssp with several servers: what server s reported of it, at [s - 1].
   struct Elsewhere {
     std::int64_t pushes = 0;
-    bool held = false;  // its bound holds the worker's values
+    bool held = false;       // its bound holds the worker's values
+    Clock::time_point at{};  // of the report
   };
   std::vector<Elsewhere> elsewhere;
 };
@@ -203,7 +203,13 @@ void PsServer::on_progress(int s, const std::vector<double>& message) {
   Worker::Elsewhere& there = wk.elsewhere[static_cast<std::size_t>(s - 1)];
   there.pushes = static_cast<std::int64_t>(message[1]);
   there.held = message[2] == 0;
-  wk.last_push = Clock::now();
+  there.at = Clock::now();
+}
+
+PsServer::Clock::time_point PsServer::last_heard(const Worker& wk) {
+  Clock::time_point t = wk.last_push;
+  for (const Worker::Elsewhere& there : wk.elsewhere) t = std::max(t, there.at);
+  return t;
 }
 
 bool PsServer::computing(const Worker& wk) const {
@@ -533,7 +539,7 @@ void PsServer::watch_workers() {
   for (int w = 0; w < workers_; ++w) {
     Worker& wk = workers_state_[static_cast<std::size_t>(w)];
     if (wk.lost || parked(w) || !computing(wk)) continue;  // a parked one waits for us
-    const double silent = std::chrono::duration<double>(now - wk.last_push).count();
+    const double silent = std::chrono::duration<double>(now - last_heard(wk)).count();
     if (options_.lost_after.count() > 0 && silent >= std::chrono::duration<double>(options_.lost_after).count()) {
       drop(w, silent);
     } else if (mean_step_s_ > 0 && !wk.reported && silent >= std::max(1.0, 20 * mean_step_s_)) {

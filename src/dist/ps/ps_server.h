@@ -64,6 +64,9 @@ class PsServer {
   // Server 0: whether the worker's silence is its own (it computes or pushes), not a
   // wait for values that a server's bound holds back, or for nothing (idle).
   bool computing(const Worker& wk) const;
+  // Server 0: its last push or grant here, or report from another server (its silence
+  // starts there; the step times server 0 averages stay those of its own pushes).
+  static Clock::time_point last_heard(const Worker& wk);
   // Sends a copy of the piece's values (they change with the next push while the message
   // may still be in flight), or `values`, a copy already made.
   void send_piece(int w, std::size_t local);
