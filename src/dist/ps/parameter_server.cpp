@@ -367,8 +367,9 @@ void ParameterServer::join() {
 
 std::optional<std::int64_t> ParameterServer::claim_batch(std::int64_t epoch, std::int64_t batches) {
   check_worker("claim_batch");
-  DTRAIN_CHECK(options_.mode != PsMode::Sync,
-               "ParameterServer::claim_batch: sync mode reads fixed shards (every worker pushes every step)");
+  DTRAIN_CHECK(options_.mode != PsMode::Sync || options_.backup_workers > 0,
+               "ParameterServer::claim_batch: sync mode without backup workers reads fixed shards (every worker pushes "
+               "every step)");
   check_not_dropped();
   Tensor reply = Tensor::empty({1}, {DType::f64});
   RecvWorkPtr r = comm_->irecv(reply, workers_, ps::kClaimTag);

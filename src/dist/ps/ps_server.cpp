@@ -20,6 +20,7 @@ struct PsServer::Piece {
   Tensor sum;
   std::vector<int> contributors;
   bool skip = false;
+  double lr = 0;             // sync: of the latest contribution
   std::int64_t updates = 0;  // sync: steps applied
 };
 
@@ -33,15 +34,20 @@ struct PsServer::Worker {
   bool stopped = false;
   // Its last push or grant here: where its step times start.
   Clock::time_point last_push = Clock::now();
-  bool reported = false;                   // as stalled
-  std::vector<WorkPtr> sends;              // values in flight to it
-  std::vector<Tensor> sent;                // delay compensation: the values of each piece last sent to it
-  std::vector<std::int64_t> piece_pushes;  // sync: its pushes of each piece (the step of the next)
-  bool late = false;                       // sync: a piece of its current push came too late
-  std::int64_t push_batches = 0;           // claimed batches its current push trains
-  bool left = false;                       // server 0: left, waiting for the others to
-  bool lost = false;                       // dropped: silent past lost_after
-  std::deque<std::int64_t> claimed;        // server 0: batches handed to it and not yet pushed, in order
+  bool reported = false;       // as stalled
+  std::vector<WorkPtr> sends;  // values in flight to it
+  std::vector<Tensor> sent;    // delay compensation: the values of each piece last sent to it
+  // Sync: of each piece, the updates applied when its values were last sent to the worker
+  // (its next gradient belongs to the update after those, or comes too late).
+  std::vector<std::int64_t> piece_read;
+  bool late = false;  // sync: a piece of its current push came too late
+  // Its Join and Leave messages here: it trains stretch `joins` (1-based) of the run, and
+  // has left it when leaves == joins.
+  std::int64_t joins = 0, leaves = 0;
+  std::int64_t push_batches = 0;     // claimed batches its current push trains
+  bool left = false;                 // server 0: left, waiting for the others to
+  bool lost = false;                 // dropped: silent past lost_after
+  std::deque<std::int64_t> claimed;  // server 0: batches handed to it and not yet pushed, in order
   // Server 0, ssp with several servers: what server s reported of it, at [s - 1].
   struct Elsewhere {
     std::int64_t pushes = 0;
@@ -96,7 +102,7 @@ PsServer::PsServer(Communicator& comm, int workers, int server, const PsLayout& 
   }
   if (server_ == 0) staleness_.assign(ps::kStalenessBins, 0);
   for (Worker& wk : workers_state_) {
-    wk.piece_pushes.assign(pieces_.size(), 0);
+    wk.piece_read.assign(pieces_.size(), 0);
     if (options_.delay_compensation > 0) wk.sent.resize(pieces_.size());
   }
   if (server_ > 0 && options_.mode != PsMode::Sync) {
@@ -234,6 +240,7 @@ void PsServer::on_control(int w, const std::vector<double>& message) {
   switch (kind) {
     case Control::Join:
       DTRAIN_CHECK(wk.state == Worker::State::Idle, "parameter server {}: worker {} joined twice", server_, w);
+      ++wk.joins;
       wk.state = Worker::State::Waiting;
       wk.waiting = ++waiting_order_;
       grant_waiting();
@@ -242,7 +249,11 @@ void PsServer::on_control(int w, const std::vector<double>& message) {
     case Control::Leave:
       DTRAIN_CHECK(wk.pushed == 0, "parameter server {}: worker {} left in the middle of a push", server_, w);
       wk.state = Worker::State::Idle;
+      wk.leaves = wk.joins;
       grant_waiting();
+      if (options_.mode == PsMode::Sync) {
+        for (std::size_t i = 0; i < pieces_.size(); ++i) complete_update(i);  // one fewer to wait for
+      }
       if (server_ == 0) {
         wk.left = true;
         answer_leaves();
@@ -300,30 +311,48 @@ void PsServer::on_push(int w, std::size_t local, const Tensor& buffer) {
 void PsServer::sync_push(int w, std::size_t local, const Tensor& grad, double lr, bool skip) {
   Worker& wk = workers_state_[static_cast<std::size_t>(w)];
   Piece& piece = pieces_[local];
-  const std::int64_t step = wk.piece_pushes[local]++;
-  if (step < piece.updates) {
-    // A backup worker's gradient, late: its step was applied without it. The worker goes
-    // on from the current values.
+  if (wk.piece_read[local] < piece.updates) {
+    // A backup worker's gradient, late: the update after the values it was computed from
+    // was applied without it. The worker goes on from the current values.
     wk.late = true;
     send_piece(w, local);
     return;
   }
-  DTRAIN_CHECK(step == piece.updates,
-               "parameter server {}: worker {} pushed its step {} gradient of piece {} while step {} is open", server_,
-               w, step + 1, piece.id, piece.updates + 1);
+  DTRAIN_CHECK(wk.piece_read[local] == piece.updates,
+               "parameter server {}: worker {} pushed a gradient of piece {} computed after update {}, but update {} "
+               "is open",
+               server_, w, piece.id, wk.piece_read[local], piece.updates + 1);
   if (piece.contributors.empty()) {
     piece.sum = grad.clone();
   } else {
     add_(piece.sum, grad);
   }
   piece.skip = piece.skip || skip;
+  piece.lr = lr;
   piece.contributors.push_back(w);
-  if (static_cast<int>(piece.contributors.size()) < workers_ - options_.backup_workers) return;
+  complete_update(local);
+}
+
+std::int64_t PsServer::contributors_needed(std::int64_t stretch) const {
+  const std::int64_t first = workers_ - options_.backup_workers;
+  if (options_.backup_workers == 0) return first;
+  // Batches are handed out: at a stretch's end a worker that has left pushes no more this
+  // stretch, and the last update takes those still training.
+  std::int64_t training = 0;
+  for (const Worker& wk : workers_state_) training += !wk.stopped && !wk.lost && wk.leaves < stretch ? 1 : 0;
+  return std::min(first, training);
+}
+
+void PsServer::complete_update(std::size_t local) {
+  Piece& piece = pieces_[local];
+  if (piece.contributors.empty()) return;
+  const std::int64_t stretch = workers_state_[static_cast<std::size_t>(piece.contributors.front())].joins;
+  if (static_cast<std::int64_t>(piece.contributors.size()) < contributors_needed(stretch)) return;
   // Every worker's gradient of this step is in (or all but the backups'): their mean, as an
   // all-reduce gives.
   if (!piece.skip) {
     mul_(piece.sum, 1.0 / static_cast<double>(piece.contributors.size()));
-    apply(piece, piece.sum, lr);
+    apply(piece, piece.sum, piece.lr);
   }
   ++piece.updates;
   piece.skip = false;
@@ -435,6 +464,7 @@ void PsServer::send_piece(int w, std::size_t local, const Tensor& values) {
   // nearly: never waited for, since a worker may be lost.
   if (wk.sends.size() >= 2 * pieces_.size()) std::erase_if(wk.sends, [](const WorkPtr& s) { return s->test(); });
   wk.sends.push_back(comm_.isend(values, w, ps::kPieceTag + static_cast<int>(pieces_[local].id)));
+  wk.piece_read[local] = pieces_[local].updates;
   if (options_.delay_compensation > 0) wk.sent[local] = values;  // a copy, never written: the worker's next point
 }
 

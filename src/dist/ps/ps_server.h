@@ -49,6 +49,13 @@ class PsServer {
   // Sync: adds the gradient to its step's sum (or drops it when its step is done, sending
   // the worker the current values) and applies the mean once enough workers are in.
   void sync_push(int w, std::size_t local, const Tensor& grad, double lr, bool skip);
+  // Sync: the gradients an update of the workers' stretch `stretch` (their joins) takes:
+  // every worker's, or all but the backups', or with backup workers at the stretch's end
+  // those of the workers that have not left it.
+  std::int64_t contributors_needed(std::int64_t stretch) const;
+  // Sync: applies the piece's open update and answers its contributors once it has the
+  // gradients it needs.
+  void complete_update(std::size_t local);
   // Async and ssp: applies the gradient, with the stale-gradient options.
   void stale_push(int w, std::size_t local, const Tensor& grad, double lr);
   // `batches`: the claimed batches the push trained (server 0 stops holding them for w).

@@ -73,7 +73,8 @@ CheckpointPlan ParameterServerStrategy::checkpoint_plan() const {
                               : rank >= workers ? fmt::format("server{}", rank - workers)
                                                 : "",
                       .saves_optimizer = rank >= workers,
-                      .step_saves = options_.mode == PsMode::Sync,
+                      // Lockstep sync alone: with backup workers the others may push meanwhile.
+                      .step_saves = options_.mode == PsMode::Sync && options_.backup_workers == 0,
                       .replicas = workers,
                       .servers = options_.servers};
   if (trains()) {
@@ -91,8 +92,14 @@ CheckpointPlan ParameterServerStrategy::checkpoint_plan() const {
 
 Capabilities ParameterServerStrategy::capabilities() {
   if (!trains()) return {.server = this};
-  return {.dispenser = options_.mode == PsMode::Sync ? nullptr : this, .epochs = this};
+  return {.dispenser = hands_out_batches() ? this : nullptr, .epochs = this};
 }
+
+bool ParameterServerStrategy::hands_out_batches() const {
+  return options_.mode != PsMode::Sync || options_.backup_workers > 0;
+}
+
+bool ParameterServerStrategy::shares_update() const { return options_.mode == PsMode::Sync; }
 
 bool ParameterServerStrategy::trains() const { return mesh_.role() == "worker"; }
 

@@ -106,6 +106,9 @@ class BatchDispenser {
   // nullopt when every batch has been handed out. Called from the loader's threads, one
   // call at a time.
   virtual std::optional<std::int64_t> claim_batch(std::int64_t queue, std::int64_t batches) = 0;
+  // Whether a handed-out batch is one rank's share of an update (the update's batch split
+  // over data_shard().count ranks, as with fixed shards) rather than a rank's whole update.
+  virtual bool shares_update() const { return false; }
 };
 
 // Around each stretch of an epoch's training steps (the whole epoch, or the part before an

@@ -23,14 +23,15 @@
 // Modes (see README, "Parameter servers"):
 // - Sync: each step the servers average one gradient from every worker and apply it: the
 //   update of all-reduce data parallelism with the same global batch. Workers read fixed
-//   shards of the data.
+//   shards of the data (with backup workers they claim batches, below).
 // - Async: every push is applied when it arrives, each bucket on its own, and its updated
 //   values go straight back to the worker that pushed it; no worker waits for another.
 // - Ssp (bounded staleness, K): as async, but a worker receives fresh parameters (and so
 //   starts its next step) only when every gradient still being computed would be applied
 //   at most K updates after the values it was computed from.
-// In async and ssp modes, batches are handed out at run time (claim_batch, from server 0),
-// so a fast worker takes more of an epoch than a slow one; every batch is taken once.
+// In async and ssp modes, and in sync mode with backup workers, batches are handed out at
+// run time (claim_batch, from server 0), so a fast worker takes more of an epoch than a
+// slow one; every batch is taken once (with backup workers a late one is not trained).
 //
 // Staleness: of a gradient applied on a server, the number of other workers' pushes the
 // server applied between sending the values it was computed from and applying it (0 in
@@ -73,9 +74,12 @@ struct PsOptions {
   std::size_t bucket_bytes = 1u << 20;  // gradient bytes per push message (at least)
   // Sync: backup workers (Chen et al. 2016, "Revisiting distributed synchronous SGD";
   // TensorFlow's SyncReplicasOptimizer): each update is the mean of the first
-  // workers - backup_workers gradients of its step to reach a server (for each of its
-  // pieces); a later one is dropped and its worker gets the current values to go on from,
-  // so a straggler stops setting the pace. 0 <= backup_workers < workers.
+  // workers - backup_workers gradients computed from the values before it to reach a
+  // server (for each of its pieces); a later one is dropped (its batch is not trained)
+  // and its worker gets the current values to go on from, so a straggler stops setting the
+  // pace. The workers claim their batches (claim_batch), so a straggler also trains fewer
+  // of them and the epoch does not wait for it; at a stretch's end (leave) the last update
+  // takes the gradients of the workers still training. 0 <= backup_workers < workers.
   int backup_workers = 0;
   // Async and ssp: how the servers make up for stale gradients (a gradient's staleness: the
   // updates applied since the worker read the values it computed it from).
@@ -158,7 +162,7 @@ class ParameterServer {
   // Receives the parameters to start from (in ssp mode, once the bound allows).
   void join();
   // The next batch of `epoch` (0-based; the same on every worker) among `batches`, or
-  // nullopt when all have been handed out. Async and ssp modes.
+  // nullopt when all have been handed out. Async and ssp modes, sync with backup workers.
   std::optional<std::int64_t> claim_batch(std::int64_t epoch, std::int64_t batches);
   // Arms the push of the gradients of the next backward at learning rate `lr`: each bucket
   // is sent as soon as its gradients are complete, unless `deferred` (then finish_push

@@ -12,9 +12,11 @@
 //
 // Data: sync mode reads fixed shards, one per worker (every worker pushes every step); in
 // async and ssp modes batches are claimed one at a time from server 0 (claim_batch), so
-// that a fast worker takes more of the epoch. At the end of an epoch every worker takes the
-// servers' final values (evaluation sees one model), and the chief reports server 0's
-// staleness histogram ("staleness" in the metrics file).
+// that a fast worker takes more of the epoch, and so in sync mode with backup workers,
+// where a handed-out batch is a worker's share of an update (the batch size over the
+// workers) and a straggler's late batches are dropped, not waited for at the epoch's end. At the end of an epoch every
+// worker takes the servers' final values (evaluation sees one model), and the chief reports server 0's staleness
+// histogram ("staleness" in the metrics file).
 #pragma once
 
 #include "dtrain/dist/core/device_mesh.h"
@@ -45,7 +47,7 @@ class ParameterServerStrategy final : public Strategy, private ServerLoop, priva
   StepStats train_step(std::span<const MicroBatch> micro, optim::Optimizer& optimizer,
                        const StepConfig& config) override;
   // Servers: the server loop. Workers: epoch hooks (meeting the servers), and in async and
-  // ssp modes the batch dispenser (server 0 hands batches out).
+  // ssp modes and sync with backup workers the batch dispenser (server 0 hands batches out).
   Capabilities capabilities() override;
 
   // Whether this rank is a worker (the others serve).
@@ -65,6 +67,8 @@ class ParameterServerStrategy final : public Strategy, private ServerLoop, priva
  private:
   void serve(optim::Optimizer& optimizer, const SaveShare& save_share) override;
   std::optional<std::int64_t> claim_batch(std::int64_t queue, std::int64_t batches) override;
+  bool shares_update() const override;
+  bool hands_out_batches() const;  // async, ssp, and sync with backup workers
   void begin_epoch(std::int64_t epoch) override;
   EpochReport end_epoch() override;
   EpochReport end_training() override;
