@@ -20,7 +20,9 @@
 //   mpirun -np 4 bench_ps --model cnn --modes sync,async,ssp:1,ssp:4 --servers 1,2 [--json]
 //   mpirun -np 4 bench_ps --workers 3 --batch 96 --modes sync,sync+backup=1,async+stale_lr,async+dc=0.04
 // A mode may carry server options after '+': backup=B (sync: backup workers), stale_lr (the
-// staleness-aware learning rate) and dc=LAMBDA (DC-ASGD), as in train_mnist's --parallel.
+// staleness-aware learning rate) and dc=LAMBDA (DC-ASGD), as in train_mnist's --parallel,
+// and batch=N, the case's batch (per update in sync mode, per push in async and ssp modes,
+// where a smaller one gives more updates per epoch).
 //
 // Cases run in turn within each repetition (--reps), so that a slow spell of the machine
 // hits all of them alike.
@@ -78,13 +80,14 @@ struct Outcome {
   std::optional<double> time_to_target;
   double final_accuracy = 0;
   double staleness_mean = 0, staleness_max = 0;
-  double slow_ms = 0;      // worker 1's sleep per update (slowed cases)
-  double step_ms = 0;      // worker 1's median update time without the sleep
+  double slow_ms = 0;  // worker 1's sleep per update (slowed cases)
+  double step_ms = 0;  // worker 1's median update time without the sleep
   int epochs = 0;
 };
 
-// "MODE[+KEY[=VALUE]]...": the mode (dist::parse_ps_mode), then backup=B, stale_lr, dc=LAMBDA.
-void parse_mode(const std::string& text, dist::PsOptions& options) {
+// "MODE[+KEY[=VALUE]]...": the mode (dist::parse_ps_mode), then backup=B, stale_lr, dc=LAMBDA,
+// and batch=N (this case's batch instead of --batch; returned, 0 when not given).
+std::int64_t parse_mode(const std::string& text, dist::PsOptions& options) {
   std::vector<std::string> parts;
   std::size_t at = 0;
   for (std::size_t plus; (plus = text.find('+', at)) != std::string::npos; at = plus + 1) {
@@ -92,14 +95,27 @@ void parse_mode(const std::string& text, dist::PsOptions& options) {
   }
   parts.push_back(text.substr(at));
   dist::parse_ps_mode(parts.front(), options);
+  std::int64_t batch = 0;
   for (std::size_t i = 1; i < parts.size(); ++i) {
     const std::string& p = parts[i];
     if (p == "stale_lr") options.staleness_lr = true;
+    else if (p.starts_with("batch=")) batch = std::stoll(p.substr(6));
     else if (p.starts_with("backup=")) options.backup_workers = std::stoi(p.substr(7));
     else if (p.starts_with("dc=")) options.delay_compensation = std::stod(p.substr(3));
-    else DTRAIN_FAIL("bench_ps: mode '{}': unknown option '{}' (expected backup=B, stale_lr or dc=LAMBDA)", text, p);
+    else
+      DTRAIN_FAIL("bench_ps: mode '{}': unknown option '{}' (expected backup=B, stale_lr, dc=LAMBDA or batch=N)", text,
+                  p);
   }
   dist::check_ps_options(options);
+  DTRAIN_CHECK(batch >= 0, "bench_ps: mode '{}': batch must be positive", text);
+  return batch;
+}
+
+// The case's batch: its mode's batch=N, or --batch.
+std::int64_t case_batch(const Config& c, const std::string& mode) {
+  dist::PsOptions options;
+  const std::int64_t batch = parse_mode(mode, options);
+  return batch > 0 ? batch : c.batch;
 }
 
 // Runs one case on `comm` (the W + S ranks). `slow_ms`: worker 1's sleep per update (0:
@@ -109,17 +125,16 @@ Outcome run_case(const Config& c, const Case& k, const dist::CommunicatorPtr& co
                  double slow_ms) {
   dist::PsOptions options{.servers = k.servers};
   parse_mode(k.mode, options);
+  const std::int64_t batch = case_batch(c, k.mode);
   auto strategy = std::make_shared<dist::ParameterServerStrategy>(comm, Device::cpu(), options);
   manual_seed(1);
   std::shared_ptr<nn::Module> model = c.model == "mlp" ? nn::mlp(28 * 28, {512, 512}, 10) : nn::lenet_cnn(1, 10);
   model = strategy->prepare(model);
   const double momentum = options.mode == dist::PsMode::Sync ? c.momentum : c.async_momentum;
   optim::SGD sgd(model->parameters(), {.lr = 0.05, .momentum = momentum, .weight_decay = 5e-4, .nesterov = true});
-  train::Trainer trainer(strategy, {.train = train, .test = test, .batch_size = c.batch, .seed = 1},
-                         {.epochs = c.epochs,
-                          .target_accuracy = c.target,
-                          .evaluations_per_epoch = c.evals_per_epoch,
-                          .verbose = false});
+  train::Trainer trainer(
+      strategy, {.train = train, .test = test, .batch_size = batch, .seed = 1},
+      {.epochs = c.epochs, .target_accuracy = c.target, .evaluations_per_epoch = c.evals_per_epoch, .verbose = false});
   // train_mnist's schedule: a 0.2-epoch warm-up, then cosine decay over the run.
   const std::int64_t per_epoch = trainer.updates_per_epoch();
   const auto warmup = static_cast<std::int64_t>(0.2 * static_cast<double>(per_epoch));
@@ -174,10 +189,11 @@ int run(const Config& c, const dist::CommunicatorPtr& world) {
     if (c.json) {
       fmt::print("{}\n", nlohmann::ordered_json{{"bench", "ps"}, {"machine", bench::machine_description()}}.dump());
     } else {
-      fmt::print("bench_ps: {} on Fashion-MNIST ({} train), {} workers, batch {} per update, momentum {:g} (sync) and "
-                 "{:g} (async, ssp), target {:.0f}% ({} evaluations per epoch, at most {} epochs); {}\n",
-                 c.model, train_set->size(), c.workers, c.batch, c.momentum, c.async_momentum, 100 * c.target,
-                 c.evals_per_epoch, c.epochs, bench::machine_description());
+      fmt::print(
+          "bench_ps: {} on Fashion-MNIST ({} train), {} workers, batch {} per update, momentum {:g} (sync) and "
+          "{:g} (async, ssp), target {:.0f}% ({} evaluations per epoch, at most {} epochs); {}\n",
+          c.model, train_set->size(), c.workers, c.batch, c.momentum, c.async_momentum, 100 * c.target,
+          c.evals_per_epoch, c.epochs, bench::machine_description());
       fmt::print("{:<4}{:<18}{:>4}{:>6}{:>12}{:>16}{:>10}{:>12}{:>10}\n", "rep", "mode", "S", "slow", "samples/s",
                  "to target (s)", "final %", "staleness", "slow ms");
     }
@@ -202,26 +218,27 @@ int run(const Config& c, const dist::CommunicatorPtr& world) {
           if (!root) continue;
           const auto to_target = out.time_to_target ? fmt::format("{:.1f}", *out.time_to_target) : "-";
           if (c.json) {
-            nlohmann::ordered_json j{{"bench", "ps"},
-                                     {"model", c.model},
-                                     {"rep", rep},
-                                     {"mode", mode},
-                                     {"workers", c.workers},
-                                     {"servers", servers},
-                                     {"ranks", c.workers + servers},
-                                     {"oversubscribed", c.workers + servers > static_cast<int>(std::thread::hardware_concurrency())},
-                                     {"slowed", k.slowed},
-                                     {"slow_ms", out.slow_ms},
-                                     {"batch", c.batch},
-                                     {"momentum", mode.starts_with("sync") ? c.momentum : c.async_momentum},
-                                     {"samples_per_s", out.samples_per_s},
-                                     {"target", c.target},
-                                     {"time_to_target_s", out.time_to_target ? nlohmann::ordered_json(*out.time_to_target)
-                                                                             : nlohmann::ordered_json(nullptr)},
-                                     {"epochs_run", out.epochs},
-                                     {"final_accuracy", out.final_accuracy},
-                                     {"staleness_mean", out.staleness_mean},
-                                     {"staleness_max", out.staleness_max}};
+            nlohmann::ordered_json j{
+                {"bench", "ps"},
+                {"model", c.model},
+                {"rep", rep},
+                {"mode", mode},
+                {"workers", c.workers},
+                {"servers", servers},
+                {"ranks", c.workers + servers},
+                {"oversubscribed", c.workers + servers > static_cast<int>(std::thread::hardware_concurrency())},
+                {"slowed", k.slowed},
+                {"slow_ms", out.slow_ms},
+                {"batch", case_batch(c, mode)},
+                {"momentum", mode.starts_with("sync") ? c.momentum : c.async_momentum},
+                {"samples_per_s", out.samples_per_s},
+                {"target", c.target},
+                {"time_to_target_s",
+                 out.time_to_target ? nlohmann::ordered_json(*out.time_to_target) : nlohmann::ordered_json(nullptr)},
+                {"epochs_run", out.epochs},
+                {"final_accuracy", out.final_accuracy},
+                {"staleness_mean", out.staleness_mean},
+                {"staleness_max", out.staleness_max}};
             fmt::print("{}\n", j.dump());
           } else {
             fmt::print("{:<4}{:<18}{:>4}{:>6}{:>12.0f}{:>16}{:>10.2f}{:>7.2f}/{:<4.0f}{:>10.1f}\n", rep, mode, servers,
@@ -247,12 +264,16 @@ int main(int argc, char** argv) {
   app.add_option("--modes", c.modes, "sync, async, ssp:K")->delimiter(',')->capture_default_str();
   app.add_option("--servers", c.servers, "server counts")->delimiter(',')->capture_default_str();
   app.add_option("--slow", c.slow, "none and/or 2x (worker 1 slowed)")
-      ->delimiter(',')->check(CLI::IsMember({"none", "2x"}))->capture_default_str();
+      ->delimiter(',')
+      ->check(CLI::IsMember({"none", "2x"}))
+      ->capture_default_str();
   app.add_option("--workers", c.workers, "workers")->check(CLI::Range(1, 64))->capture_default_str();
   app.add_option("--epochs", c.epochs, "at most this many epochs (the schedule's length)")
-      ->check(CLI::Range(1, 100))->capture_default_str();
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
   app.add_option("--evals-per-epoch", c.evals_per_epoch, "test-set evaluations per epoch")
-      ->check(CLI::Range(1, 100))->capture_default_str();
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
   app.add_option("--target", c.target, "test accuracy to reach")->check(CLI::Range(0.0, 1.0))->capture_default_str();
   app.add_option("--batch", c.batch, "samples per update")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--momentum", c.momentum, "SGD (Nesterov) momentum in sync mode")->capture_default_str();
