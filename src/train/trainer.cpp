@@ -60,8 +60,10 @@ void Trainer::check_options() {
   DTRAIN_CHECK(options_.top_k >= 0, "Trainer: top_k must be >= 0 (0: off), got {}", options_.top_k);
   const dist::Strategy::Shard shard = strategy_->data_shard();
   // A fixed shard per rank splits each update over the ranks; a handed-out batch is one
-  // rank's whole update, unless the dispenser says it is a share.
-  const int splits = caps_.dispenser && !caps_.dispenser->shares_update() ? 1 : shard.count;
+  // rank's whole update, unless the dispenser says it is a share. A serving rank trains
+  // nothing (a worker checks the batch).
+  const bool whole = caps_.server != nullptr || (caps_.dispenser && !caps_.dispenser->shares_update());
+  const int splits = whole ? 1 : shard.count;
   const std::int64_t parts = static_cast<std::int64_t>(splits) * options_.accumulate;
   DTRAIN_CHECK(data_.batch_size >= parts && data_.batch_size % parts == 0,
                "batch size {}: must be divisible by the {} ranks x {} accumulation steps", data_.batch_size, splits,
