@@ -21,8 +21,8 @@
 //   mpirun -np 4 bench_ps --workers 3 --batch 96 --modes sync,sync+backup=1,async+stale_lr,async+dc=0.04
 // A mode may carry server options after '+': backup=B (sync: backup workers), stale_lr (the
 // staleness-aware learning rate) and dc=LAMBDA (DC-ASGD), as in train_mnist's --parallel,
-// and batch=N, the case's batch (per update in sync mode, per push in async and ssp modes,
-// where a smaller one gives more updates per epoch).
+// and a recipe of its own: batch=N (per update in sync mode, per push in async and ssp
+// modes, where a smaller one gives more updates per epoch), momentum=M and lr=L (the peak).
 //
 // Cases run in turn within each repetition (--reps), so that a slow spell of the machine
 // hits all of them alike.
@@ -85,9 +85,17 @@ struct Outcome {
   int epochs = 0;
 };
 
+// A case's recipe: its batch, momentum and peak learning rate.
+struct Recipe {
+  std::int64_t batch = 0;
+  double momentum = 0;
+  double lr = 0.05;
+};
+
 // "MODE[+KEY[=VALUE]]...": the mode (dist::parse_ps_mode), then backup=B, stale_lr, dc=LAMBDA,
-// and batch=N (this case's batch instead of --batch; returned, 0 when not given).
-std::int64_t parse_mode(const std::string& text, dist::PsOptions& options) {
+// and the recipe's batch=N, momentum=M and lr=L (instead of --batch, the mode's momentum
+// and 0.05).
+Recipe parse_mode(const Config& c, const std::string& text, dist::PsOptions& options) {
   std::vector<std::string> parts;
   std::size_t at = 0;
   for (std::size_t plus; (plus = text.find('+', at)) != std::string::npos; at = plus + 1) {
@@ -95,27 +103,25 @@ std::int64_t parse_mode(const std::string& text, dist::PsOptions& options) {
   }
   parts.push_back(text.substr(at));
   dist::parse_ps_mode(parts.front(), options);
-  std::int64_t batch = 0;
+  Recipe recipe{.batch = c.batch, .momentum = options.mode == dist::PsMode::Sync ? c.momentum : c.async_momentum};
   for (std::size_t i = 1; i < parts.size(); ++i) {
     const std::string& p = parts[i];
     if (p == "stale_lr") options.staleness_lr = true;
-    else if (p.starts_with("batch=")) batch = std::stoll(p.substr(6));
+    else if (p.starts_with("batch=")) recipe.batch = std::stoll(p.substr(6));
+    else if (p.starts_with("momentum=")) recipe.momentum = std::stod(p.substr(9));
+    else if (p.starts_with("lr=")) recipe.lr = std::stod(p.substr(3));
     else if (p.starts_with("backup=")) options.backup_workers = std::stoi(p.substr(7));
     else if (p.starts_with("dc=")) options.delay_compensation = std::stod(p.substr(3));
     else
-      DTRAIN_FAIL("bench_ps: mode '{}': unknown option '{}' (expected backup=B, stale_lr, dc=LAMBDA or batch=N)", text,
-                  p);
+      DTRAIN_FAIL(
+          "bench_ps: mode '{}': unknown option '{}' (expected backup=B, stale_lr, dc=LAMBDA, batch=N, "
+          "momentum=M or lr=L)",
+          text, p);
   }
   dist::check_ps_options(options);
-  DTRAIN_CHECK(batch >= 0, "bench_ps: mode '{}': batch must be positive", text);
-  return batch;
-}
-
-// The case's batch: its mode's batch=N, or --batch.
-std::int64_t case_batch(const Config& c, const std::string& mode) {
-  dist::PsOptions options;
-  const std::int64_t batch = parse_mode(mode, options);
-  return batch > 0 ? batch : c.batch;
+  DTRAIN_CHECK(recipe.batch > 0 && recipe.lr > 0 && recipe.momentum >= 0 && recipe.momentum < 1,
+               "bench_ps: mode '{}': need batch > 0, lr > 0 and momentum in [0, 1)", text);
+  return recipe;
 }
 
 // Runs one case on `comm` (the W + S ranks). `slow_ms`: worker 1's sleep per update (0:
@@ -124,21 +130,21 @@ Outcome run_case(const Config& c, const Case& k, const dist::CommunicatorPtr& co
                  std::shared_ptr<const data::Dataset> train, std::shared_ptr<const data::Dataset> test,
                  double slow_ms) {
   dist::PsOptions options{.servers = k.servers};
-  parse_mode(k.mode, options);
-  const std::int64_t batch = case_batch(c, k.mode);
+  const Recipe recipe = parse_mode(c, k.mode, options);
   auto strategy = std::make_shared<dist::ParameterServerStrategy>(comm, Device::cpu(), options);
   manual_seed(1);
   std::shared_ptr<nn::Module> model = c.model == "mlp" ? nn::mlp(28 * 28, {512, 512}, 10) : nn::lenet_cnn(1, 10);
   model = strategy->prepare(model);
-  const double momentum = options.mode == dist::PsMode::Sync ? c.momentum : c.async_momentum;
-  optim::SGD sgd(model->parameters(), {.lr = 0.05, .momentum = momentum, .weight_decay = 5e-4, .nesterov = true});
+  optim::SGD sgd(model->parameters(),
+                 {.lr = recipe.lr, .momentum = recipe.momentum, .weight_decay = 5e-4, .nesterov = true});
   train::Trainer trainer(
-      strategy, {.train = train, .test = test, .batch_size = batch, .seed = 1},
+      strategy, {.train = train, .test = test, .batch_size = recipe.batch, .seed = 1},
       {.epochs = c.epochs, .target_accuracy = c.target, .evaluations_per_epoch = c.evals_per_epoch, .verbose = false});
   // train_mnist's schedule: a 0.2-epoch warm-up, then cosine decay over the run.
   const std::int64_t per_epoch = trainer.updates_per_epoch();
   const auto warmup = static_cast<std::int64_t>(0.2 * static_cast<double>(per_epoch));
-  const optim::WarmupLr schedule(std::make_shared<optim::CosineLr>(0.05, per_epoch * c.epochs - warmup), warmup, 0.1);
+  const optim::WarmupLr schedule(std::make_shared<optim::CosineLr>(recipe.lr, per_epoch * c.epochs - warmup), warmup,
+                                 0.1);
   std::vector<double> step_s;
   auto last = Clock::now();
   if (comm->rank() == 1) {
@@ -216,6 +222,8 @@ int run(const Config& c, const dist::CommunicatorPtr& world) {
           world->all_reduce(t);
           if (!k.slowed) step_ms = t.item();
           if (!root) continue;
+          dist::PsOptions parsed;
+          const Recipe recipe = parse_mode(c, mode, parsed);
           const auto to_target = out.time_to_target ? fmt::format("{:.1f}", *out.time_to_target) : "-";
           if (c.json) {
             nlohmann::ordered_json j{
@@ -229,8 +237,9 @@ int run(const Config& c, const dist::CommunicatorPtr& world) {
                 {"oversubscribed", c.workers + servers > static_cast<int>(std::thread::hardware_concurrency())},
                 {"slowed", k.slowed},
                 {"slow_ms", out.slow_ms},
-                {"batch", case_batch(c, mode)},
-                {"momentum", mode.starts_with("sync") ? c.momentum : c.async_momentum},
+                {"batch", recipe.batch},
+                {"momentum", recipe.momentum},
+                {"lr", recipe.lr},
                 {"samples_per_s", out.samples_per_s},
                 {"target", c.target},
                 {"time_to_target_s",
