@@ -10,15 +10,16 @@
 # the wall time.
 #
 #   bench/ps_failures.sh [--trainer mnist|imagenet] [--data DIR] [--model M] [--limit-train N]
-#                        [--reps R] [--timeout S] [--out FILE]
+#                        [--reps R] [--timeout S] [--momentum M] [--np "3 4"] [--out FILE]
 #
 # Defaults: train_mnist's CNN on all 60000 Fashion-MNIST images, 3 repetitions, --timeout 20
-# (a lost worker is dropped after 10 s). train_imagenet needs --data (an ImageNet-style
+# (a lost worker is dropped after 10 s), momentum 0.7 (at np 4, 3 asynchronous workers
+# pushing 96 samples each diverged in 2 of 10 runs with it: bench/results/ps_failures.txt), np 3 and 4. train_imagenet needs --data (an ImageNet-style
 # folder, e.g. made by mnist_to_images) and trains --model resnet20 at 28x28.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-trainer=mnist data="" model="" limit=0 reps=3 timeout=20 out=""
+trainer=mnist data="" model="" limit=0 reps=3 timeout=20 out="" momentum=0.7 nps="3 4"
 while [ $# -gt 0 ]; do
   case "$1" in
     --trainer) trainer="$2"; shift 2 ;;
@@ -27,6 +28,8 @@ while [ $# -gt 0 ]; do
     --limit-train) limit="$2"; shift 2 ;;
     --reps) reps="$2"; shift 2 ;;
     --timeout) timeout="$2"; shift 2 ;;
+    --momentum) momentum="$2"; shift 2 ;;
+    --np) nps="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     *) echo "ps_failures.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -36,13 +39,13 @@ case "$trainer" in
     binary=build/release/examples/train_mnist
     # Momentum 0.7, as bench_ps: at 0.9, asynchronous staleness adds momentum of its own and
     # the CNN can diverge (PARAMETER_SERVERS.md).
-    args=(--model "${model:-cnn}" --momentum 0.7)
+    args=(--model "${model:-cnn}" --momentum "$momentum")
     [ -n "$data" ] && args+=(--data "$data")
     examples=60000 ;;
   imagenet)
     binary=build/release/examples/train_imagenet
     [ -n "$data" ] || { echo "ps_failures.sh: --trainer imagenet needs --data DIR" >&2; exit 2; }
-    args=(--data "$data" --model "${model:-resnet20}" --image-size 28 --momentum 0.7)
+    args=(--data "$data" --model "${model:-resnet20}" --image-size 28 --momentum "$momentum")
     examples=$(find "$data/train" -type f | wc -l) ;;
   *) echo "ps_failures.sh: --trainer must be mnist or imagenet" >&2; exit 2 ;;
 esac
@@ -56,7 +59,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 [ -n "$out" ] && exec > >(tee "$out")
 
 commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src include examples scripts || echo "-dirty")
-echo "# bench/ps_failures.sh --trainer $trainer${data:+ --data $data}${model:+ --model $model} --limit-train $limit --reps $reps --timeout $timeout"
+echo "# bench/ps_failures.sh --trainer $trainer${data:+ --data $data}${model:+ --model $model} --limit-train $limit --reps $reps --timeout $timeout --momentum $momentum --np \"$nps\""
 echo "# commit $commit, $(date -u +%Y-%m-%d), $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cpus"
 echo "# ${trainer} ${args[*]}; batch 64 at np 3, 96 at np 4 (a multiple of 3 workers); a lost worker is dropped after $((timeout / 2)) s"
 printf '%-6s %-3s %-10s %-4s %-5s %-8s %-7s %-5s %-7s %-6s %s\n' \
@@ -93,7 +96,7 @@ run() {
   LAST_ACC=$acc
 }
 
-for np in 3 4; do
+for np in $nps; do
   workers=$((np - 1))
   batch=$((32 * workers))
   # Worker 1's step in the middle of its first epoch: it takes about 1/workers of the batches.
