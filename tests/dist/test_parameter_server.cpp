@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -417,84 +418,126 @@ TEST_CASE("ps options for stale gradients, backup and lost workers are refused o
   CHECK_THROWS_WITH(dist::check_ps_options(o), Catch::Contains("lost_after must be >= 0"));
 }
 
-TEST_CASE("ps sync with a backup worker: each update is the first workers' mean, the straggler's batch dropped",
-          "[mpi][dist]") {
-  // Three workers and a server, backup_workers = 1, six batches claimed from server 0.
-  // Worker 2 sleeps 300 ms before each push (a straggler), so it is always late. Workers 0
-  // and 1 wait for each update before they claim again, so the updates are their batches
-  // in claim order, two at a time, and the last one alone: worker 1 finds no batch left
-  // and leaves, and once the straggler's late push is dropped and it leaves too, nobody
-  // else can join that update. The parameters must equal one process's steps over those
-  // rows (1e-5, as sync mode above), the straggler must have trained one batch (the epoch
-  // does not wait for more of it), dropped by the servers (server 0 counts 1 dropped and
-  // 5 applied), and everyone ends with the same values.
+namespace {
+
+struct BackupRun {
+  double diff = 0;  // the parameters against one process on the fast workers' batches
+  std::int64_t dropped = -1, applied = -1, straggler_batches = -1;
+};
+
+// Three workers and a server, backup_workers = 1, `batches` batches claimed from server 0.
+// `pause(worker, batch, pushes_so_far)` is how long that worker waits before pushing that
+// batch; worker 2 is the straggler, whose gradients come late. Workers 0 and 1 wait for each
+// update before they claim again, so the updates are their batches in claim order, two at a
+// time, and the last one alone when they are odd in number.
+BackupRun run_backup(std::int64_t batches,
+                     const std::function<std::chrono::milliseconds(int, std::int64_t, int)>& pause) {
+  BackupRun run;
   auto world = dist::world();
-  if (world->size() != 4) {
-    SUCCEED("needs three workers and one server (mpirun -np 4)");
-    return;
-  }
-  constexpr std::int64_t kBatches = 6;
   auto model = make_mlp();
   auto sgd = make_sgd(*model);
   dist::ParameterServer ps(world, model,
                            {.mode = dist::PsMode::Sync, .servers = 1, .bucket_bytes = 64, .backup_workers = 1});
-  double diff = 0;
-  std::int64_t dropped = -1, applied = -1, straggler_batches = -1;
   if (ps.is_server()) {
     ps.serve(sgd);
-  } else {
-    const int me = ps.worker_index();
-    const Batch batch = make_batch(kRowsPerWorker * kBatches);
-    const auto rows = [&](std::int64_t b) {
-      return cross_entropy((*model)(Variable(batch.x.narrow(0, b * kRowsPerWorker, kRowsPerWorker))),
-                           batch.y.narrow(0, b * kRowsPerWorker, kRowsPerWorker));
-    };
-    Tensor taker = Tensor::zeros({kBatches}, {DType::f64});  // 1 + the worker that trained each batch
-    ps.join();
-    while (auto b = ps.claim_batch(0, kBatches)) {
-      taker.narrow(0, *b, 1).fill_(me + 1);
-      if (me == 2) std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      sgd.zero_grad();
-      ps.begin_push(sgd.lr());
-      rows(*b).backward();
-      ps.finish_push();
-    }
-    ps.leave();
-    ps.sync_parameters();
-    if (me == 0) {
-      const dist::StalenessStats stats = ps.staleness();
-      dropped = stats.dropped;
-      applied = stats.total();
-    }
-    ps.worker_group()->all_reduce(taker);
-    ps.shutdown();
-    // One process: the fast workers' batches in order, two per update.
-    std::vector<std::int64_t> fast;
-    straggler_batches = 0;
-    const std::vector<double> who = taker.to_vector<double>();
-    for (std::int64_t b = 0; b < kBatches; ++b) {
-      if (who[static_cast<std::size_t>(b)] == 3) ++straggler_batches;
-      else fast.push_back(b);
-    }
-    auto reference = make_mlp();
-    auto ref_sgd = make_sgd(*reference);
-    const auto ref_rows = [&](std::int64_t b) {
-      return cross_entropy((*reference)(Variable(batch.x.narrow(0, b * kRowsPerWorker, kRowsPerWorker))),
-                           batch.y.narrow(0, b * kRowsPerWorker, kRowsPerWorker));
-    };
-    for (std::size_t i = 0; i < fast.size(); i += 2) {
-      ref_sgd.zero_grad();
-      Variable loss = i + 1 < fast.size() ? (ref_rows(fast[i]) + ref_rows(fast[i + 1])) * 0.5 : ref_rows(fast[i]);
-      loss.backward();
-      ref_sgd.step();
-    }
-    diff = max_param_diff(*model, *reference);
+    return run;
   }
-  INFO("rank " << world->rank());
-  CHECK(diff < 1e-5);
-  if (ps.worker_index() >= 0) CHECK(straggler_batches == 1);
-  if (ps.worker_index() == 0) {
-    CHECK(dropped == 1);
-    CHECK(applied == kBatches - 1);
+  const int me = ps.worker_index();
+  const Batch batch = make_batch(kRowsPerWorker * batches);
+  const auto rows = [&](nn::Module& m, std::int64_t b) {
+    return cross_entropy(m(Variable(batch.x.narrow(0, b * kRowsPerWorker, kRowsPerWorker))),
+                         batch.y.narrow(0, b * kRowsPerWorker, kRowsPerWorker));
+  };
+  Tensor taker = Tensor::zeros({batches}, {DType::f64});  // 1 + the worker that trained each batch
+  ps.join();
+  ps.worker_group()->barrier();  // the pauses count from a common start
+  int pushes = 0;
+  while (auto b = ps.claim_batch(0, batches)) {
+    taker.narrow(0, *b, 1).fill_(me + 1);
+    std::this_thread::sleep_for(pause(me, *b, pushes++));
+    sgd.zero_grad();
+    ps.begin_push(sgd.lr());
+    rows(*model, *b).backward();
+    ps.finish_push();
+  }
+  ps.leave();
+  ps.sync_parameters();
+  if (me == 0) {
+    const dist::StalenessStats stats = ps.staleness();
+    run.dropped = stats.dropped;
+    run.applied = stats.total();
+  }
+  ps.worker_group()->all_reduce(taker);
+  ps.shutdown();
+  // One process: the fast workers' batches in order, two per update.
+  std::vector<std::int64_t> fast;
+  run.straggler_batches = 0;
+  const std::vector<double> who = taker.to_vector<double>();
+  for (std::int64_t b = 0; b < batches; ++b) {
+    if (who[static_cast<std::size_t>(b)] == 3) ++run.straggler_batches;
+    else fast.push_back(b);
+  }
+  auto reference = make_mlp();
+  auto ref_sgd = make_sgd(*reference);
+  for (std::size_t i = 0; i < fast.size(); i += 2) {
+    ref_sgd.zero_grad();
+    Variable loss = i + 1 < fast.size() ? (rows(*reference, fast[i]) + rows(*reference, fast[i + 1])) * 0.5
+                                        : rows(*reference, fast[i]);
+    loss.backward();
+    ref_sgd.step();
+  }
+  run.diff = max_param_diff(*model, *reference);
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("ps sync with a backup worker: each update is the first workers' mean, the straggler's batch dropped",
+          "[mpi][dist]") {
+  // Six batches; worker 2 sleeps 300 ms before each push, so it is always late. The last
+  // update is worker 0's or 1's alone: the other finds no batch left and leaves, and once
+  // the straggler's late push is dropped and it leaves too, nobody else can join that
+  // update. The parameters must equal one process's steps over the fast workers' rows
+  // (1e-5, as sync mode above), the straggler must have trained one batch (the epoch does
+  // not wait for more of it), dropped by the servers (server 0 counts 1 dropped and 5
+  // applied), and everyone ends with the same values.
+  if (dist::world()->size() != 4) {
+    SUCCEED("needs three workers and one server (mpirun -np 4)");
+    return;
+  }
+  constexpr std::int64_t kBatches = 6;
+  const BackupRun run = run_backup(
+      kBatches, [](int worker, std::int64_t, int) { return std::chrono::milliseconds(worker == 2 ? 300 : 0); });
+  CHECK(run.diff < 1e-5);
+  if (run.straggler_batches >= 0) CHECK(run.straggler_batches == 1);
+  if (run.dropped >= 0) {
+    CHECK(run.dropped == 1);
+    CHECK(run.applied == kBatches - 1);
+  }
+}
+
+TEST_CASE("ps sync with a backup worker: a last push that comes when the others wait for the end is applied alone",
+          "[mpi][dist]") {
+  // Four batches. Workers 0 and 1 push their first at once (the first update); one of them
+  // claims the last batch and holds it 600 ms, while the other's claim waits for the end.
+  // The straggler (worker 2) pushes its first batch after 200 ms, late, is dropped, and
+  // claims: it waits for the end too. When the last batch's push comes, nobody holds a
+  // batch any more: the waiting claims must be answered then (so that their workers leave
+  // and the update can take the one gradient), not when a next claim comes, which never
+  // does (the pusher waits for its update: a deadlock until the timeout).
+  if (dist::world()->size() != 4) {
+    SUCCEED("needs three workers and one server (mpirun -np 4)");
+    return;
+  }
+  constexpr std::int64_t kBatches = 4;
+  const BackupRun run = run_backup(kBatches, [](int worker, std::int64_t, int pushes) {
+    if (worker == 2) return std::chrono::milliseconds(200);
+    return std::chrono::milliseconds(pushes > 0 ? 600 : 0);
+  });
+  CHECK(run.diff < 1e-5);
+  if (run.straggler_batches >= 0) CHECK(run.straggler_batches == 1);
+  if (run.dropped >= 0) {
+    CHECK(run.dropped == 1);
+    CHECK(run.applied == kBatches - 1);
   }
 }

@@ -398,6 +398,9 @@ void PsServer::push_complete(int w, std::int64_t batches) {
   wk.pushed = 0;
   ++wk.pushes;
   for (std::int64_t b = 0; b < batches && !wk.claimed.empty(); ++b) wk.claimed.pop_front();
+  // The last batches held may just have come in: the claims waiting for the end get it now
+  // (in sync mode with backup workers the pusher may wait for them to leave).
+  if (server_ == 0 && !parked_.empty()) settle_claims();
   const auto now = Clock::now();
   const double step_s = std::chrono::duration<double>(now - wk.last_push).count();
   mean_step_s_ = mean_step_s_ == 0 ? step_s : 0.9 * mean_step_s_ + 0.1 * step_s;
