@@ -69,12 +69,6 @@ struct Config {
   bool json = false;
 };
 
-struct Case {
-  std::string mode;
-  int servers;
-  bool slowed;
-};
-
 struct Outcome {
   double samples_per_s = 0;
   std::optional<double> time_to_target;
@@ -124,14 +118,21 @@ Recipe parse_mode(const Config& c, const std::string& text, dist::PsOptions& opt
   return recipe;
 }
 
+struct Case {
+  std::string mode;
+  int servers;
+  bool slowed;
+  dist::PsOptions options;  // the mode's, with its server count
+  Recipe recipe;
+};
+
 // Runs one case on `comm` (the W + S ranks). `slow_ms`: worker 1's sleep per update (0:
 // none). Returns, on rank 0, the outcome; on rank 1 its median step time.
 Outcome run_case(const Config& c, const Case& k, const dist::CommunicatorPtr& comm,
                  std::shared_ptr<const data::Dataset> train, std::shared_ptr<const data::Dataset> test,
                  double slow_ms) {
-  dist::PsOptions options{.servers = k.servers};
-  const Recipe recipe = parse_mode(c, k.mode, options);
-  auto strategy = std::make_shared<dist::ParameterServerStrategy>(comm, Device::cpu(), options);
+  const Recipe& recipe = k.recipe;
+  auto strategy = std::make_shared<dist::ParameterServerStrategy>(comm, Device::cpu(), k.options);
   manual_seed(1);
   std::shared_ptr<nn::Module> model = c.model == "mlp" ? nn::mlp(28 * 28, {512, 512}, 10) : nn::lenet_cnn(1, 10);
   model = strategy->prepare(model);
@@ -208,9 +209,11 @@ int run(const Config& c, const dist::CommunicatorPtr& world) {
   for (int rep = 0; rep < c.reps; ++rep) {
     for (int servers : c.servers) {
       for (const std::string& mode : c.modes) {
+        dist::PsOptions options{.servers = servers};
+        const Recipe recipe = parse_mode(c, mode, options);
         double step_ms = 0;  // worker 1's, unslowed: the sleep of the slowed case
         for (const std::string& slow : c.slow) {
-          const Case k{mode, servers, slow == "2x"};
+          const Case k{mode, servers, slow == "2x", options, recipe};
           const bool active = world->rank() < c.workers + servers;
           auto comm = world->split(active ? 0 : 1, world->rank());
           Outcome out;
@@ -222,8 +225,6 @@ int run(const Config& c, const dist::CommunicatorPtr& world) {
           world->all_reduce(t);
           if (!k.slowed) step_ms = t.item();
           if (!root) continue;
-          dist::PsOptions parsed;
-          const Recipe recipe = parse_mode(c, mode, parsed);
           const auto to_target = out.time_to_target ? fmt::format("{:.1f}", *out.time_to_target) : "-";
           if (c.json) {
             nlohmann::ordered_json j{

@@ -1,7 +1,9 @@
 // The serving side of dist::ParameterServer (private to dist): one loop on the calling
 // thread that keeps a receive posted for every worker's control messages and for every
 // piece it owns, waits for whichever completes (Communicator::wait_any: a short spin, then
-// sleeps), and answers. See ps_protocol.h for the messages.
+// sleeps), and answers. See ps_protocol.h for the messages. ps_server.cpp holds the loop,
+// pushes and values; ps_server_workers.cpp server 0's batch queue, the answers to Leave and
+// lost workers; ps_server_state.h the state both use.
 #pragma once
 
 #include "dist/ps/ps_layout.h"

@@ -92,11 +92,9 @@ CheckpointPlan ParameterServerStrategy::checkpoint_plan() const {
 
 Capabilities ParameterServerStrategy::capabilities() {
   if (!trains()) return {.server = this};
-  return {.dispenser = hands_out_batches() ? this : nullptr, .epochs = this};
-}
-
-bool ParameterServerStrategy::hands_out_batches() const {
-  return options_.mode != PsMode::Sync || options_.backup_workers > 0;
+  // Lockstep sync reads fixed shards; the other modes, and backup workers, claim batches.
+  const bool claims = options_.mode != PsMode::Sync || options_.backup_workers > 0;
+  return {.dispenser = claims ? this : nullptr, .epochs = this};
 }
 
 bool ParameterServerStrategy::shares_update() const { return options_.mode == PsMode::Sync; }

@@ -14,9 +14,10 @@
 // async and ssp modes batches are claimed one at a time from server 0 (claim_batch), so
 // that a fast worker takes more of the epoch, and so in sync mode with backup workers,
 // where a handed-out batch is a worker's share of an update (the batch size over the
-// workers) and a straggler's late batches are dropped, not waited for at the epoch's end. At the end of an epoch every
-// worker takes the servers' final values (evaluation sees one model), and the chief reports server 0's staleness
-// histogram ("staleness" in the metrics file).
+// workers) and a straggler's late batches are dropped, not waited for at the epoch's end.
+// At the end of an epoch every worker takes the servers' final values (evaluation sees one
+// model), and the chief reports server 0's staleness histogram ("staleness" in the metrics
+// file).
 #pragma once
 
 #include "dtrain/dist/core/device_mesh.h"
@@ -68,7 +69,6 @@ class ParameterServerStrategy final : public Strategy, private ServerLoop, priva
   void serve(optim::Optimizer& optimizer, const SaveShare& save_share) override;
   std::optional<std::int64_t> claim_batch(std::int64_t queue, std::int64_t batches) override;
   bool shares_update() const override;
-  bool hands_out_batches() const;  // async, ssp, and sync with backup workers
   void begin_epoch(std::int64_t epoch) override;
   EpochReport end_epoch() override;
   EpochReport end_training() override;
