@@ -25,17 +25,13 @@ void check_cpu(const Tensor& t, const char* op, const char* what) {
                what, t.device().str());
 }
 
-void check_reduction(const Tensor& t, ReduceOp reduce, const char* op, ReducibleDtypes dtypes) {
+void check_reduction(const Tensor& t, ReduceOp reduce, const char* op) {
   const DType d = t.dtype();
-  const bool half = d == DType::f16 || d == DType::bf16;
-  const bool with_half = dtypes == ReducibleDtypes::WithHalf;
-  DTRAIN_CHECK(d == DType::f32 || d == DType::f64 || d == DType::i32 || d == DType::i64 || (half && with_half),
-               "{}: dtype {} cannot be reduced ({}){}", op, dtype_name(d),
-               with_half ? "f32, f64, f16, bf16, i32, i64" : "f32, f64, i32, i64",
-               half ? ": MPI has no 16-bit floating type; 16-bit tensors are reduced on CUDA over NCCL" : "");
+  DTRAIN_CHECK(is_floating(d) || d == DType::i32 || d == DType::i64,
+               "{}: dtype {} cannot be reduced (f32, f64, f16, bf16, i32, i64)", op, dtype_name(d));
   DTRAIN_CHECK(reduce < ReduceOp::kCount, "{}: unknown reduce op {}", op, static_cast<int>(reduce));
-  DTRAIN_CHECK(reduce != ReduceOp::Mean || is_floating(d), "{}: {} needs a floating dtype ({}), got {}", op,
-               reduce_op_name(reduce), with_half ? "f32, f64, f16, bf16" : "f32, f64", dtype_name(d));
+  DTRAIN_CHECK(reduce != ReduceOp::Mean || is_floating(d),
+               "{}: {} needs a floating dtype (f32, f64, f16, bf16), got {}", op, reduce_op_name(reduce), dtype_name(d));
 }
 
 namespace {

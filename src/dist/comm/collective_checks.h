@@ -12,13 +12,9 @@ const char* reduce_op_name(ReduceOp op);
 void check_buffer(const Tensor& t, const char* op, const char* what = "tensor");
 // On the CPU: the MPI backend moves host memory.
 void check_cpu(const Tensor& t, const char* op, const char* what = "tensor");
-// The dtypes a backend reduces: MPI's f32, f64, i32 and i64 (MPI has no 16-bit floating
-// type), or those and f16 and bf16 (NCCL; the single-rank communicator, whose reductions
-// are the identity).
-enum class ReducibleDtypes : std::uint8_t { Standard, WithHalf };
-// A dtype the backend reduces; Mean only for the floating ones.
-void check_reduction(const Tensor& t, ReduceOp reduce, const char* op,
-                     ReducibleDtypes dtypes = ReducibleDtypes::Standard);
+// A dtype every backend reduces (f32, f64, f16, bf16, i32, i64; MPI reduces the 16-bit
+// floats with operations of dtrain's own); Mean only for the floating ones.
+void check_reduction(const Tensor& t, ReduceOp reduce, const char* op);
 // all_gather: out has shape (size, *in.shape()) and in's dtype.
 void check_gather_shapes(const Tensor& in, const Tensor& out, int size, const char* op);
 // True when `in` is out[rank] itself (contiguous, same storage and place): the all-gather

@@ -20,7 +20,7 @@ class DoneWork final : public Work {
 
 WorkPtr LocalCommunicator::all_reduce_async(Tensor& t, ReduceOp op) {
   check_buffer(t, "all_reduce");
-  check_reduction(t, op, "all_reduce", ReducibleDtypes::WithHalf);
+  check_reduction(t, op, "all_reduce");
   return std::make_shared<DoneWork>();  // sum, avg, max and min of one value are the value
 }
 
@@ -41,7 +41,7 @@ WorkPtr LocalCommunicator::reduce_scatter_async(const Tensor& in, Tensor& out, R
   check_buffer(in, "reduce_scatter", "in");
   check_buffer(out, "reduce_scatter", "out");
   check_scatter_shapes(in, out, 1, "reduce_scatter");
-  check_reduction(in, op, "reduce_scatter", ReducibleDtypes::WithHalf);
+  check_reduction(in, op, "reduce_scatter");
   out.copy_(in.select(0, 0));
   return std::make_shared<DoneWork>();
 }

@@ -161,7 +161,7 @@ class NcclCommunicator final : public Communicator {
 
   WorkPtr all_reduce_async(Tensor& t, ReduceOp op) override {
     check_gpu_buffer(t, "all_reduce");
-    check_reduction(t, op, "all_reduce", ReducibleDtypes::WithHalf);
+    check_reduction(t, op, "all_reduce");
     return work(collectives_, fmt::format("all_reduce ({}, {} bytes)", reduce_op_name(op), t.nbytes()),
                 [&](ncclComm_t c, cudaStream_t s) {
                   return ncclAllReduce(t.raw_data(), t.raw_data(), count(t), nccl_type(t.dtype()), nccl_op(op), c, s);
@@ -193,7 +193,7 @@ class NcclCommunicator final : public Communicator {
     check_gpu_buffer(in, "reduce_scatter", "in");
     check_gpu_buffer(out, "reduce_scatter", "out");
     check_scatter_shapes(in, out, size_, "reduce_scatter");
-    check_reduction(in, op, "reduce_scatter", ReducibleDtypes::WithHalf);
+    check_reduction(in, op, "reduce_scatter");
     return work(collectives_, fmt::format("reduce_scatter ({}, {} bytes per rank)", reduce_op_name(op), out.nbytes()),
                 [&](ncclComm_t c, cudaStream_t s) {
                   return ncclReduceScatter(in.raw_data(), out.raw_data(), count(out), nccl_type(in.dtype()),

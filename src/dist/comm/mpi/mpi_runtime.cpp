@@ -1,5 +1,7 @@
 #include "dist/comm/mpi/mpi_runtime.h"
 
+#include "dist/comm/reduce_kernels.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -80,14 +82,39 @@ MPI_Datatype datatype(DType dtype) {
     case DType::i64: return MPI_INT64_T;
     case DType::i32: return MPI_INT32_T;
     case DType::u8: return MPI_UINT8_T;
-    // Moved, never reduced by MPI (check_reduction): 16 bits as they are.
+    // 16 bits as they are; reduce_op gives their reductions.
     case DType::f16:
     case DType::bf16: return MPI_UINT16_T;
   }
   DTRAIN_FAIL("dist: no MPI datatype for dtype {}", static_cast<int>(dtype));
 }
 
-MPI_Op reduce_op(ReduceOp op) {
+namespace {
+// MPI_User_function over `len` elements of T: inout = in (op) inout.
+template <class T, ReduceOp R>
+void half_reduction(void* in, void* inout, int* len, MPI_Datatype*) {
+  combine(inout, inout, in, static_cast<std::size_t>(*len), dtype_v<T>, R);
+}
+
+template <class T>
+MPI_Op half_op(ReduceOp op) {
+  // Made once per (dtype, op), after MPI_Init (reduce_op runs on a communicator's thread);
+  // MPI_Finalize frees them.
+  static const auto make = [](MPI_User_function* f) {
+    MPI_Op made = MPI_OP_NULL;
+    check(MPI_Op_create(f, /*commute=*/1, &made), "MPI_Op_create");
+    return made;
+  };
+  static const MPI_Op sum = make(&half_reduction<T, ReduceOp::Sum>);
+  static const MPI_Op max = make(&half_reduction<T, ReduceOp::Max>);
+  static const MPI_Op min = make(&half_reduction<T, ReduceOp::Min>);
+  return op == ReduceOp::Max ? max : op == ReduceOp::Min ? min : sum;
+}
+}  // namespace
+
+MPI_Op reduce_op(ReduceOp op, DType dtype) {
+  if (dtype == DType::f16) return half_op<Half>(op);
+  if (dtype == DType::bf16) return half_op<BFloat16>(op);
   switch (op) {
     case ReduceOp::Sum:
     case ReduceOp::Mean: return MPI_SUM;

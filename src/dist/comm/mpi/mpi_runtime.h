@@ -18,7 +18,10 @@ void ensure_initialized();
 void check(int rc, const char* call);
 
 MPI_Datatype datatype(DType dtype);
-MPI_Op reduce_op(ReduceOp op);  // Sum (also for Mean, which divides afterwards), Max, Min
+// Sum (also for Mean, which divides afterwards), Max, Min. MPI has no 16-bit floats: for
+// f16 and bf16 (moved as MPI_UINT16_T) these are operations of dtrain's own (MPI_Op_create
+// over reduce_kernels' combine), made on first use.
+MPI_Op reduce_op(ReduceOp op, DType dtype);
 
 // Objects holding MPI resources register here: before MPI_Finalize, the exit handler calls
 // shutdown() on those still alive.
