@@ -31,7 +31,8 @@ void check_reduction(const Tensor& t, ReduceOp reduce, const char* op) {
                "{}: dtype {} cannot be reduced (f32, f64, f16, bf16, i32, i64)", op, dtype_name(d));
   DTRAIN_CHECK(reduce < ReduceOp::kCount, "{}: unknown reduce op {}", op, static_cast<int>(reduce));
   DTRAIN_CHECK(reduce != ReduceOp::Mean || is_floating(d),
-               "{}: {} needs a floating dtype (f32, f64, f16, bf16), got {}", op, reduce_op_name(reduce), dtype_name(d));
+               "{}: {} needs a floating dtype (f32, f64, f16, bf16), got {}", op, reduce_op_name(reduce),
+               dtype_name(d));
 }
 
 namespace {

@@ -222,8 +222,8 @@ void MpiCommunicator::all_reduce_now(State& state, const Tensor& t, ReduceOp op,
     state.shm->run(data, count, t.dtype(), op);  // averages by itself
     return;
   } else {
-    check(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), datatype(t.dtype()),
-                        reduce_op(op, t.dtype()), state.comm),
+    check(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), datatype(t.dtype()), reduce_op(op, t.dtype()),
+                        state.comm),
           "MPI_Allreduce");
   }
   if (op == ReduceOp::Mean) divide(data, count, t.dtype(), state.size);
@@ -292,7 +292,7 @@ std::pair<OpInfo, std::function<void()>> MpiCommunicator::prepare_reduce_scatter
   mpi_count(in.numel(), "reduce_scatter");
   auto body = [comm = state_->comm, ranks = size_, in, out, op, count] {
     check(MPI_Reduce_scatter_block(in.raw_data(), out.raw_data(), count, datatype(in.dtype()),
-                                  reduce_op(op, in.dtype()), comm),
+                                   reduce_op(op, in.dtype()), comm),
           "MPI_Reduce_scatter_block");
     if (op == ReduceOp::Mean) divide(out.raw_data(), static_cast<std::size_t>(count), out.dtype(), ranks);
   };
