@@ -1,6 +1,8 @@
 #include "dtrain/dist/data_parallel/gradient_exchange.h"
 
 #include "dtrain/core/error.h"
+#include "dist/data_parallel/cast_exchange.h"
+#include "dist/data_parallel/powersgd_exchange.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -24,40 +26,72 @@ class AllReduceMean final : public GradientExchange {
 
 struct Registry {
   std::mutex mutex;
-  std::map<std::string, GradientExchangeFactory, std::less<>> kinds;
+  std::map<std::string, ConfigurableGradientExchangeFactory, std::less<>> kinds;
 };
+
+// A factory without options, refusing any.
+ConfigurableGradientExchangeFactory without_options(std::string name, GradientExchangeFactory factory) {
+  return [name = std::move(name), factory = std::move(factory)](const CommunicatorPtr& replicas,
+                                                                std::string_view options) {
+    DTRAIN_CHECK(options.empty(), "gradient exchange '{}:{}': {} takes no options", name, options, name);
+    return factory(replicas);
+  };
+}
 
 // The built-in kinds: one line each.
 Registry& registry() {
-  static Registry r{.mutex = {},
-                    .kinds = {
-                        {"all_reduce", [](const CommunicatorPtr& c) { return std::make_unique<AllReduceMean>(c); }},
-                    }};
+  static Registry r{
+      .mutex = {},
+      .kinds = {
+          {"all_reduce",
+           without_options("all_reduce", [](const CommunicatorPtr& c) { return std::make_unique<AllReduceMean>(c); })},
+          {"fp16", without_options("fp16", [](const CommunicatorPtr& c) { return make_cast_exchange(c, DType::f16); })},
+          {"bf16",
+           without_options("bf16", [](const CommunicatorPtr& c) { return make_cast_exchange(c, DType::bf16); })},
+          {"powersgd",
+           [](const CommunicatorPtr& c, std::string_view options) {
+             return make_powersgd_exchange(c, parse_powersgd_options(options));
+           }},
+      }};
   return r;
 }
 
-}  // namespace
-
-void register_gradient_exchange(const std::string& name, GradientExchangeFactory factory) {
-  DTRAIN_CHECK(!name.empty() && factory != nullptr, "register_gradient_exchange: a name and a factory are needed");
+void add_kind(const std::string& name, ConfigurableGradientExchangeFactory factory) {
+  DTRAIN_CHECK(!name.empty() && name.find(':') == std::string::npos,
+               "register_gradient_exchange: the name must be non-empty and without ':', got '{}'", name);
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
   r.kinds[name] = std::move(factory);
 }
 
-GradientExchangePtr make_gradient_exchange(std::string_view name, const CommunicatorPtr& replicas) {
-  DTRAIN_CHECK(replicas != nullptr, "gradient exchange '{}': no communicator given", name);
-  GradientExchangeFactory factory;
+}  // namespace
+
+void register_gradient_exchange(const std::string& name, GradientExchangeFactory factory) {
+  DTRAIN_CHECK(factory != nullptr, "register_gradient_exchange: '{}' needs a factory", name);
+  add_kind(name, without_options(name, std::move(factory)));
+}
+
+void register_gradient_exchange(const std::string& name, ConfigurableGradientExchangeFactory factory) {
+  DTRAIN_CHECK(factory != nullptr, "register_gradient_exchange: '{}' needs a factory", name);
+  add_kind(name, std::move(factory));
+}
+
+GradientExchangePtr make_gradient_exchange(std::string_view spec, const CommunicatorPtr& replicas) {
+  DTRAIN_CHECK(replicas != nullptr, "gradient exchange '{}': no communicator given", spec);
+  const std::size_t colon = spec.find(':');
+  const std::string_view name = spec.substr(0, colon);
+  const std::string_view options = colon == std::string_view::npos ? std::string_view() : spec.substr(colon + 1);
+  ConfigurableGradientExchangeFactory factory;
   {
     Registry& r = registry();
     std::lock_guard lock(r.mutex);
     const auto it = r.kinds.find(name);
     if (it != r.kinds.end()) factory = it->second;
   }
-  DTRAIN_CHECK(factory != nullptr, "gradient exchange '{}': no such kind (known: {})", name,
+  DTRAIN_CHECK(factory != nullptr, "gradient exchange '{}': no such kind (known: {})", spec,
                fmt::join(gradient_exchange_names(), ", "));
-  GradientExchangePtr exchange = factory(replicas);
-  DTRAIN_CHECK(exchange != nullptr, "gradient exchange '{}': its factory returned nothing", name);
+  GradientExchangePtr exchange = factory(replicas, options);
+  DTRAIN_CHECK(exchange != nullptr, "gradient exchange '{}': its factory returned nothing", spec);
   return exchange;
 }
 

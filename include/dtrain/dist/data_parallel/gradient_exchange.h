@@ -5,8 +5,22 @@
 // work to wait for. When that work is done, the bucket holds what each parameter's
 // gradient becomes (for the default, the mean over the replicas).
 //
-// Built in: "all_reduce" (the mean by all_reduce_async, the default). New kinds, such as a
-// reduce-scatter into a shard (sharded data parallelism) or a compressed all-reduce, are a
+// Built in:
+// - "all_reduce": the mean by all_reduce_async (the default).
+// - "fp16", "bf16": each bucket is divided by the replica count, cast to 16 bits, summed over
+//   the replicas in 16 bits (half the bytes on the wire) and cast back (PyTorch DDP's
+//   fp16/bf16 compression hooks). An inf or NaN stays one, so a loss scaler still sees an
+//   overflow; fp16 also overflows above 65504, which a dynamic loss scale backs off from.
+// - "powersgd:R[:W]": PowerSGD (Vogels et al. 2019, as PyTorch's powerSGD_hook): each
+//   weight matrix (rows = the first dimension) that rank R shrinks at least 2x goes as two
+//   all-reduced factors P (rows x R) and Q (cols x R) from one power-iteration step, Q kept
+//   from the step before (warm start), what the factors miss carried to the next step
+//   (error feedback); vectors and small matrices are averaged as they are. The first W
+//   steps (default 100) are plain all-reduces. See src/dist/data_parallel/powersgd_exchange.h.
+//
+// A kind's name may carry options after a colon ("powersgd:4:10"): make_gradient_exchange
+// hands the text after the first colon to the kind's factory. New kinds, such as a
+// reduce-scatter into a shard (sharded data parallelism) or another compression, are a
 // class and one registration line:
 //
 //   class F64Mean final : public dist::GradientExchange { ... };
@@ -58,11 +72,17 @@ using GradientExchangePtr = std::unique_ptr<GradientExchange>;
 
 // Builds an exchange over the replicas' communicator.
 using GradientExchangeFactory = std::function<GradientExchangePtr(const CommunicatorPtr& replicas)>;
+// The same for a kind with options: `options` is the text after the name's first colon ("" without one).
+using ConfigurableGradientExchangeFactory =
+    std::function<GradientExchangePtr(const CommunicatorPtr& replicas, std::string_view options)>;
 
-// Adds (or replaces) the kind `name`. Thread-safe; normally called once at start-up.
+// Adds (or replaces) the kind `name` (no colon in it). Thread-safe; normally called once at
+// start-up. A kind registered without options refuses any.
 void register_gradient_exchange(const std::string& name, GradientExchangeFactory factory);
-// Builds the kind `name`; throws naming the known kinds when there is none of that name.
-GradientExchangePtr make_gradient_exchange(std::string_view name, const CommunicatorPtr& replicas);
+void register_gradient_exchange(const std::string& name, ConfigurableGradientExchangeFactory factory);
+// Builds the kind `spec` names ("name" or "name:options"); throws naming the known kinds
+// when there is none of that name.
+GradientExchangePtr make_gradient_exchange(std::string_view spec, const CommunicatorPtr& replicas);
 // The registered kinds, sorted.
 std::vector<std::string> gradient_exchange_names();
 
