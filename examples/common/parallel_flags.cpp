@@ -2,6 +2,7 @@
 
 #include "dtrain/core/error.h"
 #include "dtrain/dist/core/cluster_spec.h"
+#include "dtrain/dist/data_parallel/data_parallel_strategy.h"
 #include "dtrain/dist/pipeline/pipeline_strategy.h"
 #include "dtrain/dist/ps/ps_strategy.h"
 
@@ -49,6 +50,9 @@ void add_parallel_flags(CLI::App& app, ParallelFlags& p) {
                  "alias of backup=B: with --ps-mode sync, each update takes the first workers - B gradients "
                  "and drops the late ones (a straggler stops setting the pace)")
       ->check(CLI::Range(0, 1 << 16));
+  app.add_option("--grad-compression", p.grad_compression,
+                 "alias of exchange=: none (default), fp16, bf16 or powersgd:R[:W] (rank R, W plain steps first; "
+                 "dtrain/dist/data_parallel/gradient_exchange.h): what data-parallel gradients go over the wire as");
   app.add_option("--cluster", p.cluster,
                  "parameter-server roles as a TF_CONFIG-style JSON file {\"cluster\": "
                  "{\"worker\": [...], \"ps\": [...]}} (or the DTRAIN_CLUSTER variable): sets ps=<its ps tasks>");
@@ -67,6 +71,7 @@ std::string parallel_spec(const ParallelFlags& p, dist::Communicator& world) {
   if (!p.recompute_stages.empty()) {
     items.push_back(fmt::format("recompute_stages={}", fmt::join(p.recompute_stages, ":")));
   }
+  if (p.grad_compression && *p.grad_compression != "none") items.push_back("exchange=" + *p.grad_compression);
   if (p.ps_mode) items.push_back("mode=" + *p.ps_mode);
   if (p.backup_workers) items.push_back(fmt::format("backup={}", *p.backup_workers));
   const char* cluster_env = std::getenv("DTRAIN_CLUSTER");
@@ -84,6 +89,10 @@ std::string parallel_spec(const ParallelFlags& p, dist::Communicator& world) {
   }
   if (servers) items.push_back(fmt::format("ps={}", *servers));
   else if (p.strategy == "ps") items.push_back("ps");
+  // --grad-compression alone compresses the default, data parallelism.
+  const bool names_kind =
+      !p.spec.empty() || (p.pipeline_stages && *p.pipeline_stages > 1) || servers || p.strategy == "ps";
+  if (p.grad_compression && *p.grad_compression != "none" && !names_kind) items.insert(items.begin(), "dp");
   return fmt::format("{}", fmt::join(items, ","));
 }
 
@@ -118,6 +127,11 @@ std::string describe_layout(const dist::Strategy& strategy, int world_size) {
         : o.recompute_stages.empty() ? ""
                                      : fmt::format(", recomputing on stages {}", fmt::join(o.recompute_stages, ",")),
         pipeline->module().num_parameters());
+  }
+  if (const auto* dp = dynamic_cast<const dist::DataParallelStrategy*>(&strategy)) {
+    const std::string& exchange = dp->options().data_parallel.gradient_exchange;
+    if (exchange != "all_reduce")
+      return fmt::format("data parallel: {} replicas, gradient exchange {}", world_size, exchange);
   }
   return "";
 }

@@ -1,9 +1,9 @@
 // How an example trainer is distributed: --parallel SPEC (dist::make_strategy's spec,
 // dtrain/dist/core/strategy_factory.h), and the older flags, kept as aliases that add keys to
 // the spec (--pipeline-stages K is pp=K, --strategy ps is ps, --num-ps S is ps=S,
-// --ps-mode M is mode=M, --backup-workers B is backup=B, ...). A key given both ways is an
-// error naming it. Later options (gradient compression, sharding) are spec keys or kinds,
-// not new flags.
+// --ps-mode M is mode=M, --backup-workers B is backup=B, --grad-compression C is
+// exchange=C, ...). A key given both ways is an error naming it. Later options are spec
+// keys or kinds, not new flags.
 #pragma once
 
 #include "dtrain/dist/core/strategy.h"
@@ -22,7 +22,7 @@ struct ParallelFlags {
   std::string spec;  // --parallel
   // The aliases, each set only when given.
   std::optional<int> pipeline_stages, micro_batches, virtual_stages, num_ps, backup_workers;
-  std::optional<std::string> pipeline_schedule, pipeline_balance, ps_mode;
+  std::optional<std::string> pipeline_schedule, pipeline_balance, ps_mode, grad_compression;
   std::vector<int> pipeline_cuts;
   bool recompute = false;
   std::vector<int> recompute_stages;

@@ -40,6 +40,7 @@ class DataParallelStrategy final : public Strategy {
   // The wrapper, after prepare().
   DataParallel& data_parallel();
   const CommunicatorPtr& communicator() const { return comm_; }
+  const DataParallelStrategyOptions& options() const { return options_; }
 
  protected:
   void forward_backward(const MicroBatch& batch, double weight, bool last, const StepConfig& config,
