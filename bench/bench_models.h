@@ -21,21 +21,23 @@ struct BenchModel {
 
 // The names bench_model takes.
 inline const std::vector<std::string>& bench_model_names() {
-  static const std::vector<std::string> names{"mlp",          "mlp_50m",     "mlp_1b", "cnn", "resnet18_cifar",
-                                              "resnet18_224", "resnet50_224"};
+  static const std::vector<std::string> names{
+      "mlp", "mlp_50m", "mlp_1b", "cnn", "resnet20_cifar", "resnet18_cifar", "resnet18_224", "resnet50_224"};
   return names;
 }
 
 // mlp (784-512-512-10), mlp_50m (16 equal 1768x1768 layers and a 10-way head: 50.0M
 // parameters, for sharded data parallelism's memory), mlp_1b (14 equal 8192x8192 layers and
 // a 10-way head: 0.94B parameters, 15 GB with Adam in f32: too big for plain data
-// parallelism on two ranks of a 24 GiB machine), cnn (LeNet-style), resnet18_cifar
-// (32x32x3, 10 classes), resnet18_224 or resnet50_224 (224x224x3, 1000 classes).
+// parallelism on two ranks of a 24 GiB machine), cnn (LeNet-style), resnet20_cifar (He et
+// al.'s CIFAR ResNet-20, 0.27M parameters) and resnet18_cifar (32x32x3, 10 classes), resnet18_224 or resnet50_224
+// (224x224x3, 1000 classes).
 inline BenchModel bench_model(const std::string& name) {
   if (name == "mlp") return {nn::mlp(28 * 28, {512, 512}, 10), {1, 28, 28}, 10};
   if (name == "mlp_50m") return {nn::mlp(1768, std::vector<std::int64_t>(16, 1768), 10), {1768}, 10};
   if (name == "mlp_1b") return {nn::mlp(8192, std::vector<std::int64_t>(14, 8192), 10), {8192}, 10};
   if (name == "cnn") return {nn::lenet_cnn(1, 10), {1, 28, 28}, 10};
+  if (name == "resnet20_cifar") return {nn::resnet_cifar(20, 10), {3, 32, 32}, 10};
   if (name == "resnet18_cifar") return {nn::resnet(18, 10, nn::ResNetStem::Cifar), {3, 32, 32}, 10};
   if (name == "resnet50_224") return {nn::resnet(50, 1000, nn::ResNetStem::ImageNet), {3, 224, 224}, 1000};
   return {nn::resnet(18, 1000, nn::ResNetStem::ImageNet), {3, 224, 224}, 1000};
