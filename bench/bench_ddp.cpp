@@ -49,6 +49,7 @@ struct Config {
   int warmup = 3;                      // unmeasured steps of each case first; the replicas are checked after them
   int threads = 0;                     // 0: dtrain's default (cores / local ranks)
   std::vector<std::string> exchanges;  // extra cases, one per gradient exchange kind
+  double bucket_mb = 4;                // DataParallelOptions::bucket_bytes, in MiB, for every case
   bool json = false;
 };
 
@@ -101,6 +102,7 @@ void report(const Config& c, int world, const std::vector<Case>& cases, double r
                                 {"batch_per_rank", c.batch},
                                 {"threads", num_threads()},
                                 {"steps", c.steps},
+                                {"bucket_mb", c.bucket_mb},
                                 {"step_ms_median", overlap.median_ms},
                                 {"step_ms_min", overlap.min_ms},
                                 {"step_ms_max", overlap.max_ms},
@@ -146,11 +148,14 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
   if (c.threads > 0) set_num_threads(c.threads);
   // overlap, no_comm, no_overlap (report() relies on these three first), then the exchanges.
   std::vector<Case> cases;
-  cases.emplace_back("all-reduce overlapped (default)", dist::DataParallelOptions{.overlap = true});
-  cases.emplace_back("no communication", dist::DataParallelOptions{.communicate = false});
-  cases.emplace_back("all-reduce after backward", dist::DataParallelOptions{.overlap = false});
+  const auto bucket_bytes = static_cast<std::size_t>(c.bucket_mb * (1 << 20));
+  cases.emplace_back("all-reduce overlapped (default)", dist::DataParallelOptions{.bucket_bytes = bucket_bytes});
+  cases.emplace_back("no communication", dist::DataParallelOptions{.bucket_bytes = bucket_bytes, .communicate = false});
+  cases.emplace_back("all-reduce after backward",
+                     dist::DataParallelOptions{.bucket_bytes = bucket_bytes, .overlap = false});
   for (const std::string& kind : c.exchanges) {
-    cases.emplace_back("exchange " + kind, dist::DataParallelOptions{.gradient_exchange = kind});
+    cases.emplace_back("exchange " + kind,
+                       dist::DataParallelOptions{.bucket_bytes = bucket_bytes, .gradient_exchange = kind});
   }
   bench::BenchModel m;
   for (Case& k : cases) {
@@ -202,6 +207,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--threads", config.threads, "intra-op threads per rank (default: cores / local ranks)")
       ->check(CLI::Range(1, 1024));
+  app.add_option("--bucket-mb", config.bucket_mb, "gradient bucket size in MiB, for every case")
+      ->check(CLI::Range(0.001, 4096.0))
+      ->capture_default_str();
   app.add_option("--exchanges", config.exchanges,
                  "extra cases: gradient exchange kinds, comma-separated (fp16, bf16, powersgd:R[:W])")
       ->delimiter(',');

@@ -142,10 +142,14 @@ def resnet18(imagenet_stem, classes):
 
 
 def run_ranks(worker, ranks, args):
-    """Runs worker(rank, world, args) on every rank: the ranks torch.distributed.run started
-    (its environment names them), or `ranks` processes spawned here on localhost."""
+    """Runs worker(rank, world, args) on every rank: the ranks torch.distributed.run or mpirun
+    started (their environment names them; mpirun's need MASTER_ADDR and MASTER_PORT set), or
+    `ranks` processes spawned here on localhost."""
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)
+        return
+    if "OMPI_COMM_WORLD_RANK" in os.environ and "MASTER_ADDR" in os.environ:  # under mpirun (emulated hosts)
+        worker(int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"]), args)
         return
     import socket
 

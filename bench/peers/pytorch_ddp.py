@@ -12,9 +12,15 @@ two print comparable numbers:
     so that both see the same machine load; each step's time is the slowest rank's.
   - efficiency = median no-sync step time / median synced step time.
 
+--hook fp16|bf16|powersgd:R[:W] registers DDP's communication hook of that name (the
+compression hooks of torch.distributed.algorithms.ddp_comm_hooks; PowerSGD at rank R with
+error feedback and warm start, compressing from step W, default 2, the earliest it allows),
+the peer of bench_ddp --exchanges.
+
 Spawns its ranks itself on localhost:
   python pytorch_ddp.py --model cnn --ranks 2 --batch 64 --threads 1
-or runs under torch.distributed.run (ranks then come from its environment):
+or runs under torch.distributed.run or mpirun (ranks then come from its environment; under
+mpirun MASTER_ADDR and MASTER_PORT must be set, as bench/netns/run_netns.sh runs need):
   python -m torch.distributed.run --nproc_per_node 2 pytorch_ddp.py --model cnn
 Prints a table, or with --json one line in the bench output contract's style.
 """
@@ -37,8 +43,12 @@ def parse_args():
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
     p.add_argument("--steps", type=int, default=20, help="measured steps of each kind (synced, no-sync)")
     p.add_argument("--warmup", type=int, default=3, help="unmeasured steps of each kind first")
+    p.add_argument("--bucket-mb", type=float, default=25, help="DDP's bucket_cap_mb (its default: 25)")
+    p.add_argument("--hook", default="none", help="none, fp16, bf16 or powersgd:R[:W] (a DDP communication hook)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = p.parse_args()
+    if args.hook not in ("none", "fp16", "bf16") and not args.hook.startswith("powersgd:"):
+        p.error(f"--hook must be none, fp16, bf16 or powersgd:R[:W], got '{args.hook}'")
     peer_models.require_at_least(p, args, ranks=1, batch=1, threads=1, steps=1, warmup=0)
     return args
 
@@ -57,7 +67,8 @@ def worker(rank, world, args):
     # no_sync steps too. Recent torch renamed the flag; Debian's 1.13 knows the old name.
     params = inspect.signature(DistributedDataParallel).parameters
     flag = "forward_sync_buffers" if "forward_sync_buffers" in params else "broadcast_buffers"
-    ddp = DistributedDataParallel(model, **{flag: False})
+    ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb, **{flag: False})
+    register_hook(ddp, args.hook)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
     gen = torch.Generator().manual_seed(100 + rank)
@@ -88,13 +99,30 @@ def worker(rank, world, args):
     peer_models.leave()
 
 
+def register_hook(ddp, hook):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    if hook == "fp16":
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif hook == "bf16":
+        ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    elif hook.startswith("powersgd:"):
+        parts = hook.split(":")
+        state = powerSGD_hook.PowerSGDState(
+            process_group=None, matrix_approximation_rank=int(parts[1]),
+            start_powerSGD_iter=int(parts[2]) if len(parts) > 2 else 2, min_compression_rate=2,
+            use_error_feedback=True, warm_start=True)
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+
+
 def report(args, world, version, synced, unsynced):
     def ms(seconds):
         return round(1000 * seconds, 3)
 
     t_with, t_without = statistics.median(synced), statistics.median(unsynced)
     result = {
-        "bench": "ddp", "framework": "pytorch", "framework_version": version, "model": args.model,
+        "bench": "ddp", "framework": "pytorch", "framework_version": version, "model": args.model, "hook": args.hook,
+        "bucket_mb": args.bucket_mb,
         "ranks": world, "batch_per_rank": args.batch, "threads": args.threads, "steps": args.steps,
         "step_ms_median": ms(t_with), "step_ms_min": ms(min(synced)), "step_ms_max": ms(max(synced)),
         "step_ms_no_comm_median": ms(t_without), "step_ms_no_comm_min": ms(min(unsynced)),

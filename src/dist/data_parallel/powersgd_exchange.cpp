@@ -103,11 +103,12 @@ class PowerSgd final : public GradientExchange {
     const Tensor flat = buffer.view({buffer.numel()});
     allocate(index, s, flat);
     for (Matrix& m : s.matrices) {
-      Tensor grad = matrix_view(flat, m.offset, m.rows, m.cols);
-      binary_out(BinaryOp::Add, grad, m.error, grad);  // error feedback
+      // The error buffer becomes M = gradient + error (error feedback); the bucket's region
+      // is free until the approximation lands there.
+      binary_out(BinaryOp::Add, m.error, matrix_view(flat, m.offset, m.rows, m.cols), m.error);
       Tensor p = matrix_view(s.p, m.p_offset, m.rows, options_.rank);
       p.zero_();
-      matmul_add_(p, grad, m.q);
+      matmul_add_(p, m.error, m.q);
     }
     for (const Plain& plain : s.plain)
       s.p.narrow(0, plain.packed, plain.numel).copy_(flat.narrow(0, plain.offset, plain.numel));
@@ -126,7 +127,7 @@ class PowerSgd final : public GradientExchange {
       orthonormalize_columns(p);
       Tensor q = matrix_view(s.q, m.q_offset, m.cols, options_.rank);
       q.zero_();
-      matmul_add_(q, matrix_view(flat, m.offset, m.rows, m.cols), p, /*transpose_a=*/true);
+      matmul_add_(q, m.error, p, /*transpose_a=*/true);
     }
     replicas_->all_reduce(s.q, ReduceOp::Sum);
     binary_out(BinaryOp::Mul, s.q, s.share, s.q);
@@ -135,10 +136,9 @@ class PowerSgd final : public GradientExchange {
       const Tensor q = matrix_view(s.q, m.q_offset, m.cols, options_.rank);
       m.q.copy_(q);  // the next step's start
       Tensor grad = matrix_view(flat, m.offset, m.rows, m.cols);
-      m.error.copy_(grad);
       grad.zero_();
       matmul_add_(grad, p, q, false, /*transpose_b=*/true);
-      binary_out(BinaryOp::Sub, m.error, grad, m.error);
+      matmul_add_(m.error, neg(p), q, false, /*transpose_b=*/true);  // what P Q^T missed: M - P Q^T
     }
   }
 

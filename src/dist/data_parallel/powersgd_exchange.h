@@ -4,7 +4,8 @@
 //
 // Per bucket and step, after `warmup_steps` plain all-reduces:
 //   each compressed matrix M (a weight's gradient as rows x cols, rows = its first
-//   dimension) first takes the error left from its previous step: M += E;
+//   dimension) first takes the error left from its previous step: M = gradient + E (kept
+//   in E's buffer);
 //   P = M Q (rows x rank), with Q from the previous step (warm start; seeded normal values,
 //   the same on every rank, the first time); P summed over the replicas, together with the
 //   uncompressed members (one all-reduce);
