@@ -94,6 +94,9 @@ std::pair<std::string, std::size_t> split_indexed(const std::string& key) {
 
 constexpr const char* kScalerPrefix = "loss_scaler/";
 
+// The part name of what one rank saves of its own (CheckpointPlan::rank_state).
+std::string rank_part(int rank) { return fmt::format("rank{}", rank); }
+
 std::string part_file(const char* kind, const std::string& part) {
   // A whole model is "model.safetensors", the name Python users expect.
   return part == "model" ? fmt::format("{}.safetensors", kind) : fmt::format("{}-{}.safetensors", kind, part);
@@ -216,6 +219,7 @@ void load_named_optimizer_state(optim::Optimizer& optimizer, const nn::Module& m
 struct Checkpointer::Snapshot {
   std::int64_t step = 0;
   NamedTensors model, optimizer;
+  NamedTensors rank_state;  // CheckpointPlan::rank_state, host copies
   checkpoint::RankRecord record;
   checkpoint::Manifest manifest;  // rank 0: all but the files
   std::vector<int> absent;        // rank 0: ranks that left the job (CheckpointPlan::absent_ranks)
@@ -313,6 +317,9 @@ void Checkpointer::save(const optim::Optimizer& optimizer, const optim::LossScal
     s.optimizer.assign(std::make_move_iterator(all.begin() + static_cast<std::ptrdiff_t>(model_entries)),
                        std::make_move_iterator(all.end()));
   }
+  if (plan_.rank_state) {
+    for (auto& [name, t] : plan_.rank_state()) s.rank_state.emplace_back(name, host_copy(t));
+  }
   s.record = own_record();
   s.record.epoch_sums = epoch_sums;
   if (plan_.rank == 0) {
@@ -380,17 +387,19 @@ void Checkpointer::write(const Snapshot& s) {
   std::uint64_t bytes = 0;
   try {
     fs::create_directories(dir);
-    const auto write_part = [&](const char* kind, const NamedTensors& tensors, const checkpoint::Metadata& metadata) {
-      checkpoint::AtomicFile f(dir / part_file(kind, plan_.part));
+    const auto write_part = [&](const char* kind, const NamedTensors& tensors, const checkpoint::Metadata& metadata,
+                                const std::string& part) {
+      checkpoint::AtomicFile f(dir / part_file(kind, part));
       checkpoint::write_safetensors(f, tensors, metadata);
       f.commit();
       record.files.push_back(
           {.name = f.target().filename().string(), .bytes = f.bytes(), .xxh3 = f.checksum(), .rank = plan_.rank});
       bytes += f.bytes();
     };
-    if (!s.model.empty()) write_part("model", s.model, {{"format", "pt"}});
+    if (!s.model.empty()) write_part("model", s.model, {{"format", "pt"}}, plan_.part);
     fault::maybe_kill_in_save(plan_.rank, s.fault_save);
-    if (!s.optimizer.empty()) write_part("optimizer", s.optimizer, {});
+    if (!s.optimizer.empty()) write_part("optimizer", s.optimizer, {}, plan_.part);
+    if (!s.rank_state.empty()) write_part("exchange", s.rank_state, {}, rank_part(plan_.rank));
     checkpoint::write_file_atomically(dir / fmt::format("rank-{}.json", plan_.rank), record.to_json());
     if (plan_.rank == 0) {
       const std::vector<checkpoint::RankRecord> records =
@@ -551,6 +560,21 @@ std::optional<Restored> Checkpointer::restore(optim::Optimizer& optimizer, optim
   const checkpoint::RankRecord record =
       checkpoint::RankRecord::parse((c.dir / rf->name).string(), std::string(text.begin(), text.end()));
   default_generator().set_state(record.rng_seed, record.rng_offset);
+  if (plan_.load_rank_state) {
+    const checkpoint::FileRecord* ef = c.find(part_file("exchange", rank_part(plan_.rank)));
+    const bool saved = c.find(part_file("exchange", rank_part(0))) != nullptr;
+    if (ef != nullptr && same_shape) {
+      const auto file = checkpoint::SafetensorsFile::parse((c.dir / ef->name).string(), c.read_verified(*ef));
+      NamedTensors state;
+      for (const std::string& name : file.names()) state.emplace_back(name, file.tensor(name));
+      plan_.load_rank_state(state);
+    } else if (saved && !same_shape) {
+      spdlog::warn(
+          "checkpoint {}: saved by {} rank(s) in another layout, the gradient exchange's own state (error "
+          "feedback) is not restored and starts afresh",
+          dir.string(), m.job.world_size);
+    }
+  }
   Restored r{.from = dir, .manifest = m, .epoch_sums = std::nullopt};
   if (same_shape && from == plan_.rank) r.epoch_sums = record.epoch_sums;
   return r;

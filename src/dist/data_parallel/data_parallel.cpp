@@ -80,6 +80,14 @@ double DataParallel::check_replicas() {
   return worst.to(Device::cpu()).item();
 }
 
+std::vector<std::pair<std::string, Tensor>> DataParallel::exchange_state() const {
+  return reducer_->exchange().state();
+}
+
+void DataParallel::load_exchange_state(const std::vector<std::pair<std::string, Tensor>>& state) {
+  reducer_->exchange().load_state(state);
+}
+
 DataParallel::NoSyncGuard::NoSyncGuard(DataParallel& ddp) : ddp_(ddp), previous_(ddp.sync_) { ddp.sync_ = false; }
 
 DataParallel::NoSyncGuard::~NoSyncGuard() { ddp_.sync_ = previous_; }

@@ -46,10 +46,17 @@ Capabilities DataParallelStrategy::capabilities() {
 CheckpointPlan DataParallelStrategy::checkpoint_plan() const {
   // The replicas' parameters are identical: rank 0 saves for all (its buffers too; see the
   // header).
-  return {.rank = comm_->rank(),
-          .ranks = comm_->size(),
-          .part = comm_->rank() == 0 ? "model" : "",
-          .replicas = comm_->size()};
+  CheckpointPlan plan{.rank = comm_->rank(),
+                      .ranks = comm_->size(),
+                      .part = comm_->rank() == 0 ? "model" : "",
+                      .replicas = comm_->size()};
+  if (ddp_ != nullptr) {
+    plan.rank_state = [ddp = ddp_.get()] { return ddp->exchange_state(); };
+    plan.load_rank_state = [ddp = ddp_.get()](const std::vector<std::pair<std::string, Tensor>>& state) {
+      ddp->load_exchange_state(state);
+    };
+  }
+  return plan;
 }
 
 }  // namespace dtrain::dist

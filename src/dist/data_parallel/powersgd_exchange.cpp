@@ -2,7 +2,10 @@
 
 #include "dtrain/core/error.h"
 
+#include <fmt/format.h>
+
 #include <charconv>
+#include <map>
 #include <cmath>
 #include <memory>
 #include <utility>
@@ -12,6 +15,7 @@ namespace dtrain::dist {
 namespace {
 
 struct Matrix {
+  std::string name;         // the parameter's
   std::int64_t offset = 0;  // in the bucket
   std::int64_t rows = 0, cols = 0;
   std::int64_t p_offset = 0, q_offset = 0;  // in the bucket's P and Q buffers
@@ -74,7 +78,8 @@ class PowerSgd final : public GradientExchange {
       for (const BucketLayout::Member& m : buckets[b].members) {
         const MatrixShape shape = powersgd_matrix(m.shape, options_.rank);
         if (shape.rows > 0 && is_floating(buckets[b].dtype) && !is_half(buckets[b].dtype)) {
-          s.matrices.push_back({.offset = m.offset,
+          s.matrices.push_back({.name = m.name,
+                                .offset = m.offset,
                                 .rows = shape.rows,
                                 .cols = shape.cols,
                                 .p_offset = s.p_numel,
@@ -115,6 +120,42 @@ class PowerSgd final : public GradientExchange {
     return std::make_shared<SecondHalf>(*this, index, flat, replicas_->all_reduce_async(s.p, ReduceOp::Sum));
   }
 
+  // Per bucket "bucket<b>.steps"; per compressed matrix, once compressing has begun,
+  // "<parameter>.powersgd_q" (the same on every rank) and "<parameter>.powersgd_error".
+  std::vector<std::pair<std::string, Tensor>> state() const override {
+    std::vector<std::pair<std::string, Tensor>> out;
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      const BucketState& s = buckets_[b];
+      out.emplace_back(fmt::format("bucket{}.steps", b), Tensor::full({}, static_cast<double>(s.steps), {DType::i64}));
+      for (const Matrix& m : s.matrices) {
+        if (!m.q.defined()) continue;
+        out.emplace_back(m.name + ".powersgd_q", m.q);
+        out.emplace_back(m.name + ".powersgd_error", m.error);
+      }
+    }
+    return out;
+  }
+
+  void load_state(const std::vector<std::pair<std::string, Tensor>>& state) override {
+    std::map<std::string, Tensor, std::less<>> by_name(state.begin(), state.end());
+    const auto take = [&](const std::string& name, const Shape& shape) -> Tensor {
+      const auto it = by_name.find(name);
+      DTRAIN_CHECK(it != by_name.end(), "powersgd: the saved state has no '{}' (saved with other buckets?)", name);
+      DTRAIN_CHECK(it->second.shape() == shape, "powersgd: the saved '{}' has shape {}, expected {}", name,
+                   shape_str(it->second.shape()), shape_str(shape));
+      return it->second;
+    };
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      BucketState& s = buckets_[b];
+      s.steps = static_cast<std::int64_t>(take(fmt::format("bucket{}.steps", b), {}).item());
+      for (Matrix& m : s.matrices) {
+        if (!by_name.contains(m.name + ".powersgd_q")) continue;  // saved before compressing began
+        m.q = take(m.name + ".powersgd_q", {m.cols, options_.rank}).clone();
+        m.error = take(m.name + ".powersgd_error", {m.rows, m.cols}).clone();
+      }
+    }
+  }
+
   // After P's sum: the uncompressed members' means, Q, its sum, and the approximations.
   void finish(std::size_t index, Tensor& flat) {
     BucketState& s = buckets_[index];
@@ -143,6 +184,7 @@ class PowerSgd final : public GradientExchange {
   }
 
  private:
+  // The buffers, at the first compressed step; a loaded state moves to the bucket's device.
   void allocate(std::size_t index, BucketState& s, const Tensor& flat) {
     if (s.p.defined()) return;
     const TensorOptions like{flat.dtype(), flat.device()};
@@ -151,8 +193,13 @@ class PowerSgd final : public GradientExchange {
     s.share = Tensor::full({}, 1.0 / replicas_->size(), like);
     for (std::size_t k = 0; k < s.matrices.size(); ++k) {
       Matrix& m = s.matrices[k];
-      m.q = powersgd_initial_q(index, k, m.cols, options_.rank, flat.device()).to(flat.dtype());
-      m.error = Tensor::zeros({m.rows, m.cols}, like);
+      if (m.q.defined()) {
+        m.q = m.q.to(flat.device()).to(flat.dtype());
+        m.error = m.error.to(flat.device()).to(flat.dtype());
+      } else {
+        m.q = powersgd_initial_q(index, k, m.cols, options_.rank, flat.device()).to(flat.dtype());
+        m.error = Tensor::zeros({m.rows, m.cols}, like);
+      }
     }
   }
 

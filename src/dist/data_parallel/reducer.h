@@ -54,7 +54,7 @@ class GradientReducer {
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
 
-  GradientExchange& exchange() { return *exchange_; }
+  GradientExchange& exchange() const { return *exchange_; }
 
   // Completes the step: parameters whose hook did not fire contribute their current
   // gradient (zero after zero_grad(); under accumulation, the sum so far), the remaining

@@ -154,6 +154,11 @@ struct CheckpointPlan {
   // restore instead of Module::load_state_dict.
   std::function<nn::StateDict()> model_share = {};
   std::function<void(const nn::StateDict& whole)> load_model_share = {};
+  // What every rank saves of its own besides (a gradient exchange's error feedback, which
+  // differs per rank), in its own file, and what takes it back when the job resumes on the
+  // same layout (on another, it starts afresh). Empty: nothing.
+  std::function<std::vector<std::pair<std::string, Tensor>>()> rank_state = {};
+  std::function<void(const std::vector<std::pair<std::string, Tensor>>&)> load_rank_state = {};
   bool step_saves = true;  // the ranks can save inside an epoch, all at the same update
   // The job's layout as the manifest records it (checkpoint/manifest.h); a resume on the
   // same layout continues the epoch's sums.

@@ -93,6 +93,10 @@ class DataParallel {
   // replicas are identical). A collective: every rank must call it.
   double check_replicas();
 
+  // The gradient exchange's own state (GradientExchange::state), for checkpoints.
+  std::vector<std::pair<std::string, Tensor>> exchange_state() const;
+  void load_exchange_state(const std::vector<std::pair<std::string, Tensor>>& state);
+
   nn::Module& module() { return *module_; }
   const std::shared_ptr<nn::Module>& module_ptr() const { return module_; }
   const CommunicatorPtr& communicator() const { return comm_; }

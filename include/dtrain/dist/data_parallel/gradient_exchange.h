@@ -40,6 +40,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace dtrain::dist {
@@ -67,6 +68,12 @@ class GradientExchange {
   // contiguous, on the model's device). `buffer` stays alive and untouched until the
   // returned work has been waited on; then it holds the exchanged gradients.
   virtual WorkPtr start(std::size_t index, Tensor& buffer) = 0;
+  // What a resumed job needs to go on exactly as if never stopped (PowerSGD's error
+  // feedback and warm start), this rank's own: every rank saves its state with each
+  // checkpoint (CheckpointPlan::rank_state) and takes it back when the job resumes on the
+  // same ranks. Called between steps, after plan(). The default keeps nothing.
+  virtual std::vector<std::pair<std::string, Tensor>> state() const { return {}; }
+  virtual void load_state(const std::vector<std::pair<std::string, Tensor>>& /*state*/) {}
 };
 using GradientExchangePtr = std::unique_ptr<GradientExchange>;
 
