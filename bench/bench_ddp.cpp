@@ -193,8 +193,8 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
 int main(int argc, char** argv) {
   CLI::App app{"Data-parallel step time with and without gradient all-reduce, on synthetic data", "bench_ddp"};
   Config config;
-  app.add_option("--model", config.model, "mlp, cnn or resnet18_cifar")
-      ->check(CLI::IsMember({"mlp", "cnn", "resnet18_cifar"}))
+  app.add_option("--model", config.model, "mlp, cnn, resnet20_cifar or resnet18_cifar")
+      ->check(CLI::IsMember({"mlp", "cnn", "resnet20_cifar", "resnet18_cifar"}))
       ->capture_default_str();
   app.add_option("--batch", config.batch, "samples per rank per step")
       ->check(CLI::Range(1, 1 << 16))

@@ -7,7 +7,7 @@ load). Works with torch 1.13 (Debian's python3-torch) as well as current release
 
 import os
 
-MODELS = ("mlp", "mlp_50m", "cnn", "resnet18_cifar", "resnet18_224", "resnet50_224")
+MODELS = ("mlp", "mlp_50m", "cnn", "resnet20_cifar", "resnet18_cifar", "resnet18_224", "resnet50_224")
 
 
 def require_at_least(parser, args, **minimums):
@@ -46,6 +46,8 @@ def build_model(name):
         return nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
                              nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
                              nn.Linear(3136, 1024), nn.ReLU(), nn.Linear(1024, 10)), (1, 28, 28), 10
+    if name == "resnet20_cifar":  # dtrain's nn::resnet_cifar(20)
+        return resnet_cifar(20, classes=10), (3, 32, 32), 10
     if name == "resnet18_cifar":
         return resnet18(imagenet_stem=False, classes=10), (3, 32, 32), 10
     if name == "resnet18_224":
@@ -104,11 +106,9 @@ def balanced_cuts(sizes, stages):
     return greedy(caps[lo])
 
 
-def resnet18(imagenet_stem, classes):
-    """torchvision's resnet18 layout (basic blocks 2-2-2-2), written out so that the
-    benchmarks need no torchvision. The ImageNet stem is a 7x7 stride-2 conv and a 3x3
-    stride-2 max-pool (224x224 input); the CIFAR stem a 3x3 stride-1 conv without pooling
-    (32x32 input)."""
+def basic_block(cin, cout, stride):
+    """ResNet's basic block: two 3x3 convs with batch norm, a 1x1 projection shortcut where
+    the shape changes (dtrain's nn::basic_block)."""
     from torch import nn
 
     class BasicBlock(nn.Module):
@@ -128,6 +128,16 @@ def resnet18(imagenet_stem, classes):
             out = self.relu(self.bn1(self.conv1(x)))
             return self.relu(self.bn2(self.conv2(out)) + identity)
 
+    return BasicBlock(cin, cout, stride)
+
+
+def resnet18(imagenet_stem, classes):
+    """torchvision's resnet18 layout (basic blocks 2-2-2-2), written out so that the
+    benchmarks need no torchvision. The ImageNet stem is a 7x7 stride-2 conv and a 3x3
+    stride-2 max-pool (224x224 input); the CIFAR stem a 3x3 stride-1 conv without pooling
+    (32x32 input)."""
+    from torch import nn
+
     if imagenet_stem:
         layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
                   nn.MaxPool2d(3, 2, 1)]
@@ -135,7 +145,7 @@ def resnet18(imagenet_stem, classes):
         layers = [nn.Conv2d(3, 64, 3, 1, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True)]
     cin = 64
     for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
-        layers += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
+        layers += [basic_block(cin, cout, stride), basic_block(cout, cout, 1)]
         cin = cout
     layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, classes)]
     return nn.Sequential(*layers)
@@ -182,3 +192,19 @@ def leave(code=0):
     dist.destroy_process_group()
     sys.stdout.flush()
     os._exit(code)
+
+
+def resnet_cifar(depth, classes=10):
+    """He et al.'s CIFAR ResNet (depth 6n + 2: 16, 32, 64 channels, n blocks each), as dtrain's
+    nn::resnet_cifar: a 3x3 stem, projection shortcuts where the shape changes."""
+    from torch import nn
+
+    n = (depth - 2) // 6
+    layers, cin = [nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU(inplace=True)], 16
+    for stage in range(3):
+        width = 16 << stage
+        for b in range(n):
+            layers.append(basic_block(cin, width, 2 if stage > 0 and b == 0 else 1))
+            cin = width
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes)]
+    return nn.Sequential(*layers)

@@ -37,7 +37,7 @@ import peer_models  # imports no torch: that waits for the thread settings
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", choices=["mlp", "cnn", "resnet18_cifar"], default="cnn")
+    p.add_argument("--model", choices=["mlp", "cnn", "resnet20_cifar", "resnet18_cifar"], default="cnn")
     p.add_argument("--ranks", type=int, default=2, help="processes to spawn (ignored under torch.distributed.run)")
     p.add_argument("--batch", type=int, default=64, help="samples per rank per step")
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
