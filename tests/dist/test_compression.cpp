@@ -115,14 +115,16 @@ TEST_CASE("fp16 and bf16 exchanges go through 16 bits and keep an overflow", "[c
     CHECK(exchange->name() == kind);
     exchange->plan({layout({{"w", {4, 8}}, {"b", {5}}})});
     std::vector<double> mine = gradient(world->rank(), 0, 37);
-    mine[3] = (1.0 + std::ldexp(1.0, -12)) * n;  // its mean needs 13 bits of mantissa: 16 bits round it to 1
+    // Every rank's share of this element (the value / n) is 1 + 2^-12, which needs 13 bits of
+    // mantissa: 16 bits round each share to 1, so the mean comes back as n, not n + n 2^-12.
+    mine[3] = (1.0 + std::ldexp(1.0, -12)) * n;
     mine[4] = world->rank() == 0 ? std::numeric_limits<double>::infinity() : 1.0;
     Tensor buffer = Tensor::from_vector(mine, {37}).to(DType::f32);
     exchange->start(0, buffer)->wait();
     std::vector<float> got = buffer.to_vector<float>();
     Tensor reference = Tensor::from_vector(got, {37});
     world->broadcast(reference, 0);
-    CHECK(got[3] == 1.0F);
+    CHECK(got[3] == static_cast<float>(n));
     CHECK(std::isinf(got[4]));
     CHECK(got == reference.to_vector<float>());  // every rank the same
     const double precision = std::string(kind) == "fp16" ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
