@@ -7,9 +7,10 @@
 
 namespace dtrain::dist {
 
-GradientExchangeFactory reduce_scatter_factory(Device device, ReduceScatterExchange** made, CommunicatorPtr across) {
-  return [device, made, across = std::move(across)](const CommunicatorPtr& replicas) {
-    auto exchange = std::make_unique<ReduceScatterExchange>(replicas, device, across);
+GradientExchangeFactory reduce_scatter_factory(Device device, ReduceScatterExchange** made, CommunicatorPtr across,
+                                               DType wire) {
+  return [device, made, across = std::move(across), wire](const CommunicatorPtr& replicas) {
+    auto exchange = std::make_unique<ReduceScatterExchange>(replicas, device, across, wire);
     *made = exchange.get();
     return exchange;
   };

@@ -17,8 +17,11 @@ class ReduceScatterExchange final : public GradientExchange {
  public:
   // `device`: the model's, where the chunks live. `across` (hybrid sharding): the ranks
   // holding the same chunks in the other shard groups, over which each chunk is averaged
-  // after its reduce-scatter (when the work is waited on); null for none.
-  ReduceScatterExchange(CommunicatorPtr replicas, Device device, CommunicatorPtr across = nullptr);
+  // after its reduce-scatter (when the work is waited on); null for none. `wire` f16 or
+  // bf16: an f32 bucket is divided by the ranks, cast, reduce-scattered as a sum in 16 bits
+  // and its chunk cast back when the work is waited on (half the bytes); f32: as it is.
+  ReduceScatterExchange(CommunicatorPtr replicas, Device device, CommunicatorPtr across = nullptr,
+                        DType wire = DType::f32);
   std::string name() const override { return "reduce_scatter"; }
   void plan(const std::vector<BucketLayout>& buckets) override;
   WorkPtr start(std::size_t index, Tensor& buffer) override;
@@ -32,6 +35,7 @@ class ReduceScatterExchange final : public GradientExchange {
   CommunicatorPtr replicas_;
   Device device_;
   CommunicatorPtr across_;
+  DType wire_;
   std::vector<BucketLayout> layouts_;
   std::vector<BucketShard> shards_;
   std::vector<Tensor> chunks_;

@@ -61,7 +61,7 @@ std::shared_ptr<nn::Module> ShardedDataParallelStrategy::prepare(std::shared_ptr
   // The chunks' mean across the shard groups travels through NCCL too for a CUDA model.
   CommunicatorPtr across = replica_comm_;
   if (across && !device_.is_cpu() && across->backend() != "nccl") across = nccl_communicator(across, device_);
-  o.exchange_factory = reduce_scatter_factory(device_, &exchange_, across);
+  o.exchange_factory = reduce_scatter_factory(device_, &exchange_, across, options_.wire);
   ddp_ = std::make_unique<DataParallel>(model, shard_comm_, o);
   if (across) {
     // DataParallel made each group equal to its first rank; this makes the groups equal.
@@ -226,6 +226,12 @@ std::shared_ptr<Strategy> make_sharded_data_parallel(StrategySpec& spec, const C
                spec.text());
   if (spec.flag("hybrid", false)) o.shard_ranks = ranks_per_host(*world);
   o.shard_ranks = spec.integer("shard", o.shard_ranks);
+  const std::string exchange = spec.text_of("exchange").value_or("none");
+  DTRAIN_CHECK(exchange == "none" || exchange == "fp16" || exchange == "bf16",
+               "strategy spec '{}': zero= reduce-scatters its buckets and takes exchange=fp16 or bf16 (16-bit "
+               "shares), got exchange={} (PowerSGD needs whole gradients: use dp)",
+               spec.text(), exchange);
+  if (exchange != "none") o.wire = exchange == "fp16" ? DType::f16 : DType::bf16;
   return std::make_shared<ShardedDataParallelStrategy>(world, device, o);
 }
 

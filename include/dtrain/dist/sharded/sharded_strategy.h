@@ -82,6 +82,10 @@ struct ShardedDataParallelOptions {
   // all-gathers stay inside a group (a host's fast links); only each chunk's gradient mean
   // crosses between the groups, one all-reduce of 1/group of the bytes per bucket.
   int shard_ranks = 0;
+  // f16 or bf16: each f32 bucket is reduce-scattered as 16-bit shares (each rank's gradient
+  // divided by the ranks, cast, summed in 16 bits, the chunk cast back), half the bytes,
+  // as data parallelism's fp16/bf16 exchanges (spec `exchange=fp16|bf16`); f32: as it is.
+  DType wire = DType::f32;
 };
 
 class ShardedDataParallelStrategy final : public Strategy {
