@@ -7,7 +7,8 @@
 // "vs dp" = a case's samples/s over plain data parallelism's, the ratio the PyTorch peer
 // (bench/peers/pytorch_zero.py: DDP, ZeroRedundancyOptimizer, FSDP2) prints too.
 //
-//   mpirun -np 2 bench_zero_speed --model cnn --batch 64 --threads 1 [--specs dp,zero=1,zero=2,zero=3] [--json]
+//   mpirun -np 2 bench_zero_speed --model cnn --batch 64 --threads 1 [--specs dp zero=1 zero=2 zero=3] [--json]
+//   mpirun -np 2 bench_zero_speed --model cnn --specs zero=2 zero=2,exchange=bf16   (a spec's own commas stay)
 //   mpirun -np 2 bench_zero_speed --model mlp_50m --batch 256 --threads 1 [--phases]
 //
 // An update is Strategy::train_step: forward, loss, backward with the gradient exchange
@@ -163,8 +164,9 @@ int main(int argc, char** argv) {
   app.add_option("--batch", config.batch, "samples per rank per update")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
-  app.add_option("--specs", config.specs, "strategy specs, the first the reference (strategy_factory.h)")
-      ->delimiter(',')
+  app.add_option("--specs", config.specs,
+                 "strategy specs separated by spaces (a spec may hold commas: zero=2,exchange=bf16), the first the "
+                 "reference (strategy_factory.h)")
       ->capture_default_str();
   app.add_option("--steps", config.steps, "measured updates of each case")
       ->check(CLI::Range(1, 100000))
