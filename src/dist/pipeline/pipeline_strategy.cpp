@@ -457,6 +457,12 @@ CheckpointPlan PipelineStrategy::checkpoint_plan() const {
     if (replica_ != 0) plan.part = fmt::format("stage{}-shard{}", stage_, replica_);
     plan.saves_model = replica_ == 0;
     shards_->share_through(plan);
+  } else if (ddp_) {
+    // The replicas' gradient exchange may keep state of each rank's own (PowerSGD).
+    plan.rank_state = [ddp = ddp_.get()] { return ddp->exchange_state(); };
+    plan.load_rank_state = [ddp = ddp_.get()](const std::vector<std::pair<std::string, Tensor>>& state) {
+      ddp->load_exchange_state(state);
+    };
   }
   return plan;
 }
