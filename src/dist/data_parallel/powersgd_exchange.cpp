@@ -249,7 +249,7 @@ Tensor powersgd_initial_q(std::size_t bucket, std::size_t matrix, std::int64_t c
 void orthonormalize_columns(Tensor& p) {
   DTRAIN_CHECK(p.dim() == 2 && p.is_contiguous(), "orthonormalize_columns: expected a contiguous matrix, got {}",
                shape_str(p.shape()));
-  Tensor host = p.device().is_cpu() ? p.to(DType::f64) : p.to(Device::cpu()).to(DType::f64);
+  Tensor host = p.to(Device::cpu()).to(DType::f64);
   const std::int64_t rows = p.shape()[0], cols = p.shape()[1];
   double* a = host.data<double>();
   auto at = [&](std::int64_t r, std::int64_t c) -> double& { return a[r * cols + c]; };

@@ -20,25 +20,22 @@ class KeepInput final : public Work {
   Tensor input_;
 };
 
-// A 16-bit reduce-scatter: once done, its chunk cast back into the bucket's f32 chunk; the
-// 16-bit input lives until then.
+// A 16-bit reduce-scatter: once done, its chunk cast back into the bucket's f32 chunk.
 class CastChunkBack final : public Work {
  public:
-  CastChunkBack(WorkPtr work, Tensor input, Tensor wire_chunk, Tensor chunk)
-      : work_(std::move(work)),
-        input_(std::move(input)),
-        wire_chunk_(std::move(wire_chunk)),
-        chunk_(std::move(chunk)) {}
+  CastChunkBack(WorkPtr work, Tensor wire_chunk, Tensor chunk)
+      : work_(std::move(work)), wire_chunk_(std::move(wire_chunk)), chunk_(std::move(chunk)) {}
   void wait() override {
     work_->wait();  // rethrows its failure on every call
-    if (!input_.defined()) return;
+    if (done_) return;
     chunk_.copy_(wire_chunk_);
-    input_ = Tensor();
+    done_ = true;
   }
 
  private:
   WorkPtr work_;
-  Tensor input_, wire_chunk_, chunk_;
+  Tensor wire_chunk_, chunk_;
+  bool done_ = false;
 };
 
 // Hybrid sharding: once the reduce-scatter inside the group is done, the mean of the chunk
@@ -73,12 +70,18 @@ void ReduceScatterExchange::plan(const std::vector<BucketLayout>& buckets) {
   layouts_ = buckets;
   shards_.clear();
   chunks_.clear();
+  wire_inputs_.clear();
+  wire_chunks_.clear();
   const int ranks = replicas_->size();
   for (const BucketLayout& b : buckets) {
     shards_.push_back(shard_bucket(b, replicas_->rank(), ranks));
     const BucketShard& s = shards_.back();
     const TensorOptions options{b.dtype, device_};
     chunks_.push_back(Tensor::zeros({s.chunk}, options));
+    // The 16-bit buffers, kept across steps; the input's padding stays zero.
+    const bool cast = is_half(wire_) && b.dtype == DType::f32;
+    wire_inputs_.push_back(cast ? Tensor::zeros({s.padded}, {wire_, device_}) : Tensor());
+    wire_chunks_.push_back(cast ? Tensor::empty({s.chunk}, {wire_, device_}) : Tensor());
   }
 }
 
@@ -86,13 +89,13 @@ WorkPtr ReduceScatterExchange::start(std::size_t index, Tensor& buffer) {
   const BucketShard& s = shards_.at(index);
   const std::int64_t ranks = replicas_->size();
   WorkPtr work;
-  if (is_half(wire_) && buffer.dtype() == DType::f32) {
-    // Divided before the cast (the 16-bit sum of the shares stays in one gradient's range).
-    Tensor input = Tensor::zeros({s.padded}, {wire_, buffer.device()});
-    input.narrow(0, 0, s.numel).copy_(mul(buffer.view({s.numel}), 1.0 / static_cast<double>(ranks)));
-    Tensor wire_chunk = Tensor::empty({s.chunk}, {wire_, buffer.device()});
-    work = replicas_->reduce_scatter_async(input.view({ranks, s.chunk}), wire_chunk, ReduceOp::Sum);
-    work = std::make_shared<CastChunkBack>(std::move(work), std::move(input), std::move(wire_chunk), chunks_[index]);
+  if (wire_inputs_.at(index).defined()) {
+    // Divided before the cast (the 16-bit sum of the shares stays in one gradient's range);
+    // the bucket stays as backward left it (stage 1 keeps it as the gradients).
+    wire_inputs_[index].narrow(0, 0, s.numel).copy_(mul(buffer.view({s.numel}), 1.0 / static_cast<double>(ranks)));
+    work =
+        replicas_->reduce_scatter_async(wire_inputs_[index].view({ranks, s.chunk}), wire_chunks_[index], ReduceOp::Sum);
+    work = std::make_shared<CastChunkBack>(std::move(work), wire_chunks_[index], chunks_[index]);
   } else if (s.padded == s.numel) {
     work = replicas_->reduce_scatter_async(buffer.view({ranks, s.chunk}), chunks_[index], ReduceOp::Mean);
   } else {

@@ -39,6 +39,9 @@ class ReduceScatterExchange final : public GradientExchange {
   std::vector<BucketLayout> layouts_;
   std::vector<BucketShard> shards_;
   std::vector<Tensor> chunks_;
+  // With a 16-bit wire, per f32 bucket: its padded 16-bit input and chunk, kept across
+  // steps (undefined for other buckets).
+  std::vector<Tensor> wire_inputs_, wire_chunks_;
 };
 
 }  // namespace dtrain::dist
