@@ -20,8 +20,12 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-constexpr AllReduceAlgorithm kAlgorithms[] = {AllReduceAlgorithm::Auto, AllReduceAlgorithm::Mpi,
-                                              AllReduceAlgorithm::Ring, AllReduceAlgorithm::SharedMemory};
+constexpr AllReduceAlgorithm kAlgorithms[] = {AllReduceAlgorithm::Auto,
+                                              AllReduceAlgorithm::Mpi,
+                                              AllReduceAlgorithm::Ring,
+                                              AllReduceAlgorithm::SharedMemory,
+                                              AllReduceAlgorithm::RecursiveDoubling,
+                                              AllReduceAlgorithm::Rabenseifner};
 // The 16-bit floats too: MPI reduces them with operations of dtrain's own. The inputs below
 // and their sums and means over up to 4 ranks are exact in both.
 constexpr DType kReducible[] = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64};
@@ -97,7 +101,7 @@ TEST_CASE("world matches the launcher and ranks are distinct", "[cpu][dist]") {
   CHECK(ranks.to_vector<int>() == expected);
 }
 
-TEST_CASE("all_reduce equals the direct reduction for every algorithm, dtype, op and size", "[cpu][dist]") {
+TEST_CASE("all_reduce equals the direct reduction for every algorithm, dtype, op and size", "[cpu][dist][algorithms]") {
   for (AllReduceAlgorithm algorithm : kAlgorithms) {
     CommunicatorPtr c = comm(algorithm);
     std::vector<int> ranks = all_ranks(c->size());
@@ -118,7 +122,7 @@ TEST_CASE("all_reduce equals the direct reduction for every algorithm, dtype, op
   }
 }
 
-TEST_CASE("all_reduce of several megabytes crosses chunk boundaries correctly", "[cpu][dist]") {
+TEST_CASE("all_reduce of several megabytes crosses chunk boundaries correctly", "[cpu][dist][algorithms]") {
   // 1.25M f32 = 5 MB: several shared-memory chunks (1 MB) and several ring chunks (1 MB)
   // per segment at 2 and 4 ranks.
   constexpr std::int64_t n = 1'250'003;

@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 #include <cstdlib>
+#include <utility>
 
 using namespace dtrain;
 using Catch::Matchers::Contains;
@@ -60,13 +61,23 @@ TEST_CASE("host ids split the ranks into hosts, on every rank or on none", "[cpu
                     Contains("DTRAIN_HOST_ID (CommunicatorOptions::host_id) is set on 1 of the"));
 }
 
-TEST_CASE("the hierarchical all-reduce across two given hosts sums exactly", "[cpu][dist][mpi]") {
+TEST_CASE("the hierarchical all-reduce across given hosts sums exactly with every leaders' algorithm",
+          "[cpu][dist][mpi][algorithms]") {
   const int size = world_size();
   if (size < 2 || size % 2 != 0) return;
   const int rank = world_rank();
-  for (auto algorithm : {dist::AllReduceAlgorithm::SharedMemory, dist::AllReduceAlgorithm::Auto}) {
-    dist::CommunicatorPtr c = dist::world({.all_reduce = algorithm, .host_id = rank * 2 / size});
-    for (std::int64_t n : {1, 1000, 300'000}) {  // Auto: MPI below 256 KB across hosts, hierarchical above
+  // Two hosts at 2 and 4 ranks; hosts of two ranks from 6 on (3 leaders: not a power of two).
+  const int host = size <= 4 ? rank * 2 / size : rank / 2;
+  using A = dist::AllReduceAlgorithm;
+  const std::pair<A, A> cases[] = {{A::SharedMemory, A::Auto},
+                                   {A::SharedMemory, A::Mpi},
+                                   {A::SharedMemory, A::RecursiveDoubling},
+                                   {A::SharedMemory, A::Rabenseifner},
+                                   {A::Auto, A::Auto}};
+  for (auto [algorithm, leaders] : cases) {
+    dist::CommunicatorPtr c = dist::world({.all_reduce = algorithm, .leaders_all_reduce = leaders, .host_id = host});
+    INFO(dist::algorithm_name(algorithm) << " with " << dist::algorithm_name(leaders) << " among the leaders");
+    for (std::int64_t n : {1, 1000, 300'000}) {  // Auto: the table's multi-host choices by size
       Tensor t = Tensor::empty({n});
       float* p = t.data<float>();
       for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<float>((i + rank * 3) % 7);

@@ -19,8 +19,12 @@
 
 namespace dtrain::dist {
 namespace {
-constexpr AllReduceAlgorithm kAlgorithms[] = {AllReduceAlgorithm::Auto, AllReduceAlgorithm::Mpi,
-                                              AllReduceAlgorithm::Ring, AllReduceAlgorithm::SharedMemory};
+constexpr AllReduceAlgorithm kAlgorithms[] = {AllReduceAlgorithm::Auto,
+                                              AllReduceAlgorithm::Mpi,
+                                              AllReduceAlgorithm::Ring,
+                                              AllReduceAlgorithm::SharedMemory,
+                                              AllReduceAlgorithm::RecursiveDoubling,
+                                              AllReduceAlgorithm::Rabenseifner};
 
 // Variables that Open MPI's mpirun, MPICH/Hydra and Slurm (with PMI or PMIx) set in every
 // rank they start.
@@ -104,6 +108,8 @@ const char* algorithm_name(AllReduceAlgorithm a) {
     case AllReduceAlgorithm::Mpi: return "mpi";
     case AllReduceAlgorithm::Ring: return "ring";
     case AllReduceAlgorithm::SharedMemory: return "shm";
+    case AllReduceAlgorithm::RecursiveDoubling: return "recursive_doubling";
+    case AllReduceAlgorithm::Rabenseifner: return "rabenseifner";
   }
   return "?";
 }
@@ -112,7 +118,8 @@ AllReduceAlgorithm parse_algorithm(const std::string& name) {
   for (AllReduceAlgorithm a : kAlgorithms) {
     if (name == algorithm_name(a)) return a;
   }
-  DTRAIN_FAIL("unknown all-reduce algorithm '{}' (expected auto, mpi, ring or shm)", name);
+  DTRAIN_FAIL("unknown all-reduce algorithm '{}' (expected auto, mpi, ring, shm, recursive_doubling or rabenseifner)",
+              name);
 }
 
 CommunicatorPtr world(const CommunicatorOptions& options) {

@@ -66,13 +66,18 @@ using dtrain::ReduceOp;
 inline constexpr int kAnySource = -1;
 inline constexpr int kAnyTag = -1;
 
-// How all_reduce moves data. Auto picks per message size from measurements
-// (bench_allreduce); the others force one algorithm (for benchmarks and tests).
+// How all_reduce moves data (MPI). Auto picks per message size, rank count and host count
+// from the all-reduce table (docs/COLLECTIVES.md: shipped defaults measured by
+// `bench_allreduce --tune`, or the file DTRAIN_ALLREDUCE_TABLE names); the others force one
+// algorithm (for benchmarks and tests).
 enum class AllReduceAlgorithm : std::uint8_t {
   Auto,
-  Mpi,           // MPI_Allreduce
-  Ring,          // reduce-scatter + all-gather over MPI point-to-point, chunked and pipelined
-  SharedMemory,  // ranks on one host reduce through an MPI-3 shared-memory window
+  Mpi,                // MPI_Allreduce
+  Ring,               // reduce-scatter + all-gather over MPI point-to-point, chunked and pipelined
+  SharedMemory,       // through an MPI-3 shared-memory window on one host; across hosts the
+                      // hierarchical scheme (shared memory inside, an algorithm among leaders)
+  RecursiveDoubling,  // log2(p) whole-vector swaps: small messages
+  Rabenseifner,       // recursive halving reduce-scatter + recursive doubling all-gather
 };
 const char* algorithm_name(AllReduceAlgorithm a);
 AllReduceAlgorithm parse_algorithm(const std::string& name);  // throws naming the text
@@ -95,6 +100,9 @@ struct CommunicatorOptions {
   // DTRAIN_TIMEOUT (seconds) overrides the default when set.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   AllReduceAlgorithm all_reduce = AllReduceAlgorithm::Auto;
+  // With all_reduce = SharedMemory across hosts: what the hosts' leaders run among
+  // themselves (Mpi, Ring, RecursiveDoubling or Rabenseifner; Auto: Ring).
+  AllReduceAlgorithm leaders_all_reduce = AllReduceAlgorithm::Auto;
   OnTimeout on_timeout = OnTimeout::AbortJob;
   // Compare every collective call across the ranks before running it (see the top of
   // this file). DTRAIN_CHECK_COLLECTIVES=1 (or 0) overrides it when set.

@@ -1,7 +1,7 @@
-// The all-reduce tuning taken from bench_allreduce measurements (numbers in the .cpp).
+// What AllReduceAlgorithm::Auto runs: the all-reduce table's choice (dist/comm/allreduce_table.h).
 #pragma once
 
-#include "dtrain/dist/comm/communicator.h"
+#include "dist/comm/allreduce_table.h"
 
 #include <cstddef>
 
@@ -10,8 +10,8 @@ namespace dtrain::dist::mpi {
 // Bytes per chunk buffer of the shared-memory algorithm (each rank's slot holds two).
 inline constexpr std::size_t kShmChunkBytes = std::size_t{1} << 20;
 
-// The algorithm Auto runs for a message of `bytes` on a communicator whose ranks all share
-// one host (single_host) or not.
-AllReduceAlgorithm choose_all_reduce(std::size_t bytes, bool single_host);
+// The algorithm for a message of `bytes` on `ranks` ranks spread over `hosts` hosts, from
+// AllReduceTable::active(). The same on every rank that read the same table.
+AllReduceChoice choose_all_reduce(std::size_t bytes, int ranks, int hosts);
 
 }  // namespace dtrain::dist::mpi

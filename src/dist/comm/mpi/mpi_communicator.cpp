@@ -48,10 +48,21 @@ std::vector<int> world_ranks_of(MPI_Comm comm) {
   MPI_Group_free(&world);
   return out;
 }
+// Ranks that read different all-reduce tables would choose different algorithms for one
+// message and deadlock: compare the tables' fingerprints when the communicator is made.
+void check_same_table(MPI_Comm comm, const std::string& name) {
+  const std::uint64_t mine = AllReduceTable::active().fingerprint();
+  std::uint64_t seen[2] = {mine, ~mine}, most[2] = {0, 0};
+  check(MPI_Allreduce(seen, most, 2, MPI_UINT64_T, MPI_MAX, comm), "MPI_Allreduce");
+  DTRAIN_CHECK(most[0] == mine && most[1] == ~mine,
+               "communicator '{}': the ranks read different all-reduce tables (this rank's is {}); set "
+               "DTRAIN_ALLREDUCE_TABLE alike on every rank",
+               name, AllReduceTable::active().source());
+}
 }  // namespace
 
 MpiCommunicator::State::~State() {
-  (void)ring.release();
+  (void)flat.release();
   (void)shm.release();
 }
 
@@ -74,6 +85,9 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicatorOptions& optio
   state.host = split_hosts(comm, options_.host_id);
   std::vector<int> host_world = world_ranks_of(state.host);
   single_host_ = host_world.size() == static_cast<std::size_t>(size_);
+  int leader = host_world.front() == world_ranks_[static_cast<std::size_t>(rank_)] ? 1 : 0;
+  check(MPI_Allreduce(&leader, &hosts_, 1, MPI_INT, MPI_SUM, comm), "MPI_Allreduce");
+  if (options_.all_reduce == AllReduceAlgorithm::Auto) check_same_table(comm, name_);
   std::erase(host_world, world_ranks_[static_cast<std::size_t>(rank_)]);
   host_peers_ = host_world.empty() ? "no rank" : describe_ranks(host_world) + " on this host";
   int* tag_ub = nullptr;
@@ -127,7 +141,7 @@ void MpiCommunicator::shutdown() {
       MPI_Finalized(&finalized);
       if (finalized) return;  // the application finalized MPI first: its objects are gone
       state->shm.reset();
-      state->ring.reset();
+      state->flat.reset();
       MPI_Comm_free(&state->host);
       MPI_Comm_free(&state->comm);
     });
@@ -170,6 +184,7 @@ std::string MpiCommunicator::peer(int rank) const {
 
 std::string MpiCommunicator::waiting_for(AllReduceAlgorithm algorithm) const {
   switch (algorithm) {
+    // recursive doubling and Rabenseifner wait for a different partner in every step
     case AllReduceAlgorithm::Ring: return peer((rank_ - 1 + size_) % size_);  // receives from the left
     case AllReduceAlgorithm::SharedMemory: return single_host_ ? host_peers_ : "all ranks";
     default: return "all ranks";
@@ -191,11 +206,13 @@ void MpiCommunicator::all_reduce(Tensor& t, ReduceOp op) {
 std::pair<OpInfo, std::function<void()>> MpiCommunicator::prepare_all_reduce(const Tensor& t, ReduceOp op) {
   check_host_tensor(t, "all_reduce");
   check_reduction(t, op, "all_reduce");
-  AllReduceAlgorithm algorithm = options_.all_reduce;
-  if (algorithm == AllReduceAlgorithm::Auto) algorithm = choose_all_reduce(t.nbytes(), single_host_);
-  if (algorithm == AllReduceAlgorithm::Mpi) mpi_count(t.numel(), "all_reduce");
-  return {OpInfo{"all_reduce", t.nbytes(), waiting_for(algorithm)},
-          checked([state = state_.get(), t, op, algorithm] { all_reduce_now(*state, t, op, algorithm); },
+  AllReduceChoice choice{options_.all_reduce, options_.leaders_all_reduce == AllReduceAlgorithm::Auto
+                                                  ? AllReduceAlgorithm::Ring
+                                                  : options_.leaders_all_reduce};
+  if (choice.algorithm == AllReduceAlgorithm::Auto) choice = choose_all_reduce(t.nbytes(), size_, hosts_);
+  if (choice.algorithm == AllReduceAlgorithm::Mpi) mpi_count(t.numel(), "all_reduce");
+  return {OpInfo{"all_reduce", t.nbytes(), waiting_for(choice.algorithm)},
+          checked([state = state_.get(), t, op, choice] { all_reduce_now(*state, t, op, choice); },
                   CollectiveOp::AllReduce, &t, -1, static_cast<int>(op))};
 }
 
@@ -211,21 +228,19 @@ std::function<void()> MpiCommunicator::checked(std::function<void()> body, Colle
   };
 }
 
-void MpiCommunicator::all_reduce_now(State& state, const Tensor& t, ReduceOp op, AllReduceAlgorithm algorithm) {
+// The objects behind the algorithms are made on first use, on the comm thread; their
+// constructors are collective, which holds because every rank chooses alike (the same
+// table, checked when the communicator was made, and the same message sizes).
+void MpiCommunicator::all_reduce_now(State& state, const Tensor& t, ReduceOp op, AllReduceChoice choice) {
   void* data = t.raw_data();
   const auto count = static_cast<std::size_t>(t.numel());
-  if (algorithm == AllReduceAlgorithm::Ring) {
-    if (!state.ring) state.ring = std::make_unique<RingAllReduce>(state.comm);
-    state.ring->run(data, count, t.dtype(), op);
-  } else if (algorithm == AllReduceAlgorithm::SharedMemory) {
+  if (choice.algorithm == AllReduceAlgorithm::SharedMemory) {
     if (!state.shm) state.shm = std::make_unique<ShmAllReduce>(state.comm, state.host, kShmChunkBytes);
-    state.shm->run(data, count, t.dtype(), op);  // averages by itself
+    state.shm->run(data, count, t.dtype(), op, choice.leaders);  // averages by itself
     return;
-  } else {
-    check(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), datatype(t.dtype()), reduce_op(op, t.dtype()),
-                        state.comm),
-          "MPI_Allreduce");
   }
+  if (!state.flat) state.flat = std::make_unique<FlatAllReduce>(state.comm);
+  state.flat->run(choice.algorithm, data, count, t.dtype(), op);
   if (op == ReduceOp::Mean) divide(data, count, t.dtype(), state.size);
 }
 

@@ -1,6 +1,7 @@
 // MpiCommunicator: the Communicator over an MPI communicator, for CPU tensors. Every
 // collective runs on the communicator's CommThread, under its watchdog; all_reduce runs
-// MPI_Allreduce, the ring or the shared-memory algorithm (Auto: choose_all_reduce).
+// MPI_Allreduce, the ring, recursive doubling, Rabenseifner or the shared-memory
+// (hierarchical) algorithm (Auto: choose_all_reduce, from the all-reduce table).
 // Messages go through the P2pEngine instead, on the same MPI communicator (the ring and
 // shared-memory algorithms use duplicates of their own, and MPI's collectives never match
 // messages), issued at once rather than queued behind the collectives.
@@ -19,11 +20,12 @@
 // never the communicator itself.
 #pragma once
 
+#include "dist/comm/allreduce_table.h"
 #include "dist/comm/collective_record.h"
 #include "dist/comm/comm_thread.h"
 #include "dist/comm/mpi/mpi_runtime.h"
 #include "dist/comm/mpi/p2p_engine.h"
-#include "dist/comm/mpi/ring_allreduce.h"
+#include "dist/comm/mpi/flat_allreduce.h"
 #include "dist/comm/mpi/shm_allreduce.h"
 
 #include <mpi.h>
@@ -86,7 +88,7 @@ class MpiCommunicator final : public Communicator, public Resource {
     // Created on first use, on the comm thread (their constructors are collective). Only
     // the shutdown body frees them and the communicators: otherwise they are left to
     // MPI_Finalize (freeing is collective, and MPI may be finalized already).
-    std::unique_ptr<RingAllReduce> ring;
+    std::unique_ptr<FlatAllReduce> flat;
     std::unique_ptr<ShmAllReduce> shm;
     std::unique_ptr<CollectiveChecker> checker;  // when the collectives are checked
     ~State();
@@ -108,7 +110,7 @@ class MpiCommunicator final : public Communicator, public Resource {
   // is on; `body` itself otherwise.
   std::function<void()> checked(std::function<void()> body, CollectiveOp op, const Tensor* t = nullptr, int root = -1,
                                 int reduce = -1) const;
-  static void all_reduce_now(State& state, const Tensor& t, ReduceOp op, AllReduceAlgorithm algorithm);
+  static void all_reduce_now(State& state, const Tensor& t, ReduceOp op, AllReduceChoice choice);
   // Checks one message and describes it for the P2pEngine; `in_batch` allows this rank as
   // the peer and refuses the wildcards.
   P2pEngine::Message message(const char* op, P2POp::Kind kind, const Tensor& t, int peer, int tag, bool in_batch) const;
@@ -126,6 +128,7 @@ class MpiCommunicator final : public Communicator, public Resource {
   std::vector<int> world_ranks_;  // MPI_COMM_WORLD rank of each rank, for messages
   std::string host_peers_;        // the other ranks on this host, for messages
   bool single_host_ = true;
+  int hosts_ = 1;                       // host groups (split_hosts) among the ranks
   std::atomic<bool> lost_peer_{false};  // forget_peer was called: shutdown frees nothing (abandon)
   CommunicatorOptions options_;
   std::string name_;

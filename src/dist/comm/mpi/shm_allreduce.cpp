@@ -44,7 +44,7 @@ ShmAllReduce::ShmAllReduce(MPI_Comm comm, MPI_Comm host, std::size_t chunk_bytes
   world_size_ = size;
   if (multi_host_) {
     check(MPI_Comm_split(comm, host_rank_ == 0 ? 0 : MPI_UNDEFINED, 0, &leaders_), "MPI_Comm_split");
-    if (leaders_ != MPI_COMM_NULL) hosts_ = std::make_unique<RingAllReduce>(leaders_);
+    if (leaders_ != MPI_COMM_NULL) hosts_ = std::make_unique<FlatAllReduce>(leaders_);
   }
   if (host_size_ == 1) return;
 
@@ -101,11 +101,11 @@ void ShmAllReduce::publish(Counter c, std::uint64_t generation) const {
   counter(slots_[static_cast<std::size_t>(host_rank_)], c).store(generation, std::memory_order_release);
 }
 
-void ShmAllReduce::run(void* data, std::size_t count, DType dtype, ReduceOp op) {
+void ShmAllReduce::run(void* data, std::size_t count, DType dtype, ReduceOp op, AllReduceAlgorithm leaders) {
   auto* bytes = static_cast<std::byte*>(data);
   if (host_size_ > 1) host_all_reduce(bytes, count, dtype, op);
-  if (!multi_host_) return;  // an average was divided in reduce_slice
-  if (hosts_) hosts_->run(data, count, dtype, op);
+  if (!multi_host_) return;                                  // an average was divided in reduce_slice
+  if (hosts_) hosts_->run(leaders, data, count, dtype, op);  // a Mean runs as a Sum, divided below
   if (host_size_ > 1) host_broadcast(bytes, count * dtype_size(dtype));
   if (op == ReduceOp::Mean) divide(data, count, dtype, world_size_);
 }

@@ -10,11 +10,12 @@
 // generation; release stores, acquire loads), waited on with a Backoff, so a small
 // message costs a few cache-line handshakes.
 //
-// Across hosts: the shared-memory all-reduce inside each host, a ring all-reduce among the
-// hosts' first ranks (the leaders), and a shared-memory broadcast from each leader.
+// Across hosts: the shared-memory all-reduce inside each host, an all-reduce among the
+// hosts' first ranks (the leaders: any flat algorithm, the caller's choice), and a
+// shared-memory broadcast from each leader.
 #pragma once
 
-#include "dist/comm/mpi/ring_allreduce.h"
+#include "dist/comm/mpi/flat_allreduce.h"
 
 #include <mpi.h>
 
@@ -37,8 +38,10 @@ class ShmAllReduce {
 
   // In place over `count` elements; op is Sum, Mean, Max or Min. On one host each rank
   // divides its own reduced slice while it is still in cache, so an average costs no
-  // extra pass over the data.
-  void run(void* data, std::size_t count, DType dtype, ReduceOp op);
+  // extra pass over the data. Across hosts the leaders run `leaders` (Mpi, Ring,
+  // RecursiveDoubling or Rabenseifner; the same on every rank).
+  void run(void* data, std::size_t count, DType dtype, ReduceOp op,
+           AllReduceAlgorithm leaders = AllReduceAlgorithm::Ring);
 
  private:
   // The counters in each slot: the last generation for which its rank has posted its
@@ -62,7 +65,7 @@ class ShmAllReduce {
   MPI_Win window_ = MPI_WIN_NULL;
   std::vector<std::byte*> slots_;         // each host rank's slot in this process's address space
   std::uint64_t generation_ = 0;          // chunks processed; the same on every rank of the host
-  std::unique_ptr<RingAllReduce> hosts_;  // the leaders' ring; null on other ranks and on one host
+  std::unique_ptr<FlatAllReduce> hosts_;  // the leaders' algorithms; null on other ranks and on one host
   MPI_Comm leaders_ = MPI_COMM_NULL;
   bool multi_host_ = false;
 };

@@ -1,0 +1,214 @@
+#include "dist/comm/allreduce_table.h"
+
+#include "dtrain/core/environment.h"
+#include "dtrain/core/error.h"
+
+#include "dist_allreduce_table_json.h"  // kShippedAllReduceTable, generated from allreduce_table.json
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <tuple>
+
+namespace dtrain::dist {
+namespace {
+constexpr const char* kFormat = "dtrain-allreduce-table/1";
+
+bool is_flat(AllReduceAlgorithm a) {
+  return a == AllReduceAlgorithm::Mpi || a == AllReduceAlgorithm::Ring || a == AllReduceAlgorithm::RecursiveDoubling ||
+         a == AllReduceAlgorithm::Rabenseifner;
+}
+
+// The rule from before the table (and for shapes it has no case near).
+AllReduceChoice built_in(std::size_t bytes, int hosts) {
+  constexpr std::size_t kMultiHostShmFrom = std::size_t{256} << 10;
+  if (hosts == 1 || bytes >= kMultiHostShmFrom) return {AllReduceAlgorithm::SharedMemory, AllReduceAlgorithm::Ring};
+  return {AllReduceAlgorithm::Mpi, AllReduceAlgorithm::Ring};
+}
+
+using Json = nlohmann::json;
+
+const Json& field(const Json& object, const char* name, const std::string& where) {
+  DTRAIN_CHECK(object.is_object() && object.contains(name), "{}: missing field '{}'", where, name);
+  return object.at(name);
+}
+
+int positive_int(const Json& object, const char* name, const std::string& where) {
+  const Json& v = field(object, name, where);
+  DTRAIN_CHECK(v.is_number_integer() && v.get<std::int64_t>() >= 1 && v.get<std::int64_t>() <= 1 << 24,
+               "{}: '{}' must be an integer >= 1, got {}", where, name, v.dump());
+  return v.get<int>();
+}
+}  // namespace
+
+std::string choice_name(const AllReduceChoice& c) {
+  if (c.algorithm != AllReduceAlgorithm::SharedMemory) return algorithm_name(c.algorithm);
+  return fmt::format("shm+{}", algorithm_name(c.leaders));
+}
+
+AllReduceChoice parse_choice(const std::string& text, const std::string& where) {
+  const auto fail = [&] {
+    DTRAIN_FAIL(
+        "{}: unknown algorithm '{}' (expected mpi, ring, recursive_doubling, rabenseifner, shm or shm+ one of the "
+        "first four)",
+        where, text);
+  };
+  if (text.rfind("shm+", 0) == 0) {
+    AllReduceChoice c{AllReduceAlgorithm::SharedMemory, AllReduceAlgorithm::Ring};
+    try {
+      c.leaders = parse_algorithm(text.substr(4));
+    } catch (const Error&) {
+      fail();
+    }
+    if (!is_flat(c.leaders)) fail();
+    return c;
+  }
+  AllReduceChoice c;
+  try {
+    c.algorithm = parse_algorithm(text);
+  } catch (const Error&) {
+    fail();
+  }
+  if (c.algorithm == AllReduceAlgorithm::Auto) fail();
+  return c;
+}
+
+AllReduceTable AllReduceTable::parse(const std::string& text, const std::string& source) {
+  Json doc;
+  try {
+    doc = Json::parse(text);
+  } catch (const Json::exception& e) {
+    DTRAIN_FAIL("{}: not JSON: {}", source, e.what());
+  }
+  const Json& format = field(doc, "format", source);
+  DTRAIN_CHECK(format == kFormat, "{}: 'format' must be \"{}\", got {}", source, kFormat, format.dump());
+  const Json& cases = field(doc, "cases", source);
+  DTRAIN_CHECK(cases.is_array(), "{}: 'cases' must be an array", source);
+  AllReduceTable table;
+  table.source_ = source;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const std::string where = fmt::format("{}: cases[{}]", source, i);
+    const Json& j = cases[i];
+    Case c;
+    c.hosts = positive_int(j, "hosts", where);
+    c.ranks = positive_int(j, "ranks", where);
+    DTRAIN_CHECK(c.ranks >= c.hosts, "{}: {} ranks cannot fill {} hosts", where, c.ranks, c.hosts);
+    if (j.contains("measured")) {
+      DTRAIN_CHECK(j["measured"].is_string(), "{}: 'measured' must be a string", where);
+      c.measured = j["measured"].get<std::string>();
+    }
+    const Json& steps = field(j, "choices", where);
+    DTRAIN_CHECK(steps.is_array() && !steps.empty(), "{}: 'choices' must be a non-empty array", where);
+    for (std::size_t k = 0; k < steps.size(); ++k) {
+      const std::string at = fmt::format("{}.choices[{}]", where, k);
+      const Json& algorithm = field(steps[k], "algorithm", at);
+      DTRAIN_CHECK(algorithm.is_string(), "{}: 'algorithm' must be a string", at);
+      Step step{std::nullopt, parse_choice(algorithm.get<std::string>(), at)};
+      const bool last = k + 1 == steps.size();
+      if (steps[k].contains("up_to_bytes")) {
+        const Json& up = steps[k]["up_to_bytes"];
+        DTRAIN_CHECK(up.is_number_unsigned(), "{}: 'up_to_bytes' must be a byte count, got {}", at, up.dump());
+        step.up_to_bytes = up.get<std::uint64_t>();
+        DTRAIN_CHECK(!last, "{}: the last choice covers every larger message and takes no 'up_to_bytes'", at);
+        DTRAIN_CHECK(c.choices.empty() || *step.up_to_bytes > *c.choices.back().up_to_bytes,
+                     "{}: 'up_to_bytes' must grow from choice to choice", at);
+      } else {
+        DTRAIN_CHECK(last, "{}: only the last choice may leave out 'up_to_bytes'", at);
+      }
+      c.choices.push_back(step);
+    }
+    for (const Case& other : table.cases_) {
+      DTRAIN_CHECK(other.hosts != c.hosts || other.ranks != c.ranks, "{}: a second case for {} ranks on {} hosts",
+                   where, c.ranks, c.hosts);
+    }
+    table.cases_.push_back(std::move(c));
+  }
+  return table;
+}
+
+AllReduceTable AllReduceTable::read(const std::string& path) {
+  std::ifstream in(path);
+  DTRAIN_CHECK(in.good(), "{}: cannot open the all-reduce table", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse(text.str(), path);
+}
+
+const AllReduceTable& AllReduceTable::active() {
+  static const AllReduceTable table = [] {
+    if (auto path = env::get("DTRAIN_ALLREDUCE_TABLE")) return read(*path);
+    return parse(kShippedAllReduceTable, "the shipped all-reduce table");
+  }();
+  return table;
+}
+
+const AllReduceTable::Case* AllReduceTable::find(int ranks, int hosts) const {
+  const Case* best = nullptr;
+  double best_distance = std::numeric_limits<double>::infinity();
+  for (const Case& c : cases_) {
+    if ((c.hosts == 1) != (hosts == 1)) continue;
+    const double distance = std::abs(std::log2(static_cast<double>(c.ranks) / ranks)) +
+                            std::abs(std::log2(static_cast<double>(c.hosts) / hosts));
+    if (distance < best_distance) {
+      best = &c;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+AllReduceChoice AllReduceTable::choose(std::size_t bytes, int ranks, int hosts) const {
+  const Case* c = find(ranks, hosts);
+  if (c == nullptr) return built_in(bytes, hosts);
+  for (const Step& step : c->choices) {
+    if (!step.up_to_bytes || bytes <= *step.up_to_bytes) return step.choice;
+  }
+  return c->choices.back().choice;  // unreachable: the last step has no bound
+}
+
+void AllReduceTable::put(Case c) {
+  for (Case& existing : cases_) {
+    if (existing.hosts == c.hosts && existing.ranks == c.ranks) {
+      existing = std::move(c);
+      return;
+    }
+  }
+  cases_.push_back(std::move(c));
+  std::sort(cases_.begin(), cases_.end(),
+            [](const Case& a, const Case& b) { return std::tie(a.hosts, a.ranks) < std::tie(b.hosts, b.ranks); });
+}
+
+std::string AllReduceTable::to_json() const {
+  // One case per block and one choice per line: the shipped file stays readable in a diff.
+  std::string out = fmt::format("{{\n  \"format\": \"{}\",\n  \"cases\": [", kFormat);
+  for (std::size_t i = 0; i < cases_.size(); ++i) {
+    const Case& c = cases_[i];
+    out += fmt::format("{}\n    {{\"hosts\": {}, \"ranks\": {}, \"measured\": {},\n     \"choices\": [", i ? "," : "",
+                       c.hosts, c.ranks, Json(c.measured).dump());
+    for (std::size_t k = 0; k < c.choices.size(); ++k) {
+      const Step& s = c.choices[k];
+      std::string bound = s.up_to_bytes ? fmt::format("\"up_to_bytes\": {}, ", *s.up_to_bytes) : "";
+      out += fmt::format("{}\n       {{{}\"algorithm\": \"{}\"}}", k ? "," : "", bound, choice_name(s.choice));
+    }
+    out += "]}";
+  }
+  out += "\n  ]\n}\n";
+  return out;
+}
+
+std::uint64_t AllReduceTable::fingerprint() const {
+  // FNV-1a over the canonical text: the same on every rank and every build.
+  std::uint64_t h = 14695981039346656037ULL;
+  for (unsigned char ch : to_json()) {
+    h ^= ch;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+}  // namespace dtrain::dist

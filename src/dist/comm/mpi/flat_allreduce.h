@@ -1,0 +1,29 @@
+// The all-reduce algorithms that treat every rank of a communicator alike (no host
+// structure): MPI_Allreduce, the ring, recursive doubling and Rabenseifner. The whole
+// communicator runs them, or the hosts' leaders inside the hierarchical scheme.
+#pragma once
+
+#include "dist/comm/mpi/halving_doubling.h"
+#include "dist/comm/mpi/ring_allreduce.h"
+
+#include <mpi.h>
+
+namespace dtrain::dist::mpi {
+
+class FlatAllReduce {
+ public:
+  // Collective over `comm`, which must outlive this object (the ring and the halving
+  // algorithms keep duplicates of their own).
+  explicit FlatAllReduce(MPI_Comm comm);
+
+  // In place over `count` elements. algorithm: Mpi, Ring, RecursiveDoubling or
+  // Rabenseifner; op: Sum, Max or Min (a Mean runs as a Sum: the caller divides).
+  void run(AllReduceAlgorithm algorithm, void* data, std::size_t count, DType dtype, ReduceOp op);
+
+ private:
+  MPI_Comm comm_;
+  RingAllReduce ring_;
+  HalvingDoubling halving_;
+};
+
+}  // namespace dtrain::dist::mpi
