@@ -35,10 +35,40 @@ int first_int(std::initializer_list<const char*> names, int fallback) {
   }
   return fallback;
 }
+
+// The tasks of this node in a Slurm job step (srun), from SLURM_STEP_TASKS_PER_NODE ("2(x3),1":
+// per node of the step, a count with an optional repeat) at index SLURM_NODEID; nullopt when
+// either is missing or the list does not parse. srun sets SLURM_NTASKS_PER_NODE only when
+// --ntasks-per-node is given, and Open MPI ranks started by srun have no OMPI_COMM_WORLD_LOCAL_SIZE.
+std::optional<int> slurm_step_tasks_on_this_node() {
+  const auto list = get("SLURM_STEP_TASKS_PER_NODE");
+  const auto node = get_int("SLURM_NODEID");
+  if (!list || !node || *node < 0) return std::nullopt;
+  long index = *node;
+  const char* p = list->data();
+  const char* end = p + list->size();
+  while (p < end) {
+    long count = 0, repeat = 1;
+    auto r = std::from_chars(p, end, count);
+    if (r.ec != std::errc()) return std::nullopt;
+    p = r.ptr;
+    if (end - p >= 2 && p[0] == '(' && p[1] == 'x') {
+      r = std::from_chars(p + 2, end, repeat);
+      if (r.ec != std::errc() || r.ptr == end || *r.ptr != ')' || repeat < 1) return std::nullopt;
+      p = r.ptr + 1;
+    }
+    if (index < repeat) return static_cast<int>(count);
+    index -= repeat;
+    if (p < end && *p++ != ',') return std::nullopt;
+  }
+  return std::nullopt;
+}
 }  // namespace
 
 int local_world_size() {
-  int n = first_int({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}, 1);
+  int n = first_int({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}, 0);
+  if (n <= 0) n = slurm_step_tasks_on_this_node().value_or(0);
+  if (n <= 0) n = first_int({"SLURM_NTASKS_PER_NODE"}, 1);
   return n > 0 ? n : 1;
 }
 

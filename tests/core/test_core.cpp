@@ -159,3 +159,30 @@ TEST_CASE("environment integers are validated", "[core][cpu]") {
   CHECK(env::local_world_size() == 2);
   ::unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
 }
+
+TEST_CASE("ranks on this host under srun come from Slurm's step layout", "[core][cpu]") {
+  // Open MPI ranks that srun starts (through PMIx) have no OMPI_COMM_WORLD_LOCAL_SIZE, and
+  // srun sets SLURM_NTASKS_PER_NODE only for --ntasks-per-node.
+  test::ScopedEnv ompi("OMPI_COMM_WORLD_LOCAL_SIZE", nullptr), mpich("MPI_LOCALNRANKS", nullptr);
+  test::ScopedEnv per_node("SLURM_NTASKS_PER_NODE", nullptr), node("SLURM_NODEID", "0");
+  test::ScopedEnv step("SLURM_STEP_TASKS_PER_NODE", "2");
+  CHECK(env::local_world_size() == 2);
+  step.set("4(x2),3,1(x2)");  // nodes 0-1 run 4 tasks, node 2 runs 3, nodes 3-4 run 1
+  for (auto [id, tasks] : {std::pair{"0", 4}, {"1", 4}, {"2", 3}, {"3", 1}, {"4", 1}}) {
+    node.set(id);
+    CHECK(env::local_world_size() == tasks);
+  }
+  node.set("5");  // past the list, or a list that does not parse: the other variables, else 1
+  CHECK(env::local_world_size() == 1);
+  per_node.set("3");
+  CHECK(env::local_world_size() == 3);
+  per_node.set(nullptr);
+  node.set("0");
+  for (const char* bad : {"x", "2(x", "2(x0)", ",2"}) {
+    step.set(bad);
+    CHECK(env::local_world_size() == 1);
+  }
+  step.set("4(x2)");
+  ompi.set("2");  // Open MPI's own variable (mpirun inside an allocation) comes first
+  CHECK(env::local_world_size() == 2);
+}

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The main job through Slurm: starts the one-node Slurm (scripts/slurm/one-node-slurm.sh) in
+# DIR, runs `srun -n 2 --mpi=pmix TRAINER ARGS...`, stops Slurm whatever happens, and checks
+# that the job really ran as 2 ranks of one Slurm job step that found each other through PMIx:
+#   - each task reports its SLURM_JOB_ID / SLURM_PROCID / SLURM_LOCALID / PMIX_RANK (the same job
+#     id, procid = local id = PMIx rank 0 and 1),
+#   - the trainer's layout line says "2 rank(s) x T thread(s)" with T = nproc / 2 (the ranks on
+#     this host taken from Slurm's step layout: 1 rank would mean two singletons),
+#   - the replicas stayed equal and the test accuracy passed 80%.
+# Exit 77 (ctest: skipped) with the reason when Slurm cannot start here.
+#   usage: srun_main_job.sh ONE_NODE_SLURM_SH DIR TRAINER [ARGS...]
+set -uo pipefail
+[ $# -ge 3 ] || { echo "usage: $0 ONE_NODE_SLURM_SH DIR TRAINER [ARGS...]" >&2; exit 2; }
+one_node=$1
+dir=$2
+shift 2
+
+# An outer Slurm job (ctest run inside an allocation) must not leak into this cluster's srun.
+for v in $(env | grep -o '^SLURM_[A-Za-z0-9_]*'); do unset "$v"; done
+
+"$one_node" start "$dir"
+rc=$?
+if [ $rc -eq 77 ]; then
+  echo "SKIPPED: one-node Slurm cannot start here (reason above)"
+  exit 77
+fi
+[ $rc -eq 0 ] || { echo "FAILED: one-node-slurm.sh start exited $rc"; exit 1; }
+run_pid=
+# On INT/TERM: end the srun pipeline below (by its pid), then the EXIT trap cancels the job
+# and stops the daemons.
+trap '[ -n "$run_pid" ] && kill -TERM "$run_pid" 2>/dev/null; exit 143' INT TERM
+trap '"$one_node" stop "$dir"' EXIT
+export SLURM_CONF=$dir/slurm.conf
+
+out=$dir/srun.out
+cmd=(srun -n 2 --mpi=pmix --time=5 --kill-on-bad-exit=1 bash -c
+  'echo "slurm task: job ${SLURM_JOB_ID:-none} procid ${SLURM_PROCID:-none} localid ${SLURM_LOCALID:-none} pmix_rank ${PMIX_RANK:-none} of ${SLURM_NTASKS:-none} on $(hostname -s)"; exec "$@"'
+  task "$@")
+echo "+ ${cmd[*]}"
+# srun's own limit (--time) and this timeout both end well before ctest's, so that the trap
+# above always stops the daemons. In the background and waited for, so that a signal to this
+# script is handled at once, not after srun returns.
+(
+  timeout -s TERM 400 "${cmd[@]}" 2>&1 | tee "$out"
+  exit "${PIPESTATUS[0]}"
+) &
+run_pid=$!
+wait "$run_pid"
+rc=$?
+run_pid=
+
+fail() { echo "FAILED: $*"; exit 1; }
+[ "$rc" -eq 0 ] || fail "srun exited $rc"
+job=$(grep -o 'slurm task: job [0-9]*' "$out" | head -n 1 | grep -o '[0-9]*$')
+[ -n "$job" ] || fail "no task printed a numeric SLURM_JOB_ID"
+for r in 0 1; do
+  grep -q "^slurm task: job $job procid $r localid $r pmix_rank $r of 2 on " "$out" ||
+    fail "no line 'slurm task: job $job procid $r localid $r pmix_rank $r of 2' (task $r of the same job)"
+done
+threads=$(($(nproc) / 2))
+[ "$threads" -ge 1 ] || threads=1
+grep -q " 2 rank(s) x $threads thread(s)" "$out" ||
+  fail "the layout line does not say '2 rank(s) x $threads thread(s)' (2 ranks sharing this host's $(nproc) CPUs)"
+grep -Eq 'test accuracy (8[0-9]|9[0-9])\.[0-9]+%.*replica max diff 0$' "$out" ||
+  fail "no epoch line with test accuracy >= 80% and 'replica max diff 0'"
+grep -q '^final test accuracy: ' "$out" || fail "no 'final test accuracy' line"
+echo "PASSED: srun -n 2 ran the main job as 2 ranks of Slurm job $job"
