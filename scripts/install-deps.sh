@@ -10,7 +10,8 @@
 #       with --system-site-packages, so that it sees Debian's torch and numpy), the two
 #       packages Debian 12 does not have, from PyPI: safetensors and tensorboard. ctest then
 #       loads a checkpoint in PyTorch and reads the event files with TensorBoard's reader
-#       instead of skipping both.
+#       instead of skipping both. Also Slurm's daemons and client and munge, for the test that runs
+#       the main job under srun on a one-node Slurm (docs/SLURM.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,6 +41,11 @@ packages=(
 )
 if [ "$tests" -eq 1 ]; then
   packages+=(python3-venv python3-torch)    # the interoperability checks (see above)
+  # ctest slurm.np2_main_job: a one-node Slurm (scripts/slurm/one-node-slurm.sh, its own munged
+  # and configuration) runs the main job through `srun --mpi=pmix`; skipped without these.
+  # On a machine with systemd, apt also enables the packages' services; Debian's slurmctld and
+  # slurmd do not start without an /etc/slurm/slurm.conf, and the test uses ports of its own.
+  packages+=(slurmctld slurmd slurm-client munge)
 fi
 
 missing=()

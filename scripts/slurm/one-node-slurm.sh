@@ -30,7 +30,13 @@ usage() {
 action=$1
 dir=$2
 case "$action" in start | stop | status) ;; *) usage ;; esac
-mkdir -p "$dir" || exit 1
+if [ "$action" = start ]; then
+  mkdir -p "$dir" || exit 1
+elif [ ! -d "$dir" ]; then
+  echo "one-node-slurm: no directory $dir: nothing runs there"
+  [ "$action" = stop ]
+  exit
+fi
 dir=$(cd "$dir" && pwd)
 deadline_s=${ONE_NODE_SLURM_WAIT_S:-60}
 
@@ -186,9 +192,7 @@ EOF
 echo "export SLURM_CONF=$SLURM_CONF" >"$dir/env"
 
 deadline=$(($(date +%s) + deadline_s))
-wait_for() { # what command...: polls the command until it succeeds or the deadline passes
-  local what=$1
-  shift
+wait_for() { # command...: polls the command until it succeeds or the deadline passes
   until "$@"; do
     [ "$(date +%s)" -lt "$deadline" ] || return 1
     sleep 0.2
@@ -208,17 +212,17 @@ chmod 400 "$dir/munge/munge.key"
   --seed-file="$dir/munge/munged.seed" >"$dir/log/munged.out" 2>&1 ||
   daemon_gone munged "$dir/munge/munged.pid" "$dir/munge/munged.log"
 munge_works() { munge -n -S "$dir/munge/munge.socket" 2>/dev/null | unmunge -S "$dir/munge/munge.socket" >/dev/null 2>&1; }
-wait_for munged munge_works || daemon_gone munged "$dir/munge/munged.pid" "$dir/munge/munged.log"
+wait_for munge_works || daemon_gone munged "$dir/munge/munged.pid" "$dir/munge/munged.log"
 
 "$slurmctld_bin" -i -f "$SLURM_CONF" >"$dir/log/slurmctld.out" 2>&1 ||
   daemon_gone slurmctld "$dir/slurmctld.pid" "$dir/log/slurmctld.log"
 ctld_answers() { pid_alive "$dir/slurmctld.pid" && timeout 10 scontrol ping 2>/dev/null | grep -q 'is UP'; }
-wait_for slurmctld ctld_answers || daemon_gone slurmctld "$dir/slurmctld.pid" "$dir/log/slurmctld.log"
+wait_for ctld_answers || daemon_gone slurmctld "$dir/slurmctld.pid" "$dir/log/slurmctld.log"
 
 "$slurmd_bin" -N "$host" -f "$SLURM_CONF" >"$dir/log/slurmd.out" 2>&1 ||
   daemon_gone slurmd "$dir/slurmd.pid" "$dir/log/slurmd.log"
 node_idle() { pid_alive "$dir/slurmd.pid" && [ "$(node_state)" = idle ]; }
-if ! wait_for slurmd node_idle; then
+if ! wait_for node_idle; then
   state=$(node_state)
   log_tail "$dir/log/slurmd.log"
   log_tail "$dir/log/slurmctld.log"

@@ -7,7 +7,8 @@
 #   - the trainer's layout line says "2 rank(s) x T thread(s)" with T = nproc / 2 (the ranks on
 #     this host taken from Slurm's step layout: 1 rank would mean two singletons),
 #   - the replicas stayed equal and the test accuracy passed 80%.
-# Exit 77 (ctest: skipped) with the reason when Slurm cannot start here.
+# Exit 77 (ctest: skipped) with the reason when Slurm cannot start here; a failure instead
+# with DTRAIN_REQUIRE_SLURM=1 in the environment (for CI machines, where it can).
 #   usage: srun_main_job.sh ONE_NODE_SLURM_SH DIR TRAINER [ARGS...]
 set -uo pipefail
 [ $# -ge 3 ] || { echo "usage: $0 ONE_NODE_SLURM_SH DIR TRAINER [ARGS...]" >&2; exit 2; }
@@ -21,6 +22,10 @@ for v in $(env | grep -o '^SLURM_[A-Za-z0-9_]*'); do unset "$v"; done
 "$one_node" start "$dir"
 rc=$?
 if [ $rc -eq 77 ]; then
+  if [ -n "${DTRAIN_REQUIRE_SLURM:-}" ]; then
+    echo "FAILED: one-node Slurm cannot start here (reason above), and DTRAIN_REQUIRE_SLURM is set"
+    exit 1
+  fi
   echo "SKIPPED: one-node Slurm cannot start here (reason above)"
   exit 77
 fi
@@ -33,6 +38,7 @@ trap '"$one_node" stop "$dir"' EXIT
 export SLURM_CONF=$dir/slurm.conf
 
 out=$dir/srun.out
+# shellcheck disable=SC2016 # the tasks expand these, not this script
 cmd=(srun -n 2 --mpi=pmix --time=5 --kill-on-bad-exit=1 bash -c
   'echo "slurm task: job ${SLURM_JOB_ID:-none} procid ${SLURM_PROCID:-none} localid ${SLURM_LOCALID:-none} pmix_rank ${PMIX_RANK:-none} of ${SLURM_NTASKS:-none} on $(hostname -s)"; exec "$@"'
   task "$@")
