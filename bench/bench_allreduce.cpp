@@ -5,18 +5,35 @@
 //                of a whole segment per step (the textbook algorithm)
 //   dtrain_mpi   dtrain's Communicator forced to AllReduceAlgorithm::Mpi (MPI_Allreduce
 //                behind the communication thread: its overhead)
-//   dtrain_ring, shm, auto   dtrain's Ring, SharedMemory and Auto (the default)
-// f32 sums, sizes 4 KB .. --max-bytes in powers of 4. Each case first runs warm-up
+//   dtrain_ring, dtrain_rd, dtrain_rab   dtrain's Ring, RecursiveDoubling, Rabenseifner
+//   shm, shm_mpi, shm_rd, shm_rab        SharedMemory: on one host alone; across hosts the
+//                hierarchical scheme with the ring, MPI_Allreduce, recursive doubling or
+//                Rabenseifner among the hosts' leaders
+//   auto         what the all-reduce table chooses (the default)
+// f32 sums, sizes --min-bytes .. --max-bytes in powers of 4. Each case first runs warm-up
 // iterations, then times --iters of them (default: more for small sizes); an iteration's
 // time is the slowest rank's, between barriers. busbw = 2(n-1)/n * bytes / time, the
 // traffic every rank's link carries in a bandwidth-optimal algorithm.
 //
 //   mpirun -np 2 bench_allreduce [--json] [--max-bytes 268435456] [--iters N] [--impls mpi,shm]
+//                                [--repeat 5] [--tune-into TABLE.json] [--table TABLE.json]
+//
+// --repeat R runs every (size, impl) R times, alternating the implementations inside each
+// repetition, and ends with a summary per size: each implementation's median time over the
+// repetitions and the paired ratio (same repetition) of its time to the better of the two
+// peers (mpi, ring), median over the repetitions.
+// --tune-into FILE measures every dtrain algorithm that applies (5 repetitions unless --repeat
+// says otherwise, 4 KB .. 64 MB unless the sizes are given), picks the fastest per size
+// (median) and writes the case of this rank and host count into FILE (created, or the case
+// replaced in it): a table that DTRAIN_ALLREDUCE_TABLE can name (docs/COLLECTIVES.md).
+// Hosts are the groups that DTRAIN_HOST_ID gives when it is set (emulated hosts,
+// bench/netns), else the ranks that share memory.
 //
 // Before timing, every implementation is checked against the exact sum at a few sizes.
 // The first line (the first JSON object with --json) describes the machine, including the
 // memory bandwidth the ranks saw at the start, since the cores may be shared.
 #include "dtrain/core/environment.h"
+#include "dtrain/dist/comm/allreduce_table.h"
 #include "dtrain/dist/comm/communicator.h"
 
 #include "bench_machine.h"
@@ -31,8 +48,14 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <fstream>
 #include <functional>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
+#include <optional>
+#include <vector>
 
 namespace {
 
@@ -43,8 +66,31 @@ struct Config {
   std::size_t min_bytes = 4 << 10;
   std::size_t max_bytes = std::size_t{256} << 20;
   int iters = 0;  // 0: by size
+  int repeat = 1;
+  std::string tune;  // the table file --tune-into writes
   std::vector<std::string> impls = {"mpi", "ring", "dtrain_mpi", "dtrain_ring", "shm", "auto"};
 };
+
+// dtrain's forced algorithms: the bench's name, the algorithm, the leaders' algorithm.
+struct Forced {
+  const char* name;
+  dist::AllReduceAlgorithm algorithm;
+  dist::AllReduceAlgorithm leaders;
+};
+using A = dist::AllReduceAlgorithm;
+constexpr Forced kForced[] = {
+    {"dtrain_mpi", A::Mpi, A::Auto},
+    {"dtrain_ring", A::Ring, A::Auto},
+    {"dtrain_rd", A::RecursiveDoubling, A::Auto},
+    {"dtrain_rab", A::Rabenseifner, A::Auto},
+    {"shm", A::SharedMemory, A::Ring},
+    {"shm_mpi", A::SharedMemory, A::Mpi},
+    {"shm_rd", A::SharedMemory, A::RecursiveDoubling},
+    {"shm_rab", A::SharedMemory, A::Rabenseifner},
+    {"auto", A::Auto, A::Auto},
+};
+const std::vector<std::string> kAllImpls = {"mpi", "ring",    "dtrain_mpi", "dtrain_ring", "dtrain_rd", "dtrain_rab",
+                                            "shm", "shm_mpi", "shm_rd",     "shm_rab",     "auto"};
 
 // Sums a contiguous f32 tensor in place across the ranks.
 using AllReduce = std::function<void(Tensor& data)>;
@@ -85,9 +131,15 @@ class PlainRing {
   std::vector<float> scratch_;
 };
 
+// Host groups as dtrain's communicator forms them: DTRAIN_HOST_ID when it is set (emulated
+// hosts), else the ranks that share memory.
 int count_hosts() {
   MPI_Comm host;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
+  if (auto id = env::get("DTRAIN_HOST_ID")) {
+    MPI_Comm_split(MPI_COMM_WORLD, std::stoi(*id), 0, &host);
+  } else {
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
+  }
   int host_rank = 0, hosts = 0;
   MPI_Comm_rank(host, &host_rank);
   int leader = host_rank == 0 ? 1 : 0;
@@ -158,29 +210,104 @@ Timing time_case(const AllReduce& run, Tensor& data, int iters) {
   return {times[times.size() / 2], times.front(), times.back(), iters};
 }
 
-int run(const Config& c) {
+// Per size: each implementation's median over the repetitions, and its paired ratio to the
+// better peer (mpi or ring, whichever ran) in the same repetition, median over them.
+void print_summary(const Config& c, const std::vector<std::size_t>& sizes,
+                   const std::map<std::pair<std::size_t, std::string>, std::vector<double>>& times, int ranks,
+                   int hosts);
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// The algorithm names --tune-into writes for the bench's names.
+std::string table_name(const std::string& impl) {
+  for (const Forced& f : kForced) {
+    if (impl == f.name) {
+      dist::AllReduceChoice choice{f.algorithm, f.leaders == A::Auto ? A::Ring : f.leaders};
+      return dist::choice_name(choice);
+    }
+  }
+  DTRAIN_FAIL("bench_allreduce: {} is not one of dtrain's algorithms", impl);
+}
+
+// Within this share of the fastest median, a size counts as a tie (the repetitions' spread
+// on these shared machines is larger).
+constexpr double kTie = 0.03;
+
+// Ties go to the earlier of these: the shared-memory scheme, dtrain's point-to-point
+// algorithms, MPI_Allreduce last. dtrain's waits back off to sleeping while MPI's poll a
+// core, which an isolated timing does not charge but a step that overlaps the all-reduce
+// with backward pays for in compute.
+int tie_rank(const std::string& impl) {
+  static const std::vector<std::string> order = {"shm",        "shm_rab",     "shm_rd",    "shm_mpi",
+                                                 "dtrain_rab", "dtrain_ring", "dtrain_rd", "dtrain_mpi"};
+  auto it = std::find(order.begin(), order.end(), impl);
+  return static_cast<int>(it - order.begin());
+}
+
+// The fastest implementation per size (median over the repetitions; ties as above), as a
+// table case: neighbouring sizes with the same winner merge; a boundary sits at the
+// geometric mean of the last size of one winner and the first of the next.
+dist::AllReduceTable::Case tuned_case(const std::vector<std::size_t>& sizes, const std::vector<std::string>& impls,
+                                      const std::map<std::pair<std::size_t, std::string>, std::vector<double>>& times,
+                                      int ranks, int hosts, const std::string& machine) {
+  dist::AllReduceTable::Case c{hosts, ranks, "", {}};
+  c.measured = fmt::format(
+      "bench_allreduce --tune-into: medians of {} repetitions, ties within {:.0f}% to dtrain's "
+      "own waits; {}",
+      times.begin()->second.size(), kTie * 100, machine);
+  std::vector<std::string> winners;
+  for (std::size_t bytes : sizes) {
+    double fastest = median(times.at({bytes, impls.front()}));
+    for (const std::string& impl : impls) fastest = std::min(fastest, median(times.at({bytes, impl})));
+    std::string best;
+    for (const std::string& impl : impls) {
+      if (median(times.at({bytes, impl})) > fastest * (1 + kTie)) continue;
+      if (best.empty() || tie_rank(impl) < tie_rank(best)) best = impl;
+    }
+    winners.push_back(best);
+  }
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    if (i + 1 < sizes.size() && winners[i + 1] == winners[i]) continue;
+    std::optional<std::uint64_t> bound;
+    if (i + 1 < sizes.size()) bound = static_cast<std::uint64_t>(std::sqrt(double(sizes[i]) * double(sizes[i + 1])));
+    c.choices.push_back({bound, dist::parse_choice(table_name(winners[i]), "bench_allreduce")});
+  }
+  return c;
+}
+
+int run(Config c) {
   dist::CommunicatorPtr world = dist::world();
   DTRAIN_CHECK(world->backend() == "mpi", "bench_allreduce: run it under mpirun (got the {} communicator)",
                world->backend());
   const int rank = world->rank(), size = world->size();
+  const int hosts = count_hosts();
+  if (!c.tune.empty()) {
+    // Every dtrain algorithm that means something here. With one rank per host the
+    // hierarchical scheme is its leaders' algorithm alone, so it is left out there; the
+    // leaders' variants need several hosts.
+    c.impls = {"dtrain_mpi", "dtrain_ring", "dtrain_rd", "dtrain_rab"};
+    if (hosts < size) c.impls.push_back("shm");
+    if (hosts > 1 && hosts < size) c.impls.insert(c.impls.end(), {"shm_mpi", "shm_rd", "shm_rab"});
+  }
 
   MPI_Comm peer_comm;
   MPI_Comm_dup(MPI_COMM_WORLD, &peer_comm);
   PlainRing plain_ring(peer_comm);
-  std::map<std::string, dist::CommunicatorPtr> comms;
-  for (auto [name, algorithm] : {std::pair{"dtrain_mpi", dist::AllReduceAlgorithm::Mpi},
-                                 {"dtrain_ring", dist::AllReduceAlgorithm::Ring},
-                                 {"shm", dist::AllReduceAlgorithm::SharedMemory},
-                                 {"auto", dist::AllReduceAlgorithm::Auto}}) {
-    comms[name] = dist::world({.all_reduce = algorithm});
-  }
   std::map<std::string, AllReduce> impls = {{"mpi",
                                              [&](Tensor& t) {
                                                MPI_Allreduce(MPI_IN_PLACE, t.raw_data(), static_cast<int>(t.numel()),
                                                              MPI_FLOAT, MPI_SUM, peer_comm);
                                              }},
                                             {"ring", [&](Tensor& t) { plain_ring(t); }}};
-  for (auto& [name, comm] : comms) impls[name] = [comm](Tensor& t) { comm->all_reduce(t); };
+  for (const Forced& f : kForced) {
+    if (std::find(c.impls.begin(), c.impls.end(), f.name) == c.impls.end()) continue;
+    dist::CommunicatorPtr comm = dist::world({.all_reduce = f.algorithm, .leaders_all_reduce = f.leaders});
+    impls[f.name] = [comm](Tensor& t) { comm->all_reduce(t); };
+  }
 
   for (const std::string& name : c.impls) {
     DTRAIN_CHECK(impls.count(name), "bench_allreduce: unknown implementation '{}'", name);
@@ -191,7 +318,7 @@ int run(const Config& c) {
   std::string machine = fmt::format(
       "{} rank(s) on {} host(s); nproc {}; {}; memcpy {:.1f} GB/s per rank (64 MB, all ranks at once); {:%Y-%m-%d "
       "%H:%M}",
-      size, count_hosts(), env::hardware_threads(), bench::cpu_model(), memcpy_gbps(), fmt::localtime(now));
+      size, hosts, env::hardware_threads(), bench::cpu_model(), memcpy_gbps(), fmt::localtime(now));
   if (rank == 0) {
     if (c.json) {
       fmt::print("{}\n", nlohmann::ordered_json{{"bench", "allreduce"}, {"machine", machine}}.dump());
@@ -201,31 +328,97 @@ int run(const Config& c) {
                  "iters", "algbw GB/s", "busbw GB/s");
     }
   }
+  std::vector<std::size_t> sizes;
+  for (std::size_t bytes = c.min_bytes; bytes <= c.max_bytes; bytes *= 4) sizes.push_back(bytes);
+  std::map<std::pair<std::size_t, std::string>, std::vector<double>> times;     // rank 0's record, per repetition
   Tensor buffer = Tensor::zeros({static_cast<std::int64_t>(c.max_bytes / 4)});  // zeros: sums stay finite
-  for (std::size_t bytes = c.min_bytes; bytes <= c.max_bytes; bytes *= 4) {
-    Tensor data = buffer.narrow(0, 0, static_cast<std::int64_t>(bytes / 4));
-    int iters =
-        c.iters > 0 ? c.iters : static_cast<int>(std::clamp<std::size_t>((std::size_t{1} << 30) / bytes, 5, 200));
-    for (const std::string& name : c.impls) {
-      Timing t = time_case(impls[name], data, iters);
-      double algbw = static_cast<double>(bytes) / t.median_us / 1e3;
-      double busbw = algbw * 2.0 * (size - 1) / size;
-      if (rank != 0) continue;
-      if (c.json) {
-        nlohmann::ordered_json j = {{"bench", "allreduce"},    {"impl", name},           {"ranks", size},
-                                    {"bytes", bytes},          {"time_us", t.median_us}, {"time_us_min", t.min_us},
-                                    {"time_us_max", t.max_us}, {"iters", t.iters},       {"algbw_gbps", algbw},
-                                    {"busbw_gbps", busbw}};
-        fmt::print("{}\n", j.dump());
-      } else {
-        fmt::print("{:>11} {:<12}{:>12.1f}{:>12.1f}{:>12.1f}{:>8}{:>12.2f}{:>12.2f}\n", bytes, name, t.median_us,
-                   t.min_us, t.max_us, t.iters, algbw, busbw);
+  for (int rep = 0; rep < c.repeat; ++rep) {
+    for (std::size_t bytes : sizes) {
+      Tensor data = buffer.narrow(0, 0, static_cast<std::int64_t>(bytes / 4));
+      int iters =
+          c.iters > 0 ? c.iters : static_cast<int>(std::clamp<std::size_t>((std::size_t{1} << 30) / bytes, 5, 200));
+      for (const std::string& name : c.impls) {
+        Timing t = time_case(impls[name], data, iters);
+        times[{bytes, name}].push_back(t.median_us);
+        double algbw = static_cast<double>(bytes) / t.median_us / 1e3;
+        double busbw = algbw * 2.0 * (size - 1) / size;
+        if (rank != 0) continue;
+        if (c.json) {
+          nlohmann::ordered_json j = {
+              {"bench", "allreduce"}, {"impl", name},           {"ranks", size},           {"hosts", hosts},
+              {"bytes", bytes},       {"time_us", t.median_us}, {"time_us_min", t.min_us}, {"time_us_max", t.max_us},
+              {"iters", t.iters},     {"algbw_gbps", algbw},    {"busbw_gbps", busbw}};
+          if (c.repeat > 1) j["repetition"] = rep;
+          fmt::print("{}\n", j.dump());
+        } else {
+          fmt::print("{:>11} {:<12}{:>12.1f}{:>12.1f}{:>12.1f}{:>8}{:>12.2f}{:>12.2f}\n", bytes, name, t.median_us,
+                     t.min_us, t.max_us, t.iters, algbw, busbw);
+        }
       }
+      std::fflush(stdout);
     }
-    std::fflush(stdout);
+  }
+  if (rank == 0 && c.repeat > 1) print_summary(c, sizes, times, size, hosts);
+  if (rank == 0 && !c.tune.empty()) {
+    dist::AllReduceTable table;
+    if (std::filesystem::exists(c.tune)) table = dist::AllReduceTable::read(c.tune);
+    dist::AllReduceTable::Case tuned = tuned_case(sizes, c.impls, times, size, hosts, machine);
+    table.put(tuned);
+    std::ofstream(c.tune) << table.to_json();
+    std::string choices;
+    for (const auto& step : tuned.choices) {
+      choices += step.up_to_bytes ? fmt::format("{} up to {} B, ", dist::choice_name(step.choice), *step.up_to_bytes)
+                                  : fmt::format("{} above", dist::choice_name(step.choice));
+    }
+    fmt::print(c.json ? stderr : stdout, "bench_allreduce: wrote the case of {} ranks on {} host(s) to {}: {}\n", size,
+               hosts, c.tune, choices);
   }
   MPI_Comm_free(&peer_comm);
   return 0;
+}
+
+void print_summary(const Config& c, const std::vector<std::size_t>& sizes,
+                   const std::map<std::pair<std::size_t, std::string>, std::vector<double>>& times, int ranks,
+                   int hosts) {
+  std::vector<std::string> peers;
+  for (const char* p : {"mpi", "ring"}) {
+    if (std::find(c.impls.begin(), c.impls.end(), p) != c.impls.end()) peers.push_back(p);
+  }
+  if (!c.json) {
+    fmt::print("summary over {} repetitions: median us; in brackets the paired ratio to the better of {} (median)\n",
+               c.repeat, peers.empty() ? std::string("no peer") : fmt::format("{}", fmt::join(peers, " and ")));
+  }
+  for (std::size_t bytes : sizes) {
+    std::string line = fmt::format("{:>11}", bytes);
+    for (const std::string& impl : c.impls) {
+      const std::vector<double>& mine = times.at({bytes, impl});
+      std::optional<double> ratio;
+      if (!peers.empty()) {
+        std::vector<double> ratios;
+        for (std::size_t r = 0; r < mine.size(); ++r) {
+          double best = times.at({bytes, peers[0]})[r];
+          for (const std::string& p : peers) best = std::min(best, times.at({bytes, p})[r]);
+          ratios.push_back(mine[r] / best);
+        }
+        ratio = median(ratios);
+      }
+      if (c.json) {
+        nlohmann::ordered_json j = {{"bench", "allreduce_summary"},
+                                    {"impl", impl},
+                                    {"ranks", ranks},
+                                    {"hosts", hosts},
+                                    {"bytes", bytes},
+                                    {"repetitions", c.repeat},
+                                    {"time_us_median", median(mine)}};
+        if (ratio) j["paired_ratio_to_best_peer"] = *ratio;
+        fmt::print("{}\n", j.dump());
+      } else {
+        line += fmt::format("  {} {:.1f}", impl, median(mine));
+        if (ratio) line += fmt::format(" [{:.2f}]", *ratio);
+      }
+    }
+    if (!c.json) fmt::print("{}\n", line);
+  }
 }
 
 }  // namespace
@@ -240,10 +433,23 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::size_t{4}, std::size_t{1} << 32));  // MPI counts are ints
   app.add_option("--iters", config.iters, "timed iterations per case (default: 5..200 by size)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--impls", config.impls, "implementations to run")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"mpi", "ring", "dtrain_mpi", "dtrain_ring", "shm", "auto"}));
+  app.add_option("--impls", config.impls, "implementations to run")->delimiter(',')->check(CLI::IsMember(kAllImpls));
+  app.add_option("--repeat", config.repeat, "repetitions of every case, alternating the implementations")
+      ->check(CLI::PositiveNumber);
+  std::string table;
+  app.add_option("--table", table, "the all-reduce table auto reads (sets DTRAIN_ALLREDUCE_TABLE on every rank)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tune-into", config.tune,
+                 "measure dtrain's algorithms and write this host shape's case to this table")
+      ->excludes("--impls");  // not --tune: mpirun takes that for its own, wherever it is
   CLI11_PARSE(app, argc, argv);
+  // Before the first communicator reads it; a flag rather than the variable because mpirun
+  // does not pass the environment to ranks on other (emulated) hosts.
+  if (!table.empty()) setenv("DTRAIN_ALLREDUCE_TABLE", table.c_str(), 1);
+  if (!config.tune.empty()) {
+    if (app.count("--repeat") == 0) config.repeat = 5;
+    if (app.count("--max-bytes") == 0) config.max_bytes = std::size_t{64} << 20;
+  }
   try {
     return run(config);
   } catch (const Error& e) {

@@ -242,6 +242,45 @@ def hierarchical_us(nbytes, intra_fit, inter_fit, hosts):
     return intra + ring_allreduce_us(nbytes, hosts, alpha, beta)
 
 
+# ---------------------------------------------------------------- the all-reduce table
+
+# The table the library compiles in (include/dtrain/dist/comm/allreduce_table.h has the format).
+TABLE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "dist", "comm",
+                          "allreduce_table.json")
+# bench_allreduce's name for each of the table's algorithms.
+TABLE_IMPLS = {"mpi": "dtrain_mpi", "ring": "dtrain_ring", "recursive_doubling": "dtrain_rd",
+               "rabenseifner": "dtrain_rab", "shm": "shm", "shm+ring": "shm", "shm+mpi": "shm_mpi",
+               "shm+recursive_doubling": "shm_rd", "shm+rabenseifner": "shm_rab"}
+
+
+def read_table(path=TABLE_FILE):
+    with open(path) as f:
+        table = json.load(f)
+    if table.get("format") != "dtrain-allreduce-table/1":
+        raise ValueError("%s: not a dtrain all-reduce table" % path)
+    return table
+
+
+def table_choice(table, nbytes, ranks, hosts):
+    """The algorithm dtrain's Auto runs for `nbytes` on `ranks` ranks over `hosts` hosts, as
+    the library chooses it (AllReduceTable::choose): the exact case, else the nearest (log2
+    of ranks and hosts) with one host or with several as `hosts` has, else the built-in
+    rule."""
+    best, best_distance = None, math.inf
+    for case in table.get("cases", []):
+        if (case["hosts"] == 1) != (hosts == 1):
+            continue
+        distance = abs(math.log2(case["ranks"] / ranks)) + abs(math.log2(case["hosts"] / hosts))
+        if distance < best_distance:
+            best, best_distance = case, distance
+    if best is None:
+        return "shm" if hosts == 1 or nbytes >= 256 << 10 else "mpi"
+    for step in best["choices"]:
+        if "up_to_bytes" not in step or nbytes <= step["up_to_bytes"]:
+            return step["algorithm"]
+    return best["choices"][-1]["algorithm"]
+
+
 def busbw_gbps(nbytes, ranks, time_us):
     return ring_factors(max(ranks, 2))[1] * nbytes / (time_us * 1e3) if ranks > 1 else nbytes / (time_us * 1e3)
 
@@ -336,7 +375,7 @@ P2P_IMPLS = ("ring", "mpi", "dtrain_ring")  # MPI send/recv, as pipeline and PS 
 PS_MESSAGE_BYTES = 1 << 20  # ParameterServerOptions::bucket_bytes: one message per MB
 
 
-def predict_scaling(rec, fits, cpu_slowdown=1.0, bucket_shares=None):
+def predict_scaling(rec, fits, cpu_slowdown=1.0, bucket_shares=None, table=None):
     """Model step (ms), exposed communication (ms) and samples/s for one bench_scaling
     line, from its measured compute and the all-reduce fits of its link; None when the
     line lacks what its strategy needs (the reason in the second element).
@@ -344,7 +383,9 @@ def predict_scaling(rec, fits, cpu_slowdown=1.0, bucket_shares=None):
     cores' contention), which stretches an all-reduce that overlaps backward.
     `bucket_shares`: for a parameter-server line, the gradient buckets of the same model
     ({"bytes", "ready_share": ready_ms / backward_ms}, from a data-parallel line), so that
-    pushes and pulls overlap backward as they do."""
+    pushes and pulls overlap backward as they do.
+    `table`: an all-reduce table (read_table()): data parallelism's all-reduce then costs
+    what the table's choice per bucket size measured."""
     strategy, ranks = rec.get("strategy"), int(_number(rec, "ranks"))
     link, hosts = link_of(rec), int(_number(rec, "hosts") or 1)
     compute = _number(rec, "compute_ms_median")
@@ -355,7 +396,7 @@ def predict_scaling(rec, fits, cpu_slowdown=1.0, bucket_shares=None):
         return None, "no compute_ms_median (nor forward/backward/optimizer)"
     workers = int(_number(rec, "workers") or ranks)
     if strategy == "data_parallel":
-        step, exposed = _predict_dp(rec, fits, compute, workers, link, hosts, max(1.0, cpu_slowdown or 1.0))
+        step, exposed = _predict_dp(rec, fits, compute, workers, link, hosts, max(1.0, cpu_slowdown or 1.0), table)
     elif strategy == "pipeline":
         step, exposed = _predict_pipeline(rec, fits, compute, link, hosts)
     elif strategy in ("ps_sync", "ps_async"):
@@ -370,21 +411,39 @@ def predict_scaling(rec, fits, cpu_slowdown=1.0, bucket_shares=None):
             "samples_per_s": batch / (step / 1e3) if batch else None}, ""
 
 
-def _predict_dp(rec, fits, compute, workers, link, hosts, slowdown):
+def _dp_allreduce_us(fits, link, workers, hosts, table):
+    """The all-reduce time of n bytes as dtrain's Auto runs it: the measured fit of the
+    algorithm the table chooses for n where one was measured, else of DP_IMPLS' first."""
+    fallback = find_fit(fits, DP_IMPLS, link, workers, hosts)
+    if table is None:
+        return fallback and fallback.time_us
+    chosen = {}
+
+    def time_us(nbytes):
+        impl = TABLE_IMPLS.get(table_choice(table, nbytes, workers, hosts))
+        if impl not in chosen:
+            chosen[impl] = find_fit(fits, (impl,), link, workers, hosts) if impl else None
+        fit = chosen[impl] or fallback
+        return fit.time_us(nbytes)
+
+    return time_us if fallback else None
+
+
+def _predict_dp(rec, fits, compute, workers, link, hosts, slowdown, table=None):
     if workers <= 1:
         return compute, 0.0
-    fit = find_fit(fits, DP_IMPLS, link, workers, hosts)
+    time_us = _dp_allreduce_us(fits, link, workers, hosts, table)
     buckets = rec.get("buckets")
     backward = _number(rec, "backward_ms_median")
-    if fit is None:
+    if time_us is None:
         return None, "no all-reduce fit for link %s" % link
     if not isinstance(buckets, list) or backward is None:
         param_bytes = _number(rec, "param_bytes")
         if param_bytes is None:
             return None, "no buckets, backward_ms_median or param_bytes"
-        exposed = fit.time_us(param_bytes) / 1e3  # no overlap information: all exposed
+        exposed = time_us(param_bytes) / 1e3  # no overlap information: all exposed
         return compute + exposed, exposed
-    return dp_step_ms(compute, backward, buckets, lambda n: fit.time_us(n) / 1e3, slowdown)
+    return dp_step_ms(compute, backward, buckets, lambda n: time_us(n) / 1e3, slowdown)
 
 
 def _predict_pipeline(rec, fits, compute, link, hosts):

@@ -79,6 +79,7 @@
 #include "dtrain/data/tensor_dataset.h"
 
 #include "dtrain/dist/core/cluster_spec.h"
+#include "dtrain/dist/comm/allreduce_table.h"
 #include "dtrain/dist/comm/communicator.h"
 #include "dtrain/dist/data_parallel/data_parallel.h"
 #include "dtrain/dist/data_parallel/data_parallel_strategy.h"

@@ -91,5 +91,42 @@ class PipelineAndPsTest(unittest.TestCase):
         self.assertAlmostEqual(m.ps_async_step_ms(10.0, 100e6, 8, 2, 10e9, 10e9, 0.0, 2), 80.0)
 
 
+class AllReduceTableTest(unittest.TestCase):
+    TABLE = {"format": "dtrain-allreduce-table/1", "cases": [
+        {"hosts": 1, "ranks": 2, "choices": [{"up_to_bytes": 4096, "algorithm": "recursive_doubling"},
+                                             {"algorithm": "shm"}]},
+        {"hosts": 2, "ranks": 4, "choices": [{"up_to_bytes": 65536, "algorithm": "mpi"},
+                                             {"algorithm": "shm+rabenseifner"}]}]}
+
+    def test_choice_follows_the_library_rules(self):
+        # The same cases as tests/dist/test_allreduce_table.cpp checks in the library.
+        t = self.TABLE
+        self.assertEqual(m.table_choice(t, 4096, 2, 1), "recursive_doubling")  # inclusive bound
+        self.assertEqual(m.table_choice(t, 4097, 2, 1), "shm")
+        self.assertEqual(m.table_choice(t, 65537, 4, 2), "shm+rabenseifner")
+        self.assertEqual(m.table_choice(t, 100, 8, 1), "recursive_doubling")  # nearest one-host case
+        self.assertEqual(m.table_choice(t, 100, 2, 2), "mpi")  # several hosts: never the one-host case
+        one_host = {"format": "dtrain-allreduce-table/1", "cases": [t["cases"][0]]}
+        self.assertEqual(m.table_choice(one_host, 1000, 4, 2), "mpi")  # built in, below 256 KB
+        self.assertEqual(m.table_choice(one_host, 256 << 10, 4, 2), "shm")
+
+    def test_the_shipped_table_names_measured_algorithms(self):
+        table = m.read_table()
+        for case in table["cases"]:
+            for step in case["choices"]:
+                self.assertIn(step["algorithm"], m.TABLE_IMPLS)
+
+    def test_dp_prediction_costs_the_table_choice(self):
+        # Two fits on one link: the model charges each bucket the chosen algorithm's line.
+        pts = []
+        for impl, a, b in (("dtrain_mpi", 10.0, 1e-3), ("shm_rab", 100.0, 1e-4), ("auto", 1.0, 1.0)):
+            pts += [{"impl": impl, "link": "10gbit_50us", "ranks": 4, "hosts": 2, "bytes": n,
+                     "time_us": a + b * n} for n in (1 << 10, 1 << 14, 1 << 18, 1 << 22)]
+        fits = m.fit_allreduce(pts)
+        time_us = m._dp_allreduce_us(fits, "10gbit_50us", 4, 2, self.TABLE)
+        self.assertAlmostEqual(time_us(1000), 10.0 + 1.0, places=3)  # mpi below 64 KB
+        self.assertAlmostEqual(time_us(1 << 20), 100.0 + 1e-4 * (1 << 20), places=3)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,7 +1,7 @@
 // The all-reduce table: parsing with errors that name the file and field, the lookup by
 // size, ranks and hosts (exact case, nearest case, built-in rule), writing and the
 // fingerprint that ranks compare. Pure functions: they run on one rank.
-#include "dist/comm/allreduce_table.h"
+#include "dtrain/dist/comm/allreduce_table.h"
 #include "support/test_support.h"
 
 #include <fstream>
@@ -32,7 +32,7 @@ TEST_CASE("the all-reduce table chooses by size within the case of the ranks and
   CHECK(name(t.choose(4, 2, 1)) == "recursive_doubling");
   CHECK(name(t.choose(4096, 2, 1)) == "recursive_doubling");  // up_to_bytes is inclusive
   CHECK(name(t.choose(4097, 2, 1)) == "rabenseifner");
-  CHECK(name(t.choose(std::size_t{1} << 30, 2, 1)) == "shm+ring");  // the last choice has no bound
+  CHECK(name(t.choose(std::size_t{1} << 30, 2, 1)) == "shm");  // the last choice has no bound
   CHECK(name(t.choose(65536, 4, 2)) == "mpi");
   CHECK(name(t.choose(65537, 4, 2)) == "shm+rabenseifner");
 }
@@ -46,7 +46,7 @@ TEST_CASE("a shape without a case takes the nearest case of its kind, else the b
   CHECK(one_host.find(4, 2) == nullptr);
   // Built in: MPI below 256 KB across hosts, the hierarchical ring from there.
   CHECK(name(one_host.choose(1000, 4, 2)) == "mpi");
-  CHECK(name(one_host.choose(std::size_t{256} << 10, 4, 2)) == "shm+ring");
+  CHECK(name(one_host.choose(std::size_t{256} << 10, 4, 2)) == "shm");
   CHECK(name(one_host.choose(1000, 4, 1)) == "ring");
 }
 

@@ -1,4 +1,4 @@
-#include "dist/comm/allreduce_table.h"
+#include "dtrain/dist/comm/allreduce_table.h"
 
 #include "dtrain/core/environment.h"
 #include "dtrain/core/error.h"
@@ -48,6 +48,7 @@ int positive_int(const Json& object, const char* name, const std::string& where)
 
 std::string choice_name(const AllReduceChoice& c) {
   if (c.algorithm != AllReduceAlgorithm::SharedMemory) return algorithm_name(c.algorithm);
+  if (c.leaders == AllReduceAlgorithm::Ring) return "shm";  // the default: all a one-host table needs
   return fmt::format("shm+{}", algorithm_name(c.leaders));
 }
 

@@ -68,7 +68,7 @@ inline constexpr int kAnyTag = -1;
 
 // How all_reduce moves data (MPI). Auto picks per message size, rank count and host count
 // from the all-reduce table (docs/COLLECTIVES.md: shipped defaults measured by
-// `bench_allreduce --tune`, or the file DTRAIN_ALLREDUCE_TABLE names); the others force one
+// `bench_allreduce --tune-into`, or the file DTRAIN_ALLREDUCE_TABLE names); the others force one
 // algorithm (for benchmarks and tests).
 enum class AllReduceAlgorithm : std::uint8_t {
   Auto,

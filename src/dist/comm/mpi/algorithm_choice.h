@@ -1,7 +1,7 @@
-// What AllReduceAlgorithm::Auto runs: the all-reduce table's choice (dist/comm/allreduce_table.h).
+// What AllReduceAlgorithm::Auto runs: the all-reduce table's choice (dtrain/dist/comm/allreduce_table.h).
 #pragma once
 
-#include "dist/comm/allreduce_table.h"
+#include "dtrain/dist/comm/allreduce_table.h"
 
 #include <cstddef>
 

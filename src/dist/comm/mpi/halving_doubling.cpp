@@ -48,7 +48,8 @@ void HalvingDoubling::swap(const std::byte* send, std::size_t send_bytes, std::b
     check(MPI_Isend(send + k * kMaxMessage, piece_bytes(send_bytes, k), MPI_BYTE, peer, 0, comm_, &requests.back()),
           "MPI_Isend");
   }
-  wait_all(requests.data(), static_cast<int>(requests.size()), what, spin_for(std::max(send_bytes, recv_bytes)));
+  wait_all(requests.data(), static_cast<int>(requests.size()), what,
+           spin_for_network(std::max(send_bytes, recv_bytes)));
 }
 
 int HalvingDoubling::real_rank(int folded_rank) const {

@@ -20,7 +20,7 @@
 // never the communicator itself.
 #pragma once
 
-#include "dist/comm/allreduce_table.h"
+#include "dtrain/dist/comm/allreduce_table.h"
 #include "dist/comm/collective_record.h"
 #include "dist/comm/comm_thread.h"
 #include "dist/comm/mpi/mpi_runtime.h"

@@ -49,7 +49,7 @@ void RingAllReduce::run(void* data, std::size_t count, DType dtype, ReduceOp op)
     send_chunks(base + out.begin * esize, out.size() * esize, right, comm_, requests);
     receive_and_reduce(base + in.begin * esize, in.size(), dtype, op);
     wait_all(requests.data(), static_cast<int>(requests.size()), "ring reduce-scatter (send)",
-             spin_for(out.size() * esize));
+             spin_for_network(out.size() * esize));
   }
   // All-gather: pass the reduced segments around, received straight into place.
   const int left = (rank_ - 1 + n) % n;
@@ -66,7 +66,7 @@ void RingAllReduce::run(void* data, std::size_t count, DType dtype, ReduceOp op)
     }
     send_chunks(base + out.begin * esize, out.size() * esize, right, comm_, requests);
     wait_all(requests.data(), static_cast<int>(requests.size()), "ring all-gather",
-             spin_for((in.size() + out.size()) * esize));
+             spin_for_network((in.size() + out.size()) * esize));
   }
 }
 
@@ -87,7 +87,7 @@ void RingAllReduce::receive_and_reduce(std::byte* dst, std::size_t count, DType 
   };
   for (std::size_t k = 0; k < std::min<std::size_t>(2, chunks); ++k) post(k);
   for (std::size_t k = 0; k < chunks; ++k) {
-    wait_all(&pending[k % 2], 1, "ring reduce-scatter (receive)", spin_for(length(k) * esize));
+    wait_all(&pending[k % 2], 1, "ring reduce-scatter (receive)", spin_for_network(length(k) * esize));
     std::byte* target = dst + k * chunk * esize;
     combine(target, target, scratch_.data() + (k % 2) * kChunkBytes, length(k), dtype, op);
     if (k + 2 < chunks) post(k + 2);

@@ -1,7 +1,7 @@
 // The all-reduce table: which algorithm AllReduceAlgorithm::Auto runs for a message of n
-// bytes on p ranks over h hosts. `bench_allreduce --tune` measures one (ranks, hosts) case
+// bytes on p ranks over h hosts. `bench_allreduce --tune-into` measures one (ranks, hosts) case
 // and writes it into a table file; the library compiles in the shipped table
-// (allreduce_table.json beside this header, measured here: see docs/COLLECTIVES.md) and
+// (src/dist/comm/allreduce_table.json, measured on these machines: docs/COLLECTIVES.md) and
 // reads the file DTRAIN_ALLREDUCE_TABLE names instead when that is set; bench/model reads
 // the same JSON. The format:
 //
@@ -34,7 +34,7 @@ struct AllReduceChoice {
   // With SharedMemory across hosts: what the hosts' leaders run among themselves.
   AllReduceAlgorithm leaders = AllReduceAlgorithm::Ring;
 };
-std::string choice_name(const AllReduceChoice& c);  // "mpi", "shm+ring"
+std::string choice_name(const AllReduceChoice& c);  // "mpi", "shm" (with the ring), "shm+mpi"
 // Throws naming `where` and the text when it is not one of the table's algorithm names.
 AllReduceChoice parse_choice(const std::string& text, const std::string& where);
 

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Measures the all-reduce table's four cases and checks the table against the peers:
+#
+#   bench/allreduce_tune.sh tune TABLE.json    writes the cases into TABLE.json
+#   bench/allreduce_tune.sh check TABLE.json   runs auto (reading TABLE.json) against
+#                                              MPI_Allreduce and the plain ring
+#
+# The cases (issue 38's acceptance): one host at 2 and 4 ranks (mpirun here), and 2 emulated
+# hosts x 1 and x 2 ranks over 10 Gbit/s links (bench/netns/run_netns.sh, root). Both modes
+# run bench_allreduce from 4 KB to 64 MB with 5 alternating repetitions; every run's JSON
+# lines go to RESULTS_DIR (default bench/results/allreduce_tune) as <mode>_<case>.jsonl.
+# `check` prints, per case and size, auto's paired ratio to the better peer (median over
+# the repetitions); the target is <= 1/0.95 = 1.053 at every size.
+# Run it on a quiet machine: the emulated hosts share its cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode=${1:-}
+table=${2:-}
+[[ ($mode == tune || $mode == check) && -n $table ]] || {
+  sed -n '2,6p' "$0" | sed 's/^# //'
+  exit 2
+}
+[[ $mode == tune || -f $table ]] || { echo "allreduce_tune: $table: no such table" >&2; exit 2; }
+table=$(realpath -m "$table")
+results=${RESULTS_DIR:-bench/results/allreduce_tune}
+mkdir -p "$results"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+bench=build/release/bench/bench_allreduce
+[[ -x $bench ]] || { echo "allreduce_tune: build bench_allreduce first (cmake --build --preset release)" >&2; exit 2; }
+
+if [[ $mode == tune ]]; then
+  args=(--json --tune-into "$table")
+else
+  args=(--json --table "$table" --impls mpi,ring,auto --repeat 5 --max-bytes 67108864)
+fi
+
+run_case() {  # name, then the launcher's command up to the bench
+  local name=$1
+  shift
+  echo "allreduce_tune: $mode $name" >&2
+  "$@" "${args[@]}" | tee "$results/${mode}_$name.jsonl" | grep '"allreduce_summary"' || true
+}
+
+run_case host1_np2 mpirun -np 2 "$bench"
+run_case host1_np4 mpirun -np 4 "$bench"
+netns=(bench/netns/run_netns.sh --links 10gbit --hosts 2)
+run_case hosts2x1_10gbit "${netns[@]}" --ranks-per-host 1 -- bench_allreduce
+run_case hosts2x2_10gbit "${netns[@]}" --ranks-per-host 2 -- bench_allreduce
+
+if [[ $mode == check ]]; then
+  python3 - "$results" <<'PY' | tee "$results/check_summary.txt"
+import json, sys, glob, os
+worst = 0
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "check_*.jsonl"))):
+    rows = [json.loads(l) for l in open(path) if l.startswith("{")]
+    summ = [r for r in rows if r.get("bench") == "allreduce_summary" and r["impl"] == "auto"]
+    case = os.path.basename(path)[6:-6]
+    for r in summ:
+        print(f"{case:18} {r['bytes']:>10} B  auto / best peer {r['paired_ratio_to_best_peer']:.3f}")
+    if summ:
+        w = max(summ, key=lambda r: r["paired_ratio_to_best_peer"])
+        print(f"case {case} worst {w['paired_ratio_to_best_peer']:.3f} at {w['bytes']} B")
+        worst = max(worst, w["paired_ratio_to_best_peer"])
+print(f"worst ratio {worst:.3f} (target <= {1/0.95:.3f})")
+PY
+fi
