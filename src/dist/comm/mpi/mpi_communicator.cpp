@@ -239,8 +239,16 @@ void MpiCommunicator::all_reduce_now(State& state, const Tensor& t, ReduceOp op,
     state.shm->run(data, count, t.dtype(), op, choice.leaders);  // averages by itself
     return;
   }
-  if (!state.flat) state.flat = std::make_unique<FlatAllReduce>(state.comm);
-  state.flat->run(choice.algorithm, data, count, t.dtype(), op);
+  if (choice.algorithm == AllReduceAlgorithm::Mpi) {
+    // Straight on the communicator: no object to make (nor to leave to MPI_Finalize when a
+    // failed communicator is abandoned).
+    check(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), datatype(t.dtype()), reduce_op(op, t.dtype()),
+                        state.comm),
+          "MPI_Allreduce");
+  } else {
+    if (!state.flat) state.flat = std::make_unique<FlatAllReduce>(state.comm);
+    state.flat->run(choice.algorithm, data, count, t.dtype(), op);
+  }
   if (op == ReduceOp::Mean) divide(data, count, t.dtype(), state.size);
 }
 
