@@ -10,6 +10,10 @@
 
 namespace dtrain::dist::mpi {
 
+// MPI_Allreduce in place over `count` elements (a Mean runs as a Sum); throws past MPI's
+// int count.
+void mpi_all_reduce(MPI_Comm comm, void* data, std::size_t count, DType dtype, ReduceOp op);
+
 class FlatAllReduce {
  public:
   // Collective over `comm`, which must outlive this object (the ring and the halving

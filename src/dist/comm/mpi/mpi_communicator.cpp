@@ -184,10 +184,9 @@ std::string MpiCommunicator::peer(int rank) const {
 
 std::string MpiCommunicator::waiting_for(AllReduceAlgorithm algorithm) const {
   switch (algorithm) {
-    // recursive doubling and Rabenseifner wait for a different partner in every step
     case AllReduceAlgorithm::Ring: return peer((rank_ - 1 + size_) % size_);  // receives from the left
     case AllReduceAlgorithm::SharedMemory: return single_host_ ? host_peers_ : "all ranks";
-    default: return "all ranks";
+    default: return "all ranks";  // recursive doubling and Rabenseifner: another partner every step
   }
 }
 
@@ -242,9 +241,7 @@ void MpiCommunicator::all_reduce_now(State& state, const Tensor& t, ReduceOp op,
   if (choice.algorithm == AllReduceAlgorithm::Mpi) {
     // Straight on the communicator: no object to make (nor to leave to MPI_Finalize when a
     // failed communicator is abandoned).
-    check(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), datatype(t.dtype()), reduce_op(op, t.dtype()),
-                        state.comm),
-          "MPI_Allreduce");
+    mpi_all_reduce(state.comm, data, count, t.dtype(), op);
   } else {
     if (!state.flat) state.flat = std::make_unique<FlatAllReduce>(state.comm);
     state.flat->run(choice.algorithm, data, count, t.dtype(), op);
