@@ -10,13 +10,21 @@
 //                hierarchical scheme with the ring, MPI_Allreduce, recursive doubling or
 //                Rabenseifner among the hosts' leaders
 //   auto         what the all-reduce table chooses (the default)
+// --collective reduce_scatter|all_gather|broadcast measures that collective instead (root 0
+// for broadcast; the message is reduce_scatter's input, all_gather's output): mpi calls
+// MPI_Reduce_scatter_block, MPI_Allgather (in place) or MPI_Bcast directly; dtrain_mpi,
+// dtrain_ring, dtrain_rh (recursive halving), dtrain_rd (recursive doubling), dtrain_tree
+// (binomial tree) and dtrain_chain force those of CollectiveAlgorithm that the collective
+// runs; auto reads the table's list for it.
 // f32 sums, sizes --min-bytes .. --max-bytes in powers of 4. Each case first runs warm-up
 // iterations, then times --iters of them (default: more for small sizes); an iteration's
-// time is the slowest rank's, between barriers. busbw = 2(n-1)/n * bytes / time, the
-// traffic every rank's link carries in a bandwidth-optimal algorithm.
+// time is the slowest rank's, between barriers. busbw = 2(n-1)/n * bytes / time (all-reduce;
+// (n-1)/n for reduce-scatter and all-gather, 1 for broadcast), the traffic every rank's link
+// carries in a bandwidth-optimal algorithm.
 //
 //   mpirun -np 2 bench_allreduce [--json] [--max-bytes 268435456] [--iters N] [--impls mpi,shm]
 //                                [--repeat 5] [--tune-into TABLE.json] [--table TABLE.json]
+//                                [--collective reduce_scatter]
 //
 // --repeat R runs every (size, impl) R times, alternating the implementations inside each
 // repetition, and ends with a summary per size: each implementation's median time over the
@@ -25,7 +33,9 @@
 // --tune-into FILE measures every dtrain algorithm that applies (5 repetitions unless --repeat
 // says otherwise, 4 KB .. 64 MB unless the sizes are given), picks the fastest per size
 // (median) and writes the case of this rank and host count into FILE (created, or the case
-// replaced in it): a table that DTRAIN_ALLREDUCE_TABLE can name (docs/COLLECTIVES.md).
+// replaced in it): a table that DTRAIN_ALLREDUCE_TABLE can name (docs/COLLECTIVES.md). With
+// --collective it writes that collective's list into the case, which must exist already
+// (tune all_reduce first).
 // Hosts are the groups that DTRAIN_HOST_ID gives when it is set (emulated hosts,
 // bench/netns), else the ranks that share memory.
 //
@@ -68,6 +78,7 @@ struct Config {
   int iters = 0;  // 0: by size
   int repeat = 1;
   std::string tune;  // the table file --tune-into writes
+  std::string collective = "all_reduce";
   std::vector<std::string> impls = {"mpi", "ring", "dtrain_mpi", "dtrain_ring", "shm", "auto"};
 };
 
@@ -89,11 +100,86 @@ constexpr Forced kForced[] = {
     {"shm_rab", A::SharedMemory, A::Rabenseifner},
     {"auto", A::Auto, A::Auto},
 };
-const std::vector<std::string> kAllImpls = {"mpi", "ring",    "dtrain_mpi", "dtrain_ring", "dtrain_rd", "dtrain_rab",
-                                            "shm", "shm_mpi", "shm_rd",     "shm_rab",     "auto"};
+// dtrain's forced algorithms of the other collectives (--collective).
+struct ForcedCollective {
+  const char* name;
+  dist::CollectiveAlgorithm algorithm;
+};
+using C = dist::CollectiveAlgorithm;
+constexpr ForcedCollective kForcedCollective[] = {
+    {"dtrain_mpi", C::Mpi},
+    {"dtrain_ring", C::Ring},
+    {"dtrain_rh", C::RecursiveHalving},
+    {"dtrain_rd", C::RecursiveDoubling},
+    {"dtrain_tree", C::BinomialTree},
+    {"dtrain_chain", C::Chain},
+    {"auto", C::Auto},
+};
+const std::vector<std::string> kAllImpls = {"mpi",        "ring",      "dtrain_mpi",  "dtrain_ring", "dtrain_rd",
+                                            "dtrain_rab", "shm",       "shm_mpi",     "shm_rd",      "shm_rab",
+                                            "auto",       "dtrain_rh", "dtrain_tree", "dtrain_chain"};
 
-// Sums a contiguous f32 tensor in place across the ranks.
-using AllReduce = std::function<void(Tensor& data)>;
+// One call of the measured collective on a contiguous f32 message: sums it in place across
+// the ranks (all-reduce); reduces its blocks into the bench's output buffer (reduce-scatter);
+// gathers every rank's block of it in place (all-gather); or sends rank 0's to all.
+using Operation = std::function<void(Tensor& data)>;
+
+// The collective --collective names, or none for all_reduce.
+std::optional<dist::TunedCollective> tuned_collective(const std::string& name) {
+  for (dist::TunedCollective c : dist::kTunedCollectives) {
+    if (name == dist::collective_name(c)) return c;
+  }
+  return std::nullopt;
+}
+
+// The JSON lines' "bench": "allreduce" (what bench/model reads) or the collective's name.
+std::string record_name(const std::optional<dist::TunedCollective>& which) {
+  return which ? dist::collective_name(*which) : "allreduce";
+}
+
+// The message as reduce_scatter's input or all_gather's output: `ranks` equal blocks.
+Tensor as_blocks(Tensor& data, int ranks) {
+  const std::int64_t block = data.numel() / ranks;
+  return data.narrow(0, 0, block * ranks).reshape({ranks, block});
+}
+
+// dtrain's collective `which` through `comm`; reduce_scatter writes into `out`.
+Operation dtrain_collective(dist::TunedCollective which, const dist::CommunicatorPtr& comm, Tensor& out) {
+  switch (which) {
+    case dist::TunedCollective::ReduceScatter:
+      return [comm, &out](Tensor& t) {
+        Tensor in = as_blocks(t, comm->size());
+        Tensor mine = out.narrow(0, 0, in.shape()[1]);
+        comm->reduce_scatter(in, mine);
+      };
+    case dist::TunedCollective::AllGather:
+      return [comm](Tensor& t) {
+        Tensor all = as_blocks(t, comm->size());
+        comm->all_gather(all.select(0, comm->rank()), all);
+      };
+    case dist::TunedCollective::Broadcast: return [comm](Tensor& t) { comm->broadcast(t, 0); };
+  }
+  return {};
+}
+
+// The same through MPI's own collective, called directly.
+Operation mpi_collective(dist::TunedCollective which, MPI_Comm comm, int ranks, Tensor& out) {
+  switch (which) {
+    case dist::TunedCollective::ReduceScatter:
+      return [comm, ranks, &out](Tensor& t) {
+        MPI_Reduce_scatter_block(t.raw_data(), out.raw_data(), static_cast<int>(t.numel() / ranks), MPI_FLOAT, MPI_SUM,
+                                 comm);
+      };
+    case dist::TunedCollective::AllGather:
+      return [comm, ranks](Tensor& t) {
+        MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, t.raw_data(), static_cast<int>(t.numel() / ranks), MPI_FLOAT,
+                      comm);
+      };
+    case dist::TunedCollective::Broadcast:
+      return [comm](Tensor& t) { MPI_Bcast(t.raw_data(), static_cast<int>(t.numel()), MPI_FLOAT, 0, comm); };
+  }
+  return {};
+}
 
 // The textbook ring: n-1 reduce-scatter steps then n-1 all-gather steps, each one blocking
 // MPI_Sendrecv of a whole segment with the neighbours.
@@ -153,17 +239,35 @@ float input_value(int rank, std::size_t i) {
   return static_cast<float>((i * 7 + static_cast<std::size_t>(rank) * 5) % 13);
 }
 
-// True on every rank when the implementation computes exact sums at each size on every rank.
-bool validate(const AllReduce& run, int rank, int size) {
+// True on every rank when the implementation computes exact results at each size on every
+// rank: sums (all-reduce, reduce-scatter into `out`), every rank's block (all-gather) or
+// rank 0's message (broadcast).
+bool validate(const Operation& run, const std::optional<dist::TunedCollective>& which, int rank, int size,
+              const Tensor& out) {
+  using TC = dist::TunedCollective;
+  auto sum = [size](std::size_t i) {
+    float want = 0;
+    for (int r = 0; r < size; ++r) want += input_value(r, i);
+    return want;
+  };
   bool ok = true;
   for (std::int64_t count : {1, 7, 1'000'003}) {
+    if (which) count *= size;  // whole blocks
     Tensor t = Tensor::empty({count});
     float* p = t.data<float>();
     for (std::int64_t i = 0; i < count; ++i) p[i] = input_value(rank, static_cast<std::size_t>(i));
     run(t);
+    const auto block = static_cast<std::size_t>(count / size);
+    if (which == TC::ReduceScatter) {
+      const float* o = out.data<float>();
+      for (std::size_t i = 0; i < block && ok; ++i) ok = o[i] == sum(static_cast<std::size_t>(rank) * block + i);
+      continue;
+    }
     for (std::int64_t i = 0; i < count && ok; ++i) {
-      float want = 0;
-      for (int r = 0; r < size; ++r) want += input_value(r, static_cast<std::size_t>(i));
+      const auto at = static_cast<std::size_t>(i);
+      const float want = !which                   ? sum(at)
+                         : which == TC::AllGather ? input_value(static_cast<int>(at / block), at)
+                                                  : input_value(0, at);
       ok = p[i] == want;
     }
   }
@@ -194,7 +298,7 @@ struct Timing {
 };
 
 // Each iteration's time is the slowest rank's; barriers keep the ranks in step.
-Timing time_case(const AllReduce& run, Tensor& data, int iters) {
+Timing time_case(const Operation& run, Tensor& data, int iters) {
   const int warmup = data.nbytes() >= (std::size_t{64} << 20) ? 1 : 3;
   std::vector<double> times;
   for (int it = 0; it < warmup + iters; ++it) {
@@ -242,23 +346,20 @@ constexpr double kTie = 0.03;
 // core, which an isolated timing does not charge but a step that overlaps the all-reduce
 // with backward pays for in compute.
 int tie_rank(const std::string& impl) {
-  static const std::vector<std::string> order = {"shm",        "shm_rab",     "shm_rd",    "shm_mpi",
-                                                 "dtrain_rab", "dtrain_ring", "dtrain_rd", "dtrain_mpi"};
+  static const std::vector<std::string> order = {"shm",          "shm_rab",     "shm_rd",    "shm_mpi",
+                                                 "dtrain_rab",   "dtrain_ring", "dtrain_rd", "dtrain_rh",
+                                                 "dtrain_chain", "dtrain_tree", "dtrain_mpi"};
   auto it = std::find(order.begin(), order.end(), impl);
   return static_cast<int>(it - order.begin());
 }
 
 // The fastest implementation per size (median over the repetitions; ties as above), as a
-// table case: neighbouring sizes with the same winner merge; a boundary sits at the
-// geometric mean of the last size of one winner and the first of the next.
-dist::AllReduceTable::Case tuned_case(const std::vector<std::size_t>& sizes, const std::vector<std::string>& impls,
-                                      const std::map<std::pair<std::size_t, std::string>, std::vector<double>>& times,
-                                      int ranks, int hosts, const std::string& machine) {
-  dist::AllReduceTable::Case c{hosts, ranks, "", {}};
-  c.measured = fmt::format(
-      "bench_allreduce --tune-into: medians of {} repetitions, ties within {:.0f}% to dtrain's "
-      "own waits; {}",
-      times.begin()->second.size(), kTie * 100, machine);
+// table list: neighbouring sizes with the same winner merge; a boundary sits at the
+// geometric mean of the last size of one winner and the first of the next. Each step is
+// (up_to_bytes, the winner's bench name).
+using Winners = std::vector<std::pair<std::optional<std::uint64_t>, std::string>>;
+Winners tuned_steps(const std::vector<std::size_t>& sizes, const std::vector<std::string>& impls,
+                    const std::map<std::pair<std::size_t, std::string>, std::vector<double>>& times) {
   std::vector<std::string> winners;
   for (std::size_t bytes : sizes) {
     double fastest = median(times.at({bytes, impls.front()}));
@@ -270,13 +371,52 @@ dist::AllReduceTable::Case tuned_case(const std::vector<std::size_t>& sizes, con
     }
     winners.push_back(best);
   }
+  Winners steps;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     if (i + 1 < sizes.size() && winners[i + 1] == winners[i]) continue;
     std::optional<std::uint64_t> bound;
     if (i + 1 < sizes.size()) bound = static_cast<std::uint64_t>(std::sqrt(double(sizes[i]) * double(sizes[i + 1])));
-    c.choices.push_back({bound, dist::parse_choice(table_name(winners[i]), "bench_allreduce")});
+    steps.emplace_back(bound, winners[i]);
   }
-  return c;
+  return steps;
+}
+
+// Writes the tuned list into the table file: all_reduce's replaces the case of (ranks,
+// hosts) whole; another collective's goes into that case, which must exist. Returns the
+// list as text.
+std::string write_tuned(const std::string& path, const std::optional<dist::TunedCollective>& which,
+                        const Winners& steps, int ranks, int hosts, const std::string& measured) {
+  dist::AllReduceTable table;
+  if (std::filesystem::exists(path)) table = dist::AllReduceTable::read(path);
+  std::string text;
+  for (const auto& [bound, impl] : steps) {
+    text += bound ? fmt::format("{} up to {} B, ", impl, *bound) : fmt::format("{} above", impl);
+  }
+  if (!which) {
+    dist::AllReduceTable::Case c{hosts, ranks, measured, {}, {}};
+    for (const auto& [bound, impl] : steps) c.choices.push_back({bound, dist::parse_choice(table_name(impl), path)});
+    if (const dist::AllReduceTable::Case* old = table.find(ranks, hosts);
+        old != nullptr && old->ranks == ranks && old->hosts == hosts) {
+      for (dist::TunedCollective other : dist::kTunedCollectives) c.steps(other) = old->steps(other);  // kept
+    }
+    table.put(c);
+  } else {
+    const dist::AllReduceTable::Case* found = table.find(ranks, hosts);
+    DTRAIN_CHECK(found != nullptr && found->ranks == ranks && found->hosts == hosts,
+                 "bench_allreduce: {} has no case of {} ranks on {} host(s): tune all_reduce into it first", path,
+                 ranks, hosts);
+    dist::AllReduceTable::Case c = *found;
+    c.steps(*which).clear();
+    for (const auto& [bound, impl] : steps) {
+      const auto* f = std::find_if(std::begin(kForcedCollective), std::end(kForcedCollective),
+                                   [&](const ForcedCollective& x) { return impl == x.name; });
+      c.steps(*which).push_back({bound, f->algorithm});
+    }
+    c.measured += fmt::format("; {}: {}", dist::collective_name(*which), measured);
+    table.put(c);
+  }
+  std::ofstream(path) << table.to_json();
+  return text;
 }
 
 int run(Config c) {
@@ -285,7 +425,13 @@ int run(Config c) {
                world->backend());
   const int rank = world->rank(), size = world->size();
   const int hosts = count_hosts();
-  if (!c.tune.empty()) {
+  const std::optional<dist::TunedCollective> which = tuned_collective(c.collective);
+  if (!c.tune.empty() && which) {
+    c.impls = {"dtrain_mpi"};
+    for (const ForcedCollective& f : kForcedCollective) {
+      if (f.algorithm != C::Mpi && f.algorithm != C::Auto && dist::runs(*which, f.algorithm)) c.impls.push_back(f.name);
+    }
+  } else if (!c.tune.empty()) {
     // Every dtrain algorithm that means something here. With one rank per host the
     // hierarchical scheme is its leaders' algorithm alone, so it is left out there; the
     // leaders' variants need several hosts.
@@ -297,21 +443,36 @@ int run(Config c) {
   MPI_Comm peer_comm;
   MPI_Comm_dup(MPI_COMM_WORLD, &peer_comm);
   PlainRing plain_ring(peer_comm);
-  std::map<std::string, AllReduce> impls = {{"mpi",
-                                             [&](Tensor& t) {
-                                               MPI_Allreduce(MPI_IN_PLACE, t.raw_data(), static_cast<int>(t.numel()),
-                                                             MPI_FLOAT, MPI_SUM, peer_comm);
-                                             }},
-                                            {"ring", [&](Tensor& t) { plain_ring(t); }}};
-  for (const Forced& f : kForced) {
-    if (std::find(c.impls.begin(), c.impls.end(), f.name) == c.impls.end()) continue;
-    dist::CommunicatorPtr comm = dist::world({.all_reduce = f.algorithm, .leaders_all_reduce = f.leaders});
-    impls[f.name] = [comm](Tensor& t) { comm->all_reduce(t); };
+  Tensor out = Tensor::zeros({static_cast<std::int64_t>(c.max_bytes / 4 / static_cast<std::size_t>(size)) + 1'000'003});
+  std::map<std::string, Operation> impls;
+  if (which) {
+    impls["mpi"] = mpi_collective(*which, peer_comm, size, out);
+    for (const ForcedCollective& f : kForcedCollective) {
+      if (std::find(c.impls.begin(), c.impls.end(), f.name) == c.impls.end()) continue;
+      DTRAIN_CHECK(f.algorithm == C::Auto || dist::runs(*which, f.algorithm), "bench_allreduce: {} does not run {}",
+                   c.collective, f.name);
+      dist::CommunicatorOptions options;
+      (*which == dist::TunedCollective::ReduceScatter ? options.reduce_scatter
+       : *which == dist::TunedCollective::AllGather   ? options.all_gather
+                                                      : options.broadcast) = f.algorithm;
+      impls[f.name] = dtrain_collective(*which, dist::world(options), out);
+    }
+  } else {
+    impls["mpi"] = [&](Tensor& t) {
+      MPI_Allreduce(MPI_IN_PLACE, t.raw_data(), static_cast<int>(t.numel()), MPI_FLOAT, MPI_SUM, peer_comm);
+    };
+    impls["ring"] = [&](Tensor& t) { plain_ring(t); };
+    for (const Forced& f : kForced) {
+      if (std::find(c.impls.begin(), c.impls.end(), f.name) == c.impls.end()) continue;
+      dist::CommunicatorPtr comm = dist::world({.all_reduce = f.algorithm, .leaders_all_reduce = f.leaders});
+      impls[f.name] = [comm](Tensor& t) { comm->all_reduce(t); };
+    }
   }
 
   for (const std::string& name : c.impls) {
-    DTRAIN_CHECK(impls.count(name), "bench_allreduce: unknown implementation '{}'", name);
-    DTRAIN_CHECK(validate(impls[name], rank, size), "bench_allreduce: {} computed a wrong sum", name);
+    DTRAIN_CHECK(impls.count(name), "bench_allreduce: {} has no implementation '{}'", c.collective, name);
+    DTRAIN_CHECK(validate(impls[name], which, rank, size, out), "bench_allreduce: {} computed a wrong {}", name,
+                 c.collective);
   }
 
   std::time_t now = std::time(nullptr);
@@ -321,9 +482,10 @@ int run(Config c) {
       size, hosts, env::hardware_threads(), bench::cpu_model(), memcpy_gbps(), fmt::localtime(now));
   if (rank == 0) {
     if (c.json) {
-      fmt::print("{}\n", nlohmann::ordered_json{{"bench", "allreduce"}, {"machine", machine}}.dump());
+      fmt::print("{}\n", nlohmann::ordered_json{{"bench", record_name(which)}, {"machine", machine}}.dump());
     } else {
-      fmt::print("bench_allreduce: f32 sum; {}\n", machine);
+      fmt::print("bench_allreduce: {}, f32{}; {}\n", c.collective,
+                 which == dist::TunedCollective::Broadcast ? "" : " sum", machine);
       fmt::print("{:>11} {:<12}{:>12}{:>12}{:>12}{:>8}{:>12}{:>12}\n", "bytes", "impl", "median us", "min us", "max us",
                  "iters", "algbw GB/s", "busbw GB/s");
     }
@@ -341,13 +503,23 @@ int run(Config c) {
         Timing t = time_case(impls[name], data, iters);
         times[{bytes, name}].push_back(t.median_us);
         double algbw = static_cast<double>(bytes) / t.median_us / 1e3;
-        double busbw = algbw * 2.0 * (size - 1) / size;
+        const double traffic = !which                                      ? 2.0 * (size - 1) / size
+                               : which == dist::TunedCollective::Broadcast ? 1.0
+                                                                           : double(size - 1) / size;
+        double busbw = algbw * traffic;
         if (rank != 0) continue;
         if (c.json) {
-          nlohmann::ordered_json j = {
-              {"bench", "allreduce"}, {"impl", name},           {"ranks", size},           {"hosts", hosts},
-              {"bytes", bytes},       {"time_us", t.median_us}, {"time_us_min", t.min_us}, {"time_us_max", t.max_us},
-              {"iters", t.iters},     {"algbw_gbps", algbw},    {"busbw_gbps", busbw}};
+          nlohmann::ordered_json j = {{"bench", record_name(which)},
+                                      {"impl", name},
+                                      {"ranks", size},
+                                      {"hosts", hosts},
+                                      {"bytes", bytes},
+                                      {"time_us", t.median_us},
+                                      {"time_us_min", t.min_us},
+                                      {"time_us_max", t.max_us},
+                                      {"iters", t.iters},
+                                      {"algbw_gbps", algbw},
+                                      {"busbw_gbps", busbw}};
           if (c.repeat > 1) j["repetition"] = rep;
           fmt::print("{}\n", j.dump());
         } else {
@@ -360,18 +532,12 @@ int run(Config c) {
   }
   if (rank == 0 && c.repeat > 1) print_summary(c, sizes, times, size, hosts);
   if (rank == 0 && !c.tune.empty()) {
-    dist::AllReduceTable table;
-    if (std::filesystem::exists(c.tune)) table = dist::AllReduceTable::read(c.tune);
-    dist::AllReduceTable::Case tuned = tuned_case(sizes, c.impls, times, size, hosts, machine);
-    table.put(tuned);
-    std::ofstream(c.tune) << table.to_json();
-    std::string choices;
-    for (const auto& step : tuned.choices) {
-      choices += step.up_to_bytes ? fmt::format("{} up to {} B, ", dist::choice_name(step.choice), *step.up_to_bytes)
-                                  : fmt::format("{} above", dist::choice_name(step.choice));
-    }
-    fmt::print(c.json ? stderr : stdout, "bench_allreduce: wrote the case of {} ranks on {} host(s) to {}: {}\n", size,
-               hosts, c.tune, choices);
+    const std::string measured = fmt::format(
+        "bench_allreduce --tune-into: medians of {} repetitions, ties within {:.0f}% to dtrain's own waits; {}",
+        c.repeat, kTie * 100, machine);
+    const std::string list = write_tuned(c.tune, which, tuned_steps(sizes, c.impls, times), size, hosts, measured);
+    fmt::print(c.json ? stderr : stdout, "bench_allreduce: wrote {} of {} ranks on {} host(s) to {}: {}\n",
+               c.collective, size, hosts, c.tune, list);
   }
   MPI_Comm_free(&peer_comm);
   return 0;
@@ -403,7 +569,7 @@ void print_summary(const Config& c, const std::vector<std::size_t>& sizes,
         ratio = median(ratios);
       }
       if (c.json) {
-        nlohmann::ordered_json j = {{"bench", "allreduce_summary"},
+        nlohmann::ordered_json j = {{"bench", record_name(tuned_collective(c.collective)) + "_summary"},
                                     {"impl", impl},
                                     {"ranks", ranks},
                                     {"hosts", hosts},
@@ -439,6 +605,8 @@ int main(int argc, char** argv) {
   std::string table;
   app.add_option("--table", table, "the all-reduce table auto reads (sets DTRAIN_ALLREDUCE_TABLE on every rank)")
       ->check(CLI::ExistingFile);
+  app.add_option("--collective", config.collective, "the collective to measure")
+      ->check(CLI::IsMember({"all_reduce", "reduce_scatter", "all_gather", "broadcast"}));
   app.add_option("--tune-into", config.tune,
                  "measure dtrain's algorithms and write this host shape's case to this table")
       ->excludes("--impls");  // not --tune: mpirun takes that for its own, wherever it is

@@ -57,12 +57,13 @@ TEST_CASE("the all-reduce table survives writing and reading back, and put repla
   CHECK(back.fingerprint() == t.fingerprint());
   CHECK(back.cases()[0].measured == "one host");
 
-  AllReduceTable::Case c{1, 2, "remeasured", {{std::nullopt, {AllReduceAlgorithm::Ring, AllReduceAlgorithm::Ring}}}};
+  AllReduceTable::Case c{
+      1, 2, "remeasured", {{std::nullopt, {AllReduceAlgorithm::Ring, AllReduceAlgorithm::Ring}}}, {}};
   back.put(c);
   CHECK(back.cases().size() == 2);
   CHECK(name(back.choose(4, 2, 1)) == "ring");
   CHECK(back.fingerprint() != t.fingerprint());
-  back.put({1, 4, "", {{std::nullopt, {AllReduceAlgorithm::Mpi, AllReduceAlgorithm::Ring}}}});
+  back.put({1, 4, "", {{std::nullopt, {AllReduceAlgorithm::Mpi, AllReduceAlgorithm::Ring}}}, {}});
   CHECK(back.cases().size() == 3);
   CHECK(back.cases()[1].ranks == 4);  // kept in (hosts, ranks) order
 }
@@ -104,4 +105,49 @@ TEST_CASE("a bad all-reduce table is an error naming the file, the case and the 
         "cases[1]: a second case for 2 ranks on 1 hosts");
   CHECK_THROWS_WITH(AllReduceTable::read("/nonexistent/table.json"),
                     Contains("/nonexistent/table.json: cannot open the all-reduce table"));
+}
+
+TEST_CASE("the table's reduce_scatter, all_gather and broadcast lists choose by size, MPI without one", "[cpu][dist]") {
+  using dist::CollectiveAlgorithm;
+  using dist::TunedCollective;
+  const std::string text = R"({"format": "dtrain-allreduce-table/1", "cases": [
+    {"hosts": 1, "ranks": 2, "choices": [{"algorithm": "shm"}],
+     "reduce_scatter": [{"up_to_bytes": 65536, "algorithm": "recursive_halving"}, {"algorithm": "ring"}],
+     "broadcast": [{"up_to_bytes": 1024, "algorithm": "binomial_tree"}, {"algorithm": "chain"}]}]})";
+  AllReduceTable t = AllReduceTable::parse(text, "t.json");
+  CHECK(t.choose(TunedCollective::ReduceScatter, 65536, 2, 1) == CollectiveAlgorithm::RecursiveHalving);
+  CHECK(t.choose(TunedCollective::ReduceScatter, 65537, 2, 1) == CollectiveAlgorithm::Ring);
+  CHECK(t.choose(TunedCollective::Broadcast, 4, 4, 1) == CollectiveAlgorithm::BinomialTree);  // the nearest case
+  CHECK(t.choose(TunedCollective::Broadcast, 2048, 2, 1) == CollectiveAlgorithm::Chain);
+  CHECK(t.choose(TunedCollective::AllGather, 4, 2, 1) == CollectiveAlgorithm::Mpi);      // no list
+  CHECK(t.choose(TunedCollective::ReduceScatter, 4, 4, 2) == CollectiveAlgorithm::Mpi);  // no case of its kind
+
+  AllReduceTable back = AllReduceTable::parse(t.to_json(), "back.json");
+  CHECK(back.to_json() == t.to_json());
+  CHECK(back.cases()[0].steps(TunedCollective::Broadcast).size() == 2);
+  AllReduceTable without = AllReduceTable::parse(kTable, "t.json");
+  CHECK(without.fingerprint() != AllReduceTable::parse(R"({"format": "dtrain-allreduce-table/1", "cases": [
+    {"hosts": 1, "ranks": 2, "measured": "one host",
+     "choices": [{"up_to_bytes": 4096, "algorithm": "recursive_doubling"},
+                 {"up_to_bytes": 1048576, "algorithm": "rabenseifner"}, {"algorithm": "shm"}],
+     "all_gather": [{"algorithm": "ring"}]},
+    {"hosts": 2, "ranks": 4,
+     "choices": [{"up_to_bytes": 65536, "algorithm": "mpi"}, {"algorithm": "shm+rabenseifner"}]}]})",
+                                                       "with.json")
+                                     .fingerprint());  // ranks that differ only there still disagree
+
+  auto fails = [](const std::string& list, const std::string& message) {
+    const std::string bad = R"({"format": "dtrain-allreduce-table/1", "cases": [{"hosts": 1, "ranks": 2,
+      "choices": [{"algorithm": "mpi"}], )" +
+                            list + "}]}";
+    INFO(bad);
+    CHECK_THROWS_WITH(AllReduceTable::parse(bad, "bad.json"), Contains(message));
+  };
+  fails(R"("broadcast": [{"algorithm": "ring"}])",
+        "bad.json: cases[0].broadcast[0]: unknown broadcast algorithm 'ring' (expected mpi, binomial_tree, chain)");
+  fails(R"("reduce_scatter": [{"algorithm": "shm"}])",
+        "cases[0].reduce_scatter[0]: unknown reduce_scatter algorithm 'shm' (expected mpi, ring, recursive_halving)");
+  fails(R"("all_gather": [])", "cases[0]: 'all_gather' must be a non-empty array");
+  fails(R"("all_gather": [{"up_to_bytes": 8, "algorithm": "ring"}])",
+        "cases[0].all_gather[0]: the last choice covers every larger message");
 }

@@ -13,7 +13,9 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <string>
 #include <tuple>
+#include <vector>
 
 namespace dtrain::dist {
 namespace {
@@ -44,7 +46,85 @@ int positive_int(const Json& object, const char* name, const std::string& where)
                "{}: '{}' must be an integer >= 1, got {}", where, name, v.dump());
   return v.get<int>();
 }
+// One list of a case ("choices" or a collective's): steps in growing up_to_bytes, the last
+// one unbounded; errors name the list and the step.
+template <class Choice, class ParseOne>
+std::vector<AllReduceTable::StepOf<Choice>> parse_steps(const Json& steps, const std::string& where, const char* list,
+                                                        ParseOne parse_one) {
+  DTRAIN_CHECK(steps.is_array() && !steps.empty(), "{}: '{}' must be a non-empty array", where, list);
+  std::vector<AllReduceTable::StepOf<Choice>> out;
+  for (std::size_t k = 0; k < steps.size(); ++k) {
+    const std::string at = fmt::format("{}.{}[{}]", where, list, k);
+    const Json& algorithm = field(steps[k], "algorithm", at);
+    DTRAIN_CHECK(algorithm.is_string(), "{}: 'algorithm' must be a string", at);
+    AllReduceTable::StepOf<Choice> step{std::nullopt, parse_one(algorithm.get<std::string>(), at)};
+    const bool last = k + 1 == steps.size();
+    if (steps[k].contains("up_to_bytes")) {
+      const Json& up = steps[k]["up_to_bytes"];
+      DTRAIN_CHECK(up.is_number_unsigned(), "{}: 'up_to_bytes' must be a byte count, got {}", at, up.dump());
+      step.up_to_bytes = up.get<std::uint64_t>();
+      DTRAIN_CHECK(!last, "{}: the last choice covers every larger message and takes no 'up_to_bytes'", at);
+      DTRAIN_CHECK(out.empty() || *step.up_to_bytes > *out.back().up_to_bytes,
+                   "{}: 'up_to_bytes' must grow from choice to choice", at);
+    } else {
+      DTRAIN_CHECK(last, "{}: only the last choice may leave out 'up_to_bytes'", at);
+    }
+    out.push_back(step);
+  }
+  return out;
+}
+
+std::string expected_names(TunedCollective which) {
+  std::vector<std::string> names;
+  for (auto a :
+       {CollectiveAlgorithm::Mpi, CollectiveAlgorithm::Ring, CollectiveAlgorithm::RecursiveHalving,
+        CollectiveAlgorithm::RecursiveDoubling, CollectiveAlgorithm::BinomialTree, CollectiveAlgorithm::Chain}) {
+    if (runs(which, a)) names.emplace_back(collective_algorithm_name(a));
+  }
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+// The step that covers `bytes`.
+template <class Step>
+const Step& step_for(const std::vector<Step>& steps, std::size_t bytes) {
+  for (const Step& step : steps) {
+    if (!step.up_to_bytes || bytes <= *step.up_to_bytes) return step;
+  }
+  return steps.back();  // unreachable: the last step has no bound
+}
+
+// One list as JSON lines, one step per line.
+template <class Step, class Name>
+std::string steps_json(const std::vector<Step>& steps, Name name) {
+  std::string out;
+  for (std::size_t k = 0; k < steps.size(); ++k) {
+    const Step& s = steps[k];
+    std::string bound = s.up_to_bytes ? fmt::format("\"up_to_bytes\": {}, ", *s.up_to_bytes) : "";
+    out += fmt::format("{}\n       {{{}\"algorithm\": \"{}\"}}", k ? "," : "", bound, name(s.choice));
+  }
+  return out;
+}
 }  // namespace
+
+const char* collective_name(TunedCollective c) {
+  switch (c) {
+    case TunedCollective::ReduceScatter: return "reduce_scatter";
+    case TunedCollective::AllGather: return "all_gather";
+    case TunedCollective::Broadcast: return "broadcast";
+  }
+  return "?";
+}
+
+bool runs(TunedCollective c, CollectiveAlgorithm a) {
+  using A = CollectiveAlgorithm;
+  if (a == A::Mpi) return true;
+  switch (c) {
+    case TunedCollective::ReduceScatter: return a == A::Ring || a == A::RecursiveHalving;
+    case TunedCollective::AllGather: return a == A::Ring || a == A::RecursiveDoubling;
+    case TunedCollective::Broadcast: return a == A::BinomialTree || a == A::Chain;
+  }
+  return false;
+}
 
 std::string choice_name(const AllReduceChoice& c) {
   if (c.algorithm != AllReduceAlgorithm::SharedMemory) return algorithm_name(c.algorithm);
@@ -103,25 +183,20 @@ AllReduceTable AllReduceTable::parse(const std::string& text, const std::string&
       DTRAIN_CHECK(j["measured"].is_string(), "{}: 'measured' must be a string", where);
       c.measured = j["measured"].get<std::string>();
     }
-    const Json& steps = field(j, "choices", where);
-    DTRAIN_CHECK(steps.is_array() && !steps.empty(), "{}: 'choices' must be a non-empty array", where);
-    for (std::size_t k = 0; k < steps.size(); ++k) {
-      const std::string at = fmt::format("{}.choices[{}]", where, k);
-      const Json& algorithm = field(steps[k], "algorithm", at);
-      DTRAIN_CHECK(algorithm.is_string(), "{}: 'algorithm' must be a string", at);
-      Step step{std::nullopt, parse_choice(algorithm.get<std::string>(), at)};
-      const bool last = k + 1 == steps.size();
-      if (steps[k].contains("up_to_bytes")) {
-        const Json& up = steps[k]["up_to_bytes"];
-        DTRAIN_CHECK(up.is_number_unsigned(), "{}: 'up_to_bytes' must be a byte count, got {}", at, up.dump());
-        step.up_to_bytes = up.get<std::uint64_t>();
-        DTRAIN_CHECK(!last, "{}: the last choice covers every larger message and takes no 'up_to_bytes'", at);
-        DTRAIN_CHECK(c.choices.empty() || *step.up_to_bytes > *c.choices.back().up_to_bytes,
-                     "{}: 'up_to_bytes' must grow from choice to choice", at);
-      } else {
-        DTRAIN_CHECK(last, "{}: only the last choice may leave out 'up_to_bytes'", at);
-      }
-      c.choices.push_back(step);
+    c.choices = parse_steps<AllReduceChoice>(field(j, "choices", where), where, "choices", parse_choice);
+    for (TunedCollective which : kTunedCollectives) {
+      const char* name = collective_name(which);
+      if (!j.contains(name)) continue;
+      c.steps(which) = parse_steps<CollectiveAlgorithm>(
+          j[name], where, name, [which, name](const std::string& text, const std::string& at) {
+            CollectiveAlgorithm a = CollectiveAlgorithm::Auto;
+            try {
+              a = parse_collective_algorithm(text);
+            } catch (const Error&) {}
+            DTRAIN_CHECK(runs(which, a), "{}: unknown {} algorithm '{}' (expected {})", at, name, text,
+                         expected_names(which));
+            return a;
+          });
     }
     for (const Case& other : table.cases_) {
       DTRAIN_CHECK(other.hosts != c.hosts || other.ranks != c.ranks, "{}: a second case for {} ranks on {} hosts",
@@ -166,10 +241,13 @@ const AllReduceTable::Case* AllReduceTable::find(int ranks, int hosts) const {
 AllReduceChoice AllReduceTable::choose(std::size_t bytes, int ranks, int hosts) const {
   const Case* c = find(ranks, hosts);
   if (c == nullptr) return built_in(bytes, hosts);
-  for (const Step& step : c->choices) {
-    if (!step.up_to_bytes || bytes <= *step.up_to_bytes) return step.choice;
-  }
-  return c->choices.back().choice;  // unreachable: the last step has no bound
+  return step_for(c->choices, bytes).choice;
+}
+
+CollectiveAlgorithm AllReduceTable::choose(TunedCollective which, std::size_t bytes, int ranks, int hosts) const {
+  const Case* c = find(ranks, hosts);
+  if (c == nullptr || c->steps(which).empty()) return CollectiveAlgorithm::Mpi;
+  return step_for(c->steps(which), bytes).choice;
 }
 
 void AllReduceTable::put(Case c) {
@@ -191,12 +269,13 @@ std::string AllReduceTable::to_json() const {
     const Case& c = cases_[i];
     out += fmt::format("{}\n    {{\"hosts\": {}, \"ranks\": {}, \"measured\": {},\n     \"choices\": [", i ? "," : "",
                        c.hosts, c.ranks, Json(c.measured).dump());
-    for (std::size_t k = 0; k < c.choices.size(); ++k) {
-      const Step& s = c.choices[k];
-      std::string bound = s.up_to_bytes ? fmt::format("\"up_to_bytes\": {}, ", *s.up_to_bytes) : "";
-      out += fmt::format("{}\n       {{{}\"algorithm\": \"{}\"}}", k ? "," : "", bound, choice_name(s.choice));
+    out += steps_json(c.choices, choice_name) + "]";
+    for (TunedCollective which : kTunedCollectives) {
+      if (c.steps(which).empty()) continue;
+      out += fmt::format(",\n     \"{}\": [", collective_name(which));
+      out += steps_json(c.steps(which), collective_algorithm_name) + "]";
     }
-    out += "]}";
+    out += "}";
   }
   out += "\n  ]\n}\n";
   return out;

@@ -25,6 +25,13 @@ constexpr AllReduceAlgorithm kAlgorithms[] = {AllReduceAlgorithm::Auto,
                                               AllReduceAlgorithm::SharedMemory,
                                               AllReduceAlgorithm::RecursiveDoubling,
                                               AllReduceAlgorithm::Rabenseifner};
+constexpr CollectiveAlgorithm kCollectiveAlgorithms[] = {CollectiveAlgorithm::Auto,
+                                                         CollectiveAlgorithm::Mpi,
+                                                         CollectiveAlgorithm::Ring,
+                                                         CollectiveAlgorithm::RecursiveHalving,
+                                                         CollectiveAlgorithm::RecursiveDoubling,
+                                                         CollectiveAlgorithm::BinomialTree,
+                                                         CollectiveAlgorithm::Chain};
 
 // Variables that Open MPI's mpirun, MPICH/Hydra and Slurm (with PMI or PMIx) set in every
 // rank they start.
@@ -102,6 +109,29 @@ CommunicatorOptions detail::with_environment(CommunicatorOptions options) {
   return options;
 }
 
+CollectiveAlgorithm detail::forced_algorithm(const CommunicatorOptions& options, TunedCollective which) {
+  switch (which) {
+    case TunedCollective::ReduceScatter: return options.reduce_scatter;
+    case TunedCollective::AllGather: return options.all_gather;
+    case TunedCollective::Broadcast: return options.broadcast;
+  }
+  return CollectiveAlgorithm::Auto;
+}
+
+void detail::check_collective_algorithms(const CommunicatorOptions& options) {
+  for (TunedCollective which : kTunedCollectives) {
+    const CollectiveAlgorithm a = forced_algorithm(options, which);
+    DTRAIN_CHECK(a == CollectiveAlgorithm::Auto || runs(which, a),
+                 "CommunicatorOptions::{}: {} is not an algorithm of {}", collective_name(which),
+                 collective_algorithm_name(a), collective_name(which));
+  }
+}
+
+bool detail::uses_table(const CommunicatorOptions& options) {
+  return options.all_reduce == AllReduceAlgorithm::Auto || options.reduce_scatter == CollectiveAlgorithm::Auto ||
+         options.all_gather == CollectiveAlgorithm::Auto || options.broadcast == CollectiveAlgorithm::Auto;
+}
+
 const char* algorithm_name(AllReduceAlgorithm a) {
   switch (a) {
     case AllReduceAlgorithm::Auto: return "auto";
@@ -122,7 +152,31 @@ AllReduceAlgorithm parse_algorithm(const std::string& name) {
               name);
 }
 
+const char* collective_algorithm_name(CollectiveAlgorithm a) {
+  switch (a) {
+    case CollectiveAlgorithm::Auto: return "auto";
+    case CollectiveAlgorithm::Mpi: return "mpi";
+    case CollectiveAlgorithm::Ring: return "ring";
+    case CollectiveAlgorithm::RecursiveHalving: return "recursive_halving";
+    case CollectiveAlgorithm::RecursiveDoubling: return "recursive_doubling";
+    case CollectiveAlgorithm::BinomialTree: return "binomial_tree";
+    case CollectiveAlgorithm::Chain: return "chain";
+  }
+  return "?";
+}
+
+CollectiveAlgorithm parse_collective_algorithm(const std::string& name) {
+  for (CollectiveAlgorithm a : kCollectiveAlgorithms) {
+    if (name == collective_algorithm_name(a)) return a;
+  }
+  DTRAIN_FAIL(
+      "unknown collective algorithm '{}' (expected auto, mpi, ring, recursive_halving, recursive_doubling, "
+      "binomial_tree or chain)",
+      name);
+}
+
 CommunicatorPtr world(const CommunicatorOptions& options) {
+  detail::check_collective_algorithms(options);  // before any MPI call: every rank fails alike, nothing waits
   CommunicatorOptions resolved = detail::with_environment(options);
   if (launched_by_mpi_launcher() || detail::mpi_running()) return detail::mpi_world(resolved);
   return std::make_shared<LocalCommunicator>();

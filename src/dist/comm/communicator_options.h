@@ -3,6 +3,7 @@
 // (>= 0) over host_id when they are set.
 #pragma once
 
+#include "dtrain/dist/comm/allreduce_table.h"
 #include "dtrain/dist/comm/communicator.h"
 
 namespace dtrain::dist::detail {
@@ -12,5 +13,12 @@ namespace dtrain::dist::detail {
 // DTRAIN_CHECK_COLLECTIVES when it is neither 0 nor 1, or naming DTRAIN_HOST_ID when it
 // is not an integer >= 0.
 CommunicatorOptions with_environment(CommunicatorOptions options);
+
+// The algorithm the options force on a collective (Auto: the table's choice).
+CollectiveAlgorithm forced_algorithm(const CommunicatorOptions& options, TunedCollective which);
+// Throws naming the option when one forces an algorithm its collective does not run.
+void check_collective_algorithms(const CommunicatorOptions& options);
+// Whether some collective's algorithm comes from the table.
+bool uses_table(const CommunicatorOptions& options);
 
 }  // namespace dtrain::dist::detail

@@ -82,6 +82,23 @@ enum class AllReduceAlgorithm : std::uint8_t {
 const char* algorithm_name(AllReduceAlgorithm a);
 AllReduceAlgorithm parse_algorithm(const std::string& name);  // throws naming the text
 
+// How reduce_scatter, all_gather and broadcast move data (MPI). Auto: the all-reduce
+// table's list for that collective (docs/COLLECTIVES.md), MPI's own collective where it
+// has none. Each collective takes Mpi and two of the others:
+//   reduce_scatter: Ring, RecursiveHalving;  all_gather: Ring, RecursiveDoubling;
+//   broadcast: BinomialTree, Chain.
+enum class CollectiveAlgorithm : std::uint8_t {
+  Auto,
+  Mpi,                // MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast
+  Ring,               // n-1 steps between ring neighbours, chunked: the bandwidth optimum
+  RecursiveHalving,   // reduce_scatter in log2(p) steps, each exchanging half of what is left
+  RecursiveDoubling,  // all_gather in log2(p) steps, each doubling what a rank holds
+  BinomialTree,       // broadcast in log2(p) rounds of whole-message sends: small messages
+  Chain,              // broadcast forwarded down the ranks in pipelined chunks: large messages
+};
+const char* collective_algorithm_name(CollectiveAlgorithm a);
+CollectiveAlgorithm parse_collective_algorithm(const std::string& name);  // throws naming the text
+
 // What a rank does when one of its operations outlives the timeout.
 enum class OnTimeout : std::uint8_t {
   // Print the operation and the peers it waits for, and end the whole job (abort_job).
@@ -103,6 +120,10 @@ struct CommunicatorOptions {
   // With all_reduce = SharedMemory across hosts: what the hosts' leaders run among
   // themselves (Mpi, Ring, RecursiveDoubling or Rabenseifner; Auto: Ring).
   AllReduceAlgorithm leaders_all_reduce = AllReduceAlgorithm::Auto;
+  // The other collectives' algorithms (MPI); a forced one must be one its collective takes.
+  CollectiveAlgorithm reduce_scatter = CollectiveAlgorithm::Auto;
+  CollectiveAlgorithm all_gather = CollectiveAlgorithm::Auto;
+  CollectiveAlgorithm broadcast = CollectiveAlgorithm::Auto;
   OnTimeout on_timeout = OnTimeout::AbortJob;
   // Compare every collective call across the ranks before running it (see the top of
   // this file). DTRAIN_CHECK_COLLECTIVES=1 (or 0) overrides it when set.

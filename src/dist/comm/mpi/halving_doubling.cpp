@@ -1,25 +1,13 @@
 #include "dist/comm/mpi/halving_doubling.h"
 
-#include "dist/comm/backoff.h"
 #include "dist/comm/mpi/mpi_runtime.h"
-#include "dist/comm/mpi/request_wait.h"
+#include "dist/comm/mpi/byte_messages.h"
 #include "dist/comm/partition.h"
 #include "dist/comm/reduce_kernels.h"
 
 #include <algorithm>
 
 namespace dtrain::dist::mpi {
-namespace {
-// MPI counts are ints: a larger piece goes as several messages (same tag, so in order).
-constexpr std::size_t kMaxMessage = std::size_t{1} << 30;
-
-std::size_t pieces(std::size_t bytes) { return std::max<std::size_t>(1, (bytes + kMaxMessage - 1) / kMaxMessage); }
-
-int piece_bytes(std::size_t bytes, std::size_t k) {
-  return static_cast<int>(std::min(kMaxMessage, bytes - std::min(bytes, k * kMaxMessage)));
-}
-}  // namespace
-
 HalvingDoubling::HalvingDoubling(MPI_Comm comm) {
   check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
   check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
@@ -35,23 +23,6 @@ std::byte* HalvingDoubling::scratch(std::size_t bytes) {
   return scratch_.data();
 }
 
-void HalvingDoubling::swap(const std::byte* send, std::size_t send_bytes, std::byte* recv, std::size_t recv_bytes,
-                           int peer, const char* what) {
-  std::vector<MPI_Request> requests;
-  for (std::size_t k = 0; k < pieces(recv_bytes); ++k) {
-    requests.emplace_back();
-    check(MPI_Irecv(recv + k * kMaxMessage, piece_bytes(recv_bytes, k), MPI_BYTE, peer, 0, comm_, &requests.back()),
-          "MPI_Irecv");
-  }
-  for (std::size_t k = 0; k < pieces(send_bytes); ++k) {
-    requests.emplace_back();
-    check(MPI_Isend(send + k * kMaxMessage, piece_bytes(send_bytes, k), MPI_BYTE, peer, 0, comm_, &requests.back()),
-          "MPI_Isend");
-  }
-  wait_all(requests.data(), static_cast<int>(requests.size()), what,
-           spin_for_network(std::max(send_bytes, recv_bytes)));
-}
-
 int HalvingDoubling::real_rank(int folded_rank) const {
   const int rem = size_ - pof2_;
   return folded_rank < rem ? 2 * folded_rank + 1 : folded_rank + rem;
@@ -62,19 +33,19 @@ int HalvingDoubling::fold_in(std::byte* data, std::size_t count, DType dtype, Re
   if (rank_ >= 2 * rem) return rank_ - rem;
   const std::size_t bytes = count * dtype_size(dtype);
   if (rank_ % 2 == 0) {
-    swap(data, bytes, nullptr, 0, rank_ + 1, "recursive halving (fold)");
+    exchange(data, bytes, nullptr, 0, rank_ + 1, comm_, "recursive halving (fold)");
     return -1;
   }
   std::byte* other = scratch(bytes);
-  swap(nullptr, 0, other, bytes, rank_ - 1, "recursive halving (fold)");
+  exchange(nullptr, 0, other, bytes, rank_ - 1, comm_, "recursive halving (fold)");
   combine(data, other, data, count, dtype, op);  // the lower rank's operand first, as everywhere
   return rank_ / 2;
 }
 
 void HalvingDoubling::fold_out(std::byte* data, std::size_t bytes, int folded_rank) {
   if (rank_ >= 2 * (size_ - pof2_)) return;
-  if (folded_rank >= 0) swap(data, bytes, nullptr, 0, rank_ - 1, "recursive halving (unfold)");
-  else swap(nullptr, 0, data, bytes, rank_ + 1, "recursive halving (unfold)");
+  if (folded_rank >= 0) exchange(data, bytes, nullptr, 0, rank_ - 1, comm_, "recursive halving (unfold)");
+  else exchange(nullptr, 0, data, bytes, rank_ + 1, comm_, "recursive halving (unfold)");
 }
 
 void HalvingDoubling::recursive_doubling(void* data, std::size_t count, DType dtype, ReduceOp op) {
@@ -86,7 +57,7 @@ void HalvingDoubling::recursive_doubling(void* data, std::size_t count, DType dt
     std::byte* other = scratch(bytes);
     for (int mask = 1; mask < pof2_; mask <<= 1) {
       const int partner = me ^ mask;
-      swap(base, bytes, other, bytes, real_rank(partner), "recursive doubling");
+      exchange(base, bytes, other, bytes, real_rank(partner), comm_, "recursive doubling");
       // Both partners combine in the same operand order, so they hold the same bits even
       // where an op is not symmetric (a max against a NaN).
       if (me < partner) combine(base, base, other, count, dtype, op);
@@ -116,8 +87,8 @@ void HalvingDoubling::rabenseifner(void* data, std::size_t count, DType dtype, R
       const std::size_t mid = mine.begin + mine.size() / 2;
       const Range keep = low ? Range{mine.begin, mid} : Range{mid, mine.end};
       const Range give = low ? Range{mid, mine.end} : Range{mine.begin, mid};
-      swap(base + give.begin * esize, give.size() * esize, other, keep.size() * esize, real_rank(me ^ mask),
-           "rabenseifner reduce-scatter");
+      exchange(base + give.begin * esize, give.size() * esize, other, keep.size() * esize, real_rank(me ^ mask), comm_,
+               "rabenseifner reduce-scatter");
       std::byte* target = base + keep.begin * esize;
       combine(target, target, other, keep.size(), dtype, op);  // owned by this rank alone from now on
       steps.push_back({mine, low});
@@ -129,8 +100,8 @@ void HalvingDoubling::rabenseifner(void* data, std::size_t count, DType dtype, R
       const Step step = steps.back();
       steps.pop_back();
       const Range theirs = step.low ? Range{mine.end, step.whole.end} : Range{step.whole.begin, mine.begin};
-      swap(base + mine.begin * esize, mine.size() * esize, base + theirs.begin * esize, theirs.size() * esize,
-           real_rank(me ^ mask), "rabenseifner all-gather");
+      exchange(base + mine.begin * esize, mine.size() * esize, base + theirs.begin * esize, theirs.size() * esize,
+               real_rank(me ^ mask), comm_, "rabenseifner all-gather");
       mine = step.whole;
     }
   }

@@ -48,9 +48,6 @@ class HalvingDoubling {
   int fold_in(std::byte* data, std::size_t count, DType dtype, ReduceOp op);
   void fold_out(std::byte* data, std::size_t bytes, int folded_rank);
   int real_rank(int folded_rank) const;  // the inverse of fold_in's numbering
-  // Sends [send, send + send_bytes) to `peer` and receives recv_bytes from it into `recv`.
-  void swap(const std::byte* send, std::size_t send_bytes, std::byte* recv, std::size_t recv_bytes, int peer,
-            const char* what);
   std::byte* scratch(std::size_t bytes);
 
   MPI_Comm comm_ = MPI_COMM_NULL;

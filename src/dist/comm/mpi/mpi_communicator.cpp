@@ -1,6 +1,7 @@
 #include "dist/comm/mpi/mpi_communicator.h"
 
 #include "dist/comm/collective_checks.h"
+#include "dist/comm/communicator_options.h"
 #include "dist/comm/mpi/algorithm_choice.h"
 #include "dist/comm/mpi/host_groups.h"
 #include "dist/comm/mpi/request_wait.h"
@@ -66,6 +67,15 @@ MpiCommunicator::State::~State() {
   (void)shm.release();
 }
 
+P2pCollectives& MpiCommunicator::State::p2p_collectives() {
+  if (!collectives) {
+    check(MPI_Comm_dup(comm, &collectives_comm), "MPI_Comm_dup");
+    check(MPI_Comm_set_errhandler(collectives_comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    collectives = std::make_unique<P2pCollectives>(collectives_comm);
+  }
+  return *collectives;
+}
+
 int MpiCommunicator::host_rank() const {
   int r = 0;
   MPI_Comm_rank(state_->host, &r);
@@ -87,7 +97,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicatorOptions& optio
   single_host_ = host_world.size() == static_cast<std::size_t>(size_);
   int leader = host_world.front() == world_ranks_[static_cast<std::size_t>(rank_)] ? 1 : 0;
   check(MPI_Allreduce(&leader, &hosts_, 1, MPI_INT, MPI_SUM, comm), "MPI_Allreduce");
-  if (options_.all_reduce == AllReduceAlgorithm::Auto) check_same_table(comm, name_);
+  if (detail::uses_table(options_)) check_same_table(comm, name_);
   std::erase(host_world, world_ranks_[static_cast<std::size_t>(rank_)]);
   host_peers_ = host_world.empty() ? "no rank" : describe_ranks(host_world) + " on this host";
   int* tag_ub = nullptr;
@@ -142,6 +152,8 @@ void MpiCommunicator::shutdown() {
       if (finalized) return;  // the application finalized MPI first: its objects are gone
       state->shm.reset();
       state->flat.reset();
+      state->collectives.reset();
+      if (state->collectives_comm != MPI_COMM_NULL) MPI_Comm_free(&state->collectives_comm);
       MPI_Comm_free(&state->host);
       MPI_Comm_free(&state->comm);
     });
@@ -188,6 +200,16 @@ std::string MpiCommunicator::waiting_for(AllReduceAlgorithm algorithm) const {
     case AllReduceAlgorithm::SharedMemory: return single_host_ ? host_peers_ : "all ranks";
     default: return "all ranks";  // recursive doubling and Rabenseifner: another partner every step
   }
+}
+
+std::string MpiCommunicator::waiting_for(CollectiveAlgorithm algorithm) const {
+  return algorithm == CollectiveAlgorithm::Ring ? peer((rank_ - 1 + size_) % size_) : "all ranks";
+}
+
+CollectiveAlgorithm MpiCommunicator::algorithm_for(TunedCollective which, std::size_t bytes) const {
+  const CollectiveAlgorithm forced = detail::forced_algorithm(options_, which);
+  if (forced != CollectiveAlgorithm::Auto) return forced;
+  return AllReduceTable::active().choose(which, bytes, size_, hosts_);
 }
 
 // ---- all-reduce ---------------------------------------------------------------
@@ -251,19 +273,26 @@ void MpiCommunicator::all_reduce_now(State& state, const Tensor& t, ReduceOp op,
 
 // ---- the other collectives ----------------------------------------------------
 // Blocking operations run on the calling thread when the communicator is idle (run()).
-// These use MPI's blocking collectives, which poll inside the library while they wait:
-// acceptable for these rarer operations.
+// The table chooses between MPI's blocking collectives (which poll inside the library
+// while they wait) and P2pCollectives' algorithms (which back off), as for all_reduce.
 
 void MpiCommunicator::broadcast(Tensor& t, int root) {
   check_host_tensor(t, "broadcast");
   check_rank(root, size_, "broadcast", "root");
-  int count = mpi_count(t.numel(), "broadcast");
-  auto body = [comm = state_->comm, t, root, count] {
-    check(MPI_Bcast(t.raw_data(), count, datatype(t.dtype()), root, comm), "MPI_Bcast");
-  };
+  const CollectiveAlgorithm algorithm = algorithm_for(TunedCollective::Broadcast, t.nbytes());
+  std::function<void()> body;
+  if (algorithm == CollectiveAlgorithm::Mpi) {
+    body = [comm = state_->comm, t, root, count = mpi_count(t.numel(), "broadcast")] {
+      check(MPI_Bcast(t.raw_data(), count, datatype(t.dtype()), root, comm), "MPI_Bcast");
+    };
+  } else {
+    body = [state = state_.get(), t, root, algorithm] {
+      state->p2p_collectives().broadcast(algorithm, t.raw_data(), t.nbytes(), root);
+    };
+  }
   thread("broadcast")
       .run({"broadcast", t.nbytes(), root == rank_ ? std::string("all ranks") : peer(root)},
-           checked(body, CollectiveOp::Broadcast, &t, root));
+           checked(std::move(body), CollectiveOp::Broadcast, &t, root));
 }
 
 WorkPtr MpiCommunicator::all_gather_async(const Tensor& in, Tensor& out) {
@@ -280,16 +309,26 @@ std::pair<OpInfo, std::function<void()>> MpiCommunicator::prepare_all_gather(con
   check_host_tensor(in, "all_gather", "in");
   check_host_tensor(out, "all_gather", "out");
   check_gather_shapes(in, out, size_, "all_gather");
-  int count = mpi_count(in.numel(), "all_gather");
-  mpi_count(out.numel(), "all_gather");
   const bool in_place = gather_in_place(in, out, rank_, "all_gather");  // MPI forbids any other overlap
-  auto body = [comm = state_->comm, in, out, count, in_place] {
-    MPI_Datatype type = datatype(in.dtype());
-    check(in_place ? MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.raw_data(), count, type, comm)
-                   : MPI_Allgather(in.raw_data(), count, type, out.raw_data(), count, type, comm),
-          "MPI_Allgather");
-  };
-  return {OpInfo{"all_gather", out.nbytes(), "all ranks"}, checked(body, CollectiveOp::AllGather, &in)};
+  const CollectiveAlgorithm algorithm = algorithm_for(TunedCollective::AllGather, out.nbytes());
+  std::function<void()> body;
+  if (algorithm == CollectiveAlgorithm::Mpi) {
+    int count = mpi_count(in.numel(), "all_gather");
+    mpi_count(out.numel(), "all_gather");
+    body = [comm = state_->comm, in, out, count, in_place] {
+      MPI_Datatype type = datatype(in.dtype());
+      check(in_place ? MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.raw_data(), count, type, comm)
+                     : MPI_Allgather(in.raw_data(), count, type, out.raw_data(), count, type, comm),
+            "MPI_Allgather");
+    };
+  } else {
+    body = [state = state_.get(), in, out, algorithm] {
+      state->p2p_collectives().all_gather(algorithm, in.raw_data(), out.raw_data(),
+                                          static_cast<std::size_t>(in.numel()), in.dtype());
+    };
+  }
+  return {OpInfo{"all_gather", out.nbytes(), waiting_for(algorithm)},
+          checked(std::move(body), CollectiveOp::AllGather, &in)};
 }
 
 WorkPtr MpiCommunicator::reduce_scatter_async(const Tensor& in, Tensor& out, ReduceOp op) {
@@ -308,15 +347,23 @@ std::pair<OpInfo, std::function<void()>> MpiCommunicator::prepare_reduce_scatter
   check_host_tensor(out, "reduce_scatter", "out");
   check_scatter_shapes(in, out, size_, "reduce_scatter");
   check_reduction(in, op, "reduce_scatter");
-  int count = mpi_count(out.numel(), "reduce_scatter");
-  mpi_count(in.numel(), "reduce_scatter");
-  auto body = [comm = state_->comm, ranks = size_, in, out, op, count] {
-    check(MPI_Reduce_scatter_block(in.raw_data(), out.raw_data(), count, datatype(in.dtype()),
-                                   reduce_op(op, in.dtype()), comm),
-          "MPI_Reduce_scatter_block");
-    if (op == ReduceOp::Mean) divide(out.raw_data(), static_cast<std::size_t>(count), out.dtype(), ranks);
+  const CollectiveAlgorithm algorithm = algorithm_for(TunedCollective::ReduceScatter, in.nbytes());
+  if (algorithm == CollectiveAlgorithm::Mpi) {
+    mpi_count(out.numel(), "reduce_scatter");
+    mpi_count(in.numel(), "reduce_scatter");
+  }
+  auto body = [state = state_.get(), in, out, op, algorithm] {
+    const auto count = static_cast<std::size_t>(out.numel());
+    if (algorithm == CollectiveAlgorithm::Mpi) {
+      check(MPI_Reduce_scatter_block(in.raw_data(), out.raw_data(), static_cast<int>(count), datatype(in.dtype()),
+                                     reduce_op(op, in.dtype()), state->comm),
+            "MPI_Reduce_scatter_block");
+    } else {
+      state->p2p_collectives().reduce_scatter(algorithm, in.raw_data(), out.raw_data(), count, in.dtype(), op);
+    }
+    if (op == ReduceOp::Mean) divide(out.raw_data(), count, out.dtype(), state->size);
   };
-  return {OpInfo{"reduce_scatter", in.nbytes(), "all ranks"},
+  return {OpInfo{"reduce_scatter", in.nbytes(), waiting_for(algorithm)},
           checked(body, CollectiveOp::ReduceScatter, &in, -1, static_cast<int>(op))};
 }
 

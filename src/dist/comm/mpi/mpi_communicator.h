@@ -1,7 +1,9 @@
 // MpiCommunicator: the Communicator over an MPI communicator, for CPU tensors. Every
 // collective runs on the communicator's CommThread, under its watchdog; all_reduce runs
 // MPI_Allreduce, the ring, recursive doubling, Rabenseifner or the shared-memory
-// (hierarchical) algorithm (Auto: choose_all_reduce, from the all-reduce table).
+// (hierarchical) algorithm (Auto: choose_all_reduce, from the all-reduce table);
+// reduce_scatter, all_gather and broadcast run MPI's collective or P2pCollectives' (Auto:
+// the same table's lists).
 // Messages go through the P2pEngine instead, on the same MPI communicator (the ring and
 // shared-memory algorithms use duplicates of their own, and MPI's collectives never match
 // messages), issued at once rather than queued behind the collectives.
@@ -26,6 +28,7 @@
 #include "dist/comm/mpi/mpi_runtime.h"
 #include "dist/comm/mpi/p2p_engine.h"
 #include "dist/comm/mpi/flat_allreduce.h"
+#include "dist/comm/mpi/p2p_collectives.h"
 #include "dist/comm/mpi/shm_allreduce.h"
 
 #include <mpi.h>
@@ -90,6 +93,11 @@ class MpiCommunicator final : public Communicator, public Resource {
     // MPI_Finalize (freeing is collective, and MPI may be finalized already).
     std::unique_ptr<FlatAllReduce> flat;
     std::unique_ptr<ShmAllReduce> shm;
+    // reduce_scatter's, all_gather's and broadcast's algorithms over their own duplicate of
+    // comm; unlike the two above they own no MPI object, so ~State frees them.
+    MPI_Comm collectives_comm = MPI_COMM_NULL;
+    std::unique_ptr<P2pCollectives> collectives;
+    P2pCollectives& p2p_collectives();           // made on first use (collective)
     std::unique_ptr<CollectiveChecker> checker;  // when the collectives are checked
     ~State();
   };
@@ -119,6 +127,10 @@ class MpiCommunicator final : public Communicator, public Resource {
   void abandon();
   std::string peer(int rank) const;  // "rank 3", as a rank of MPI_COMM_WORLD
   std::string waiting_for(AllReduceAlgorithm algorithm) const;
+  std::string waiting_for(CollectiveAlgorithm algorithm) const;
+  // What reduce_scatter, all_gather or broadcast runs for a message of `bytes`: the
+  // option's algorithm, or the table's choice when the option is Auto.
+  CollectiveAlgorithm algorithm_for(TunedCollective which, std::size_t bytes) const;
 
   // Left to a stalled body by abandon() (leaked, with the thread): the bodies hold it raw.
   std::unique_ptr<State> state_;
