@@ -60,13 +60,16 @@ inline std::chrono::microseconds spin_for(std::size_t bytes) {
 }
 
 // The polling time for a message between processes that may sit on different hosts (the
-// point-to-point all-reduce algorithms): a network round trip (100 us) plus the transfer at
-// 1 GB/s, 10 Gbit/s Ethernet's order. MPI's TCP transport moves a message larger than its
-// eager limit only after a handshake that each side answers inside an MPI call, so a waiter
-// that sleeps while the message is under way delays every handshake by its sleep: 200 us
-// per step made the ring 10x slower than MPI_Allreduce at 64 KB between emulated hosts.
+// point-to-point collective algorithms): a network round trip under load (200 us) plus the
+// transfer at 0.5 GB/s, half of 10 Gbit/s Ethernet. MPI's TCP transport moves a message
+// larger than its eager limit only after a handshake that each side answers inside an MPI
+// call, so a waiter that sleeps while the message is under way delays every handshake by
+// its sleep: 200 us per step made the ring 10x slower than MPI_Allreduce at 64 KB between
+// emulated hosts. With 100 us plus 1 GB/s, a shaped link's bursts still outlasted the
+// polling now and then: Rabenseifner's two 512 KB swaps took 1.05-1.4x MPI_Allreduce's time
+// at 1 MB between 2 emulated hosts (10 Gbit/s), and 1.00-1.02x with this.
 inline std::chrono::microseconds spin_for_network(std::size_t bytes) {
-  return std::chrono::microseconds(100) + std::chrono::microseconds(bytes / 1000);
+  return std::chrono::microseconds(200) + std::chrono::microseconds(bytes / 500);
 }
 
 // Polls `done()` with a Backoff until it returns true.
