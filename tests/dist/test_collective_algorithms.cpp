@@ -175,3 +175,12 @@ TEST_CASE("a collective algorithm forced on the wrong collective is refused, nam
   }
   CHECK_THROWS_WITH(dist::parse_collective_algorithm("tree"), Contains("unknown collective algorithm 'tree'"));
 }
+
+TEST_CASE("ranks given different collective algorithms refuse the communicator, every one of them", "[cpu][dist]") {
+  const int rank = comm_with(kAuto, kAuto, kAuto)->rank();
+  if (comm_with(kAuto, kAuto, kAuto)->size() == 1) return;  // one rank has nobody to disagree with
+  // Rank 0 forces the ring while the others let the table choose: the first reduce-scatter
+  // would deadlock, so the communicator is refused on every rank when it is made.
+  CHECK_THROWS_WITH(dist::world({.reduce_scatter = rank == 0 ? CollectiveAlgorithm::Ring : kAuto}),
+                    Contains("the ranks were given different collective algorithms"));
+}

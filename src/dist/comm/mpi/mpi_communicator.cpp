@@ -49,13 +49,23 @@ std::vector<int> world_ranks_of(MPI_Comm comm) {
   MPI_Group_free(&world);
   return out;
 }
-// Ranks that read different all-reduce tables would choose different algorithms for one
-// message and deadlock: compare the tables' fingerprints when the communicator is made.
-void check_same_table(MPI_Comm comm, const std::string& name) {
-  const std::uint64_t mine = AllReduceTable::active().fingerprint();
-  std::uint64_t seen[2] = {mine, ~mine}, most[2] = {0, 0};
-  check(MPI_Allreduce(seen, most, 2, MPI_UINT64_T, MPI_MAX, comm), "MPI_Allreduce");
-  DTRAIN_CHECK(most[0] == mine && most[1] == ~mine,
+// Ranks that choose different algorithms for one message deadlock: ranks given different
+// algorithms in their options, or (where the table chooses) ranks that read different
+// tables. Compared when the communicator is made, in one MPI_Allreduce that every rank
+// makes whatever its options.
+void check_same_choices(MPI_Comm comm, const std::string& name, const CommunicatorOptions& o) {
+  const std::uint64_t table = detail::uses_table(o) ? AllReduceTable::active().fingerprint() : 0;
+  const std::uint64_t forced =
+      static_cast<std::uint64_t>(o.all_reduce) | static_cast<std::uint64_t>(o.leaders_all_reduce) << 8 |
+      static_cast<std::uint64_t>(o.reduce_scatter) << 16 | static_cast<std::uint64_t>(o.all_gather) << 24 |
+      static_cast<std::uint64_t>(o.broadcast) << 32;
+  std::uint64_t seen[4] = {forced, ~forced, table, ~table}, most[4] = {0, 0, 0, 0};
+  check(MPI_Allreduce(seen, most, 4, MPI_UINT64_T, MPI_MAX, comm), "MPI_Allreduce");
+  DTRAIN_CHECK(most[0] == forced && most[1] == ~forced,
+               "communicator '{}': the ranks were given different collective algorithms (CommunicatorOptions::"
+               "all_reduce, leaders_all_reduce, reduce_scatter, all_gather and broadcast must be alike on every rank)",
+               name);
+  DTRAIN_CHECK(most[2] == table && most[3] == ~table,
                "communicator '{}': the ranks read different all-reduce tables (this rank's is {}); set "
                "DTRAIN_ALLREDUCE_TABLE alike on every rank",
                name, AllReduceTable::active().source());
@@ -97,7 +107,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicatorOptions& optio
   single_host_ = host_world.size() == static_cast<std::size_t>(size_);
   int leader = host_world.front() == world_ranks_[static_cast<std::size_t>(rank_)] ? 1 : 0;
   check(MPI_Allreduce(&leader, &hosts_, 1, MPI_INT, MPI_SUM, comm), "MPI_Allreduce");
-  if (detail::uses_table(options_)) check_same_table(comm, name_);
+  check_same_choices(comm, name_, options_);
   std::erase(host_world, world_ranks_[static_cast<std::size_t>(rank_)]);
   host_peers_ = host_world.empty() ? "no rank" : describe_ranks(host_world) + " on this host";
   int* tag_ub = nullptr;
@@ -364,7 +374,7 @@ std::pair<OpInfo, std::function<void()>> MpiCommunicator::prepare_reduce_scatter
     if (op == ReduceOp::Mean) divide(out.raw_data(), count, out.dtype(), state->size);
   };
   return {OpInfo{"reduce_scatter", in.nbytes(), waiting_for(algorithm)},
-          checked(body, CollectiveOp::ReduceScatter, &in, -1, static_cast<int>(op))};
+          checked(std::move(body), CollectiveOp::ReduceScatter, &in, -1, static_cast<int>(op))};
 }
 
 // ---- point to point -------------------------------------------------------------

@@ -67,7 +67,7 @@ void P2pCollectives::reduce_scatter(CollectiveAlgorithm algorithm, const void* i
   const auto* src = static_cast<const std::byte*>(in);
   auto* dst = static_cast<std::byte*>(out);
   if (size_ == 1 || block == 0) {
-    std::memcpy(dst, src, block * dtype_size(dtype));
+    std::memmove(dst, src, block * dtype_size(dtype));  // out may be in itself
     return;
   }
   switch (algorithm) {
