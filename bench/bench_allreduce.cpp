@@ -1,7 +1,7 @@
 // bench_allreduce: all-reduce bandwidth against message size, dtrain's algorithms side by
 // side with two peers run in the same process:
 //   mpi          MPI_Allreduce, called directly
-//   ring         a plain ring written here: reduce-scatter + all-gather, one MPI_Sendrecv
+//   ring         a plain ring (bench_collective_ops.h): reduce-scatter + all-gather, one MPI_Sendrecv
 //                of a whole segment per step (the textbook algorithm)
 //   dtrain_mpi   dtrain's Communicator forced to AllReduceAlgorithm::Mpi (MPI_Allreduce
 //                behind the communication thread: its overhead)
@@ -46,6 +46,7 @@
 #include "dtrain/dist/comm/allreduce_table.h"
 #include "dtrain/dist/comm/communicator.h"
 
+#include "bench_collective_ops.h"
 #include "bench_machine.h"
 
 #include <fmt/chrono.h>
@@ -70,6 +71,7 @@
 namespace {
 
 using namespace dtrain;
+using namespace dtrain::bench;
 
 struct Config {
   bool json = false;
@@ -118,104 +120,6 @@ constexpr ForcedCollective kForcedCollective[] = {
 const std::vector<std::string> kAllImpls = {"mpi",        "ring",      "dtrain_mpi",  "dtrain_ring", "dtrain_rd",
                                             "dtrain_rab", "shm",       "shm_mpi",     "shm_rd",      "shm_rab",
                                             "auto",       "dtrain_rh", "dtrain_tree", "dtrain_chain"};
-
-// One call of the measured collective on a contiguous f32 message: sums it in place across
-// the ranks (all-reduce); reduces its blocks into the bench's output buffer (reduce-scatter);
-// gathers every rank's block of it in place (all-gather); or sends rank 0's to all.
-using Operation = std::function<void(Tensor& data)>;
-
-// The collective --collective names, or none for all_reduce.
-std::optional<dist::TunedCollective> tuned_collective(const std::string& name) {
-  for (dist::TunedCollective c : dist::kTunedCollectives) {
-    if (name == dist::collective_name(c)) return c;
-  }
-  return std::nullopt;
-}
-
-// The JSON lines' "bench": "allreduce" (what bench/model reads) or the collective's name.
-std::string record_name(const std::optional<dist::TunedCollective>& which) {
-  return which ? dist::collective_name(*which) : "allreduce";
-}
-
-// The message as reduce_scatter's input or all_gather's output: `ranks` equal blocks.
-Tensor as_blocks(Tensor& data, int ranks) {
-  const std::int64_t block = data.numel() / ranks;
-  return data.narrow(0, 0, block * ranks).reshape({ranks, block});
-}
-
-// dtrain's collective `which` through `comm`; reduce_scatter writes into `out`.
-Operation dtrain_collective(dist::TunedCollective which, const dist::CommunicatorPtr& comm, Tensor& out) {
-  switch (which) {
-    case dist::TunedCollective::ReduceScatter:
-      return [comm, &out](Tensor& t) {
-        Tensor in = as_blocks(t, comm->size());
-        Tensor mine = out.narrow(0, 0, in.shape()[1]);
-        comm->reduce_scatter(in, mine);
-      };
-    case dist::TunedCollective::AllGather:
-      return [comm](Tensor& t) {
-        Tensor all = as_blocks(t, comm->size());
-        comm->all_gather(all.select(0, comm->rank()), all);
-      };
-    case dist::TunedCollective::Broadcast: return [comm](Tensor& t) { comm->broadcast(t, 0); };
-  }
-  return {};
-}
-
-// The same through MPI's own collective, called directly.
-Operation mpi_collective(dist::TunedCollective which, MPI_Comm comm, int ranks, Tensor& out) {
-  switch (which) {
-    case dist::TunedCollective::ReduceScatter:
-      return [comm, ranks, &out](Tensor& t) {
-        MPI_Reduce_scatter_block(t.raw_data(), out.raw_data(), static_cast<int>(t.numel() / ranks), MPI_FLOAT, MPI_SUM,
-                                 comm);
-      };
-    case dist::TunedCollective::AllGather:
-      return [comm, ranks](Tensor& t) {
-        MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, t.raw_data(), static_cast<int>(t.numel() / ranks), MPI_FLOAT,
-                      comm);
-      };
-    case dist::TunedCollective::Broadcast:
-      return [comm](Tensor& t) { MPI_Bcast(t.raw_data(), static_cast<int>(t.numel()), MPI_FLOAT, 0, comm); };
-  }
-  return {};
-}
-
-// The textbook ring: n-1 reduce-scatter steps then n-1 all-gather steps, each one blocking
-// MPI_Sendrecv of a whole segment with the neighbours.
-class PlainRing {
- public:
-  explicit PlainRing(MPI_Comm comm) : comm_(comm) {
-    MPI_Comm_rank(comm, &rank_);
-    MPI_Comm_size(comm, &size_);
-  }
-  void operator()(Tensor& t) {
-    const int n = size_;
-    float* data = t.data<float>();
-    const auto count = static_cast<std::size_t>(t.numel());
-    auto begin = [&](int j) { return count * static_cast<std::size_t>((j % n + n) % n) / n; };
-    auto length = [&](int j) { return count * static_cast<std::size_t>((j % n + n) % n + 1) / n - begin(j); };
-    const int right = (rank_ + 1) % n, left = (rank_ + n - 1) % n;
-    scratch_.resize(count / n + 1);
-    for (int s = 0; s < n - 1; ++s) {
-      int out = rank_ - s, in = rank_ - s - 1;
-      MPI_Sendrecv(data + begin(out), static_cast<int>(length(out)), MPI_FLOAT, right, 0, scratch_.data(),
-                   static_cast<int>(length(in)), MPI_FLOAT, left, 0, comm_, MPI_STATUS_IGNORE);
-      float* dst = data + begin(in);
-      for (std::size_t i = 0, m = length(in); i < m; ++i) dst[i] += scratch_[i];
-    }
-    for (int s = 0; s < n - 1; ++s) {
-      int out = rank_ + 1 - s, in = rank_ - s;
-      MPI_Sendrecv(data + begin(out), static_cast<int>(length(out)), MPI_FLOAT, right, 0, data + begin(in),
-                   static_cast<int>(length(in)), MPI_FLOAT, left, 0, comm_, MPI_STATUS_IGNORE);
-    }
-  }
-
- private:
-  MPI_Comm comm_;
-  int rank_ = 0, size_ = 1;
-  std::vector<float> scratch_;
-};
 
 // Host groups as dtrain's communicator forms them: DTRAIN_HOST_ID when it is set (emulated
 // hosts), else the ranks that share memory.

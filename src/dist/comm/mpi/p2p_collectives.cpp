@@ -11,25 +11,9 @@
 
 namespace dtrain::dist::mpi {
 namespace {
-// The ring's chunks: as in ring_allreduce.cpp, MPI's per-message cost is small against the
-// copy and a chunk and its twin stay in L2 while they are reduced.
-constexpr std::size_t kRingChunk = std::size_t{1} << 20;
-// The chain's chunks: smaller, since a chunk waits at every rank of the chain before the
-// last one sees it (the pipeline's fill is (p-2) chunks long).
+// The chain's chunks: smaller than the rings', since a chunk waits at every rank of the
+// chain before the last one sees it (the pipeline's fill is (p-2) chunks long).
 constexpr std::size_t kChainChunk = std::size_t{256} << 10;
-
-// Posts [data, data + bytes) in `chunk`-byte messages to (send) or from `peer`; both sides
-// cut a range alike, so every message meets a receive of its size.
-void post_chunks(bool send, std::byte* data, std::size_t bytes, std::size_t chunk, int peer, MPI_Comm comm,
-                 std::vector<MPI_Request>& out) {
-  for (std::size_t off = 0; off < bytes; off += chunk) {
-    const int n = static_cast<int>(std::min(chunk, bytes - off));
-    out.emplace_back();
-    check(send ? MPI_Isend(data + off, n, MPI_BYTE, peer, 0, comm, &out.back())
-               : MPI_Irecv(data + off, n, MPI_BYTE, peer, 0, comm, &out.back()),
-          send ? "MPI_Isend" : "MPI_Irecv");
-  }
-}
 }  // namespace
 
 P2pCollectives::P2pCollectives(MPI_Comm comm) : comm_(comm) {
@@ -95,31 +79,9 @@ void P2pCollectives::ring_reduce_scatter(const std::byte* in, std::byte* out, st
     std::byte* from = s == 0 ? const_cast<std::byte*>(in) + send_block * bytes : partial[(s - 1) % 2];
     std::byte* into = s == n - 2 ? out : partial[s % 2];
     sends.clear();
-    post_chunks(true, from, bytes, kRingChunk, right, comm_, sends);
-    receive_combining(into, in + recv_block * bytes, block, dtype, op, left);
+    post_chunks(true, from, bytes, kRingChunkBytes, right, comm_, sends);
+    receive_combining(into, in + recv_block * bytes, block, dtype, op, left, comm_, scratch_[2]);
     wait_transfer(sends, bytes, "ring reduce-scatter (send)");
-  }
-}
-
-void P2pCollectives::receive_combining(std::byte* dst, const std::byte* mine, std::size_t count, DType dtype,
-                                       ReduceOp op, int peer) {
-  const std::size_t esize = dtype_size(dtype);
-  const std::size_t chunk = kRingChunk / esize;
-  const std::size_t chunks = (count + chunk - 1) / chunk;
-  std::byte* buffer = scratch(2, 2 * kRingChunk);
-  MPI_Request pending[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-  auto length = [&](std::size_t k) { return std::min(chunk, count - k * chunk); };
-  auto post = [&](std::size_t k) {
-    check(MPI_Irecv(buffer + (k % 2) * kRingChunk, static_cast<int>(length(k) * esize), MPI_BYTE, peer, 0, comm_,
-                    &pending[k % 2]),
-          "MPI_Irecv");
-  };
-  for (std::size_t k = 0; k < std::min<std::size_t>(2, chunks); ++k) post(k);
-  for (std::size_t k = 0; k < chunks; ++k) {
-    wait_all(&pending[k % 2], 1, "ring reduce-scatter (receive)", spin_for_network(length(k) * esize));
-    const std::size_t at = k * chunk * esize;
-    combine(dst + at, mine + at, buffer + (k % 2) * kRingChunk, length(k), dtype, op);
-    if (k + 2 < chunks) post(k + 2);
   }
 }
 
@@ -196,10 +158,10 @@ void P2pCollectives::ring_all_gather(std::byte* out, std::size_t bytes) {
   std::vector<MPI_Request> requests;
   for (int s = 0; s < n - 1; ++s) {
     requests.clear();
-    post_chunks(false, out + static_cast<std::size_t>((rank_ - s - 1 + 2 * n) % n) * bytes, bytes, kRingChunk, left,
+    post_chunks(false, out + static_cast<std::size_t>((rank_ - s - 1 + 2 * n) % n) * bytes, bytes, kRingChunkBytes,
+                left, comm_, requests);
+    post_chunks(true, out + static_cast<std::size_t>((rank_ - s + 2 * n) % n) * bytes, bytes, kRingChunkBytes, right,
                 comm_, requests);
-    post_chunks(true, out + static_cast<std::size_t>((rank_ - s + 2 * n) % n) * bytes, bytes, kRingChunk, right, comm_,
-                requests);
     wait_transfer(requests, 2 * bytes, "ring all-gather");
   }
 }

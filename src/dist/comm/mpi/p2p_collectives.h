@@ -55,9 +55,6 @@ class P2pCollectives {
   void binomial_broadcast(std::byte* data, std::size_t bytes, int root);
   void chain_broadcast(std::byte* data, std::size_t bytes, int root);
 
-  // Receives `count` elements from `peer` in chunks (sent by post_chunks) and writes
-  // dst = mine (op) received, chunk by chunk, while the next chunk arrives.
-  void receive_combining(std::byte* dst, const std::byte* mine, std::size_t count, DType dtype, ReduceOp op, int peer);
   // The folding of a non-power-of-two rank count (as in HalvingDoubling): this rank's rank
   // among the 2^k that run the algorithm, or -1 for an even rank that sits out.
   int folded_rank() const;

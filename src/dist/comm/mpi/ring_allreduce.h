@@ -26,8 +26,6 @@ class RingAllReduce {
   void run(void* data, std::size_t count, DType dtype, ReduceOp op);
 
  private:
-  void receive_and_reduce(std::byte* dst, std::size_t count, DType dtype, ReduceOp op);
-
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
