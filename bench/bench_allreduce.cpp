@@ -14,8 +14,8 @@
 // for broadcast; the message is reduce_scatter's input, all_gather's output): mpi calls
 // MPI_Reduce_scatter_block, MPI_Allgather (in place) or MPI_Bcast directly; dtrain_mpi,
 // dtrain_ring, dtrain_rh (recursive halving), dtrain_rd (recursive doubling), dtrain_tree
-// (binomial tree) and dtrain_chain force those of CollectiveAlgorithm that the collective
-// runs; auto reads the table's list for it.
+// (binomial tree), dtrain_chain and shm (SharedMemory, one host only) force those of
+// CollectiveAlgorithm that the collective runs; auto reads the table's list for it.
 // f32 sums, sizes --min-bytes .. --max-bytes in powers of 4. Each case first runs warm-up
 // iterations, then times --iters of them (default: more for small sizes); an iteration's
 // time is the slowest rank's, between barriers. busbw = 2(n-1)/n * bytes / time (all-reduce;
@@ -115,6 +115,7 @@ constexpr ForcedCollective kForcedCollective[] = {
     {"dtrain_rd", C::RecursiveDoubling},
     {"dtrain_tree", C::BinomialTree},
     {"dtrain_chain", C::Chain},
+    {"shm", C::SharedMemory},
     {"auto", C::Auto},
 };
 const std::vector<std::string> kAllImpls = {"mpi",        "ring",      "dtrain_mpi",  "dtrain_ring", "dtrain_rd",
@@ -285,6 +286,18 @@ Winners tuned_steps(const std::vector<std::size_t>& sizes, const std::vector<std
   return steps;
 }
 
+// The case's note with `which`'s part ("; <collective>: ..." up to the next collective's part)
+// replaced by `measured`, so that retuning a collective does not pile up notes.
+std::string with_note(std::string note, dist::TunedCollective which, const std::string& measured) {
+  auto marker = [](dist::TunedCollective c) { return fmt::format("; {}: ", dist::collective_name(c)); };
+  if (const std::size_t at = note.find(marker(which)); at != std::string::npos) {
+    std::size_t end = std::string::npos;
+    for (dist::TunedCollective other : dist::kTunedCollectives) end = std::min(end, note.find(marker(other), at + 1));
+    note.erase(at, end == std::string::npos ? std::string::npos : end - at);
+  }
+  return note + marker(which) + measured;
+}
+
 // Writes the tuned list into the table file: all_reduce's replaces the case of (ranks,
 // hosts) whole; another collective's goes into that case, which must exist. Returns the
 // list as text.
@@ -316,7 +329,7 @@ std::string write_tuned(const std::string& path, const std::optional<dist::Tuned
                                    [&](const ForcedCollective& x) { return impl == x.name; });
       c.steps(*which).push_back({bound, f->algorithm});
     }
-    c.measured += fmt::format("; {}: {}", dist::collective_name(*which), measured);
+    c.measured = with_note(c.measured, *which, measured);
     table.put(c);
   }
   std::ofstream(path) << table.to_json();
@@ -333,7 +346,10 @@ int run(Config c) {
   if (!c.tune.empty() && which) {
     c.impls = {"dtrain_mpi"};
     for (const ForcedCollective& f : kForcedCollective) {
-      if (f.algorithm != C::Mpi && f.algorithm != C::Auto && dist::runs(*which, f.algorithm)) c.impls.push_back(f.name);
+      if (f.algorithm == C::Mpi || f.algorithm == C::Auto || !dist::runs(*which, f.algorithm)) continue;
+      if (f.algorithm == C::SharedMemory && (hosts > 1 || size == 1))
+        continue;  // one host only; nothing to share alone
+      c.impls.push_back(f.name);
     }
   } else if (!c.tune.empty()) {
     // Every dtrain algorithm that means something here. With one rank per host the

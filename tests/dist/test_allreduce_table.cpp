@@ -144,10 +144,21 @@ TEST_CASE("the table's reduce_scatter, all_gather and broadcast lists choose by 
     CHECK_THROWS_WITH(AllReduceTable::parse(bad, "bad.json"), Contains(message));
   };
   fails(R"("broadcast": [{"algorithm": "ring"}])",
-        "bad.json: cases[0].broadcast[0]: unknown broadcast algorithm 'ring' (expected mpi, binomial_tree, chain)");
-  fails(R"("reduce_scatter": [{"algorithm": "shm"}])",
-        "cases[0].reduce_scatter[0]: unknown reduce_scatter algorithm 'shm' (expected mpi, ring, recursive_halving)");
+        "bad.json: cases[0].broadcast[0]: unknown broadcast algorithm 'ring' (expected mpi, binomial_tree, chain, "
+        "shm)");
+  fails(R"("reduce_scatter": [{"algorithm": "shm+ring"}])",
+        "cases[0].reduce_scatter[0]: unknown reduce_scatter algorithm 'shm+ring' (expected mpi, ring, "
+        "recursive_halving, shm)");
   fails(R"("all_gather": [])", "cases[0]: 'all_gather' must be a non-empty array");
   fails(R"("all_gather": [{"up_to_bytes": 8, "algorithm": "ring"}])",
         "cases[0].all_gather[0]: the last choice covers every larger message");
+  CHECK(AllReduceTable::parse(R"({"format": "dtrain-allreduce-table/1", "cases": [{"hosts": 1, "ranks": 2,
+      "choices": [{"algorithm": "mpi"}], "all_gather": [{"algorithm": "shm"}]}]})",
+                              "one_host.json")
+            .choose(TunedCollective::AllGather, 8, 2, 1) == CollectiveAlgorithm::SharedMemory);
+  CHECK_THROWS_WITH(AllReduceTable::parse(R"({"format": "dtrain-allreduce-table/1", "cases": [{"hosts": 2, "ranks": 4,
+      "choices": [{"algorithm": "mpi"}], "all_gather": [{"algorithm": "shm"}]}]})",
+                                          "two_hosts.json"),
+                    Contains("two_hosts.json: cases[0].all_gather[0]: all_gather's shm runs on one host only, and "
+                             "this case has 2 hosts"));
 }

@@ -2,11 +2,15 @@
 // against results computed in double, at every world size the ctests run (1, 2, 4; 3 and 6
 // through the [algorithms] tag, where recursive halving and doubling fold ranks). Sizes:
 // empty, one element, fewer elements than ranks, and blocks that span several of the ring's
-// (1 MB) and the chain's (256 KB) chunks. All collectives of a test run before its checks.
+// (1 MB) and the chain's (256 KB) chunks. SharedMemory runs where the ranks share one host
+// (not in the three-host ctest). All collectives of a test run before its checks.
 #include "dtrain/dist/comm/communicator.h"
 #include "support/test_support.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <tuple>
 #include <vector>
@@ -30,6 +34,29 @@ CommunicatorPtr comm_with(CollectiveAlgorithm rs, CollectiveAlgorithm ag, Collec
 }
 
 constexpr CollectiveAlgorithm kAuto = CollectiveAlgorithm::Auto;
+constexpr CollectiveAlgorithm kShm = CollectiveAlgorithm::SharedMemory;
+
+// Whether every rank is on one host, where SharedMemory runs: the np6 ctest spreads the
+// ranks over three emulated hosts (DTRAIN_HOST_ID), the others leave them on one.
+bool on_one_host() {
+  static const bool one = [] {
+    CommunicatorPtr c = comm_with(kAuto, kAuto, kAuto);
+    const char* id = std::getenv("DTRAIN_HOST_ID");
+    Tensor all = Tensor::full({c->size(), 1}, 0.0, {DType::f64});
+    c->all_gather(Tensor::full({1}, id ? std::atof(id) : -1.0, {DType::f64}), all);
+    std::vector<double> ids = all.to_vector<double>();
+    return std::all_of(ids.begin(), ids.end(), [&](double x) { return x == ids[0]; });
+  }();
+  return one;
+}
+
+// The algorithms of a collective to test here: `own` (Auto, Mpi and the collective's two),
+// and SharedMemory on one host.
+std::vector<CollectiveAlgorithm> to_test(std::initializer_list<CollectiveAlgorithm> own) {
+  std::vector<CollectiveAlgorithm> all(own);
+  if (on_one_host()) all.push_back(kShm);
+  return all;
+}
 
 // Small integers: every sum, mean (of up to 8 ranks) and maximum is exact in each dtype.
 double value(int rank, std::int64_t i) { return static_cast<double>((i * 5 + rank * 11) % 19 - 9 + 2 * rank); }
@@ -65,7 +92,7 @@ TEST_CASE("reduce_scatter equals the direct reduction with every algorithm", "[c
   };
   std::vector<Run> runs;
   for (CollectiveAlgorithm a :
-       {kAuto, CollectiveAlgorithm::Mpi, CollectiveAlgorithm::Ring, CollectiveAlgorithm::RecursiveHalving}) {
+       to_test({kAuto, CollectiveAlgorithm::Mpi, CollectiveAlgorithm::Ring, CollectiveAlgorithm::RecursiveHalving})) {
     CommunicatorPtr c = comm_with(a, kAuto, kAuto);
     const int n = c->size();
     for (std::int64_t block : kBlocks) {
@@ -109,7 +136,7 @@ TEST_CASE("all_gather stacks every rank's block with every algorithm, in place o
   };
   std::vector<Run> runs;
   for (CollectiveAlgorithm a :
-       {kAuto, CollectiveAlgorithm::Mpi, CollectiveAlgorithm::Ring, CollectiveAlgorithm::RecursiveDoubling}) {
+       to_test({kAuto, CollectiveAlgorithm::Mpi, CollectiveAlgorithm::Ring, CollectiveAlgorithm::RecursiveDoubling})) {
     CommunicatorPtr c = comm_with(kAuto, a, kAuto);
     const int n = c->size(), r = c->rank();
     for (std::int64_t block : kBlocks) {
@@ -144,7 +171,7 @@ TEST_CASE("broadcast copies the root's tensor with every algorithm from every ro
   };
   std::vector<Run> runs;
   for (CollectiveAlgorithm a :
-       {kAuto, CollectiveAlgorithm::Mpi, CollectiveAlgorithm::BinomialTree, CollectiveAlgorithm::Chain}) {
+       to_test({kAuto, CollectiveAlgorithm::Mpi, CollectiveAlgorithm::BinomialTree, CollectiveAlgorithm::Chain})) {
     CommunicatorPtr c = comm_with(kAuto, kAuto, a);
     for (int root = 0; root < c->size(); ++root) {
       for (std::int64_t count : kBlocks) {
@@ -170,7 +197,7 @@ TEST_CASE("a collective algorithm forced on the wrong collective is refused, nam
                     Contains("CommunicatorOptions::all_gather: chain is not an algorithm of all_gather"));
   for (CollectiveAlgorithm a :
        {kAuto, CollectiveAlgorithm::Mpi, CollectiveAlgorithm::Ring, CollectiveAlgorithm::RecursiveHalving,
-        CollectiveAlgorithm::RecursiveDoubling, CollectiveAlgorithm::BinomialTree, CollectiveAlgorithm::Chain}) {
+        CollectiveAlgorithm::RecursiveDoubling, CollectiveAlgorithm::BinomialTree, CollectiveAlgorithm::Chain, kShm}) {
     CHECK(dist::parse_collective_algorithm(dist::collective_algorithm_name(a)) == a);
   }
   CHECK_THROWS_WITH(dist::parse_collective_algorithm("tree"), Contains("unknown collective algorithm 'tree'"));
@@ -183,4 +210,25 @@ TEST_CASE("ranks given different collective algorithms refuse the communicator, 
   // would deadlock, so the communicator is refused on every rank when it is made.
   CHECK_THROWS_WITH(dist::world({.reduce_scatter = rank == 0 ? CollectiveAlgorithm::Ring : kAuto}),
                     Contains("the ranks were given different collective algorithms"));
+}
+
+TEST_CASE("shared-memory collectives across hosts are refused on every rank, naming the option", "[cpu][dist]") {
+  CommunicatorPtr world = comm_with(kAuto, kAuto, kAuto);
+  // host_id = rank: every rank on a host of its own (one rank: one host, where shm runs).
+  auto each_alone = [&](dist::CommunicatorOptions o) {
+    o.host_id = world->rank();
+    return dist::world(o);
+  };
+  if (world->size() == 1) {
+    CommunicatorPtr c = each_alone({.broadcast = kShm});
+    Tensor t = values(0, 5, DType::f32);
+    c->broadcast(t, 0);
+    require_same(t, values(0, 5, DType::f32));
+    return;
+  }
+  CHECK_THROWS_WITH(each_alone({.all_gather = kShm}),
+                    Contains(fmt::format("CommunicatorOptions::all_gather = shm needs every rank on one host, and its "
+                                         "ranks are on {} hosts",
+                                         world->size())));
+  CHECK_THROWS_WITH(each_alone({.reduce_scatter = kShm}), Contains("CommunicatorOptions::reduce_scatter = shm"));
 }

@@ -76,9 +76,9 @@ std::vector<AllReduceTable::StepOf<Choice>> parse_steps(const Json& steps, const
 
 std::string expected_names(TunedCollective which) {
   std::vector<std::string> names;
-  for (auto a :
-       {CollectiveAlgorithm::Mpi, CollectiveAlgorithm::Ring, CollectiveAlgorithm::RecursiveHalving,
-        CollectiveAlgorithm::RecursiveDoubling, CollectiveAlgorithm::BinomialTree, CollectiveAlgorithm::Chain}) {
+  for (auto a : {CollectiveAlgorithm::Mpi, CollectiveAlgorithm::Ring, CollectiveAlgorithm::RecursiveHalving,
+                 CollectiveAlgorithm::RecursiveDoubling, CollectiveAlgorithm::BinomialTree, CollectiveAlgorithm::Chain,
+                 CollectiveAlgorithm::SharedMemory}) {
     if (runs(which, a)) names.emplace_back(collective_algorithm_name(a));
   }
   return fmt::format("{}", fmt::join(names, ", "));
@@ -117,7 +117,7 @@ const char* collective_name(TunedCollective c) {
 
 bool runs(TunedCollective c, CollectiveAlgorithm a) {
   using A = CollectiveAlgorithm;
-  if (a == A::Mpi) return true;
+  if (a == A::Mpi || a == A::SharedMemory) return true;
   switch (c) {
     case TunedCollective::ReduceScatter: return a == A::Ring || a == A::RecursiveHalving;
     case TunedCollective::AllGather: return a == A::Ring || a == A::RecursiveDoubling;
@@ -188,13 +188,15 @@ AllReduceTable AllReduceTable::parse(const std::string& text, const std::string&
       const char* name = collective_name(which);
       if (!j.contains(name)) continue;
       c.steps(which) = parse_steps<CollectiveAlgorithm>(
-          j[name], where, name, [which, name](const std::string& text, const std::string& at) {
+          j[name], where, name, [which, name, hosts = c.hosts](const std::string& text, const std::string& at) {
             CollectiveAlgorithm a = CollectiveAlgorithm::Auto;
             try {
               a = parse_collective_algorithm(text);
             } catch (const Error&) {}
             DTRAIN_CHECK(runs(which, a), "{}: unknown {} algorithm '{}' (expected {})", at, name, text,
                          expected_names(which));
+            DTRAIN_CHECK(a != CollectiveAlgorithm::SharedMemory || hosts == 1,
+                         "{}: {}'s shm runs on one host only, and this case has {} hosts", at, name, hosts);
             return a;
           });
     }

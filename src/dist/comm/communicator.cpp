@@ -31,7 +31,8 @@ constexpr CollectiveAlgorithm kCollectiveAlgorithms[] = {CollectiveAlgorithm::Au
                                                          CollectiveAlgorithm::RecursiveHalving,
                                                          CollectiveAlgorithm::RecursiveDoubling,
                                                          CollectiveAlgorithm::BinomialTree,
-                                                         CollectiveAlgorithm::Chain};
+                                                         CollectiveAlgorithm::Chain,
+                                                         CollectiveAlgorithm::SharedMemory};
 
 // Variables that Open MPI's mpirun, MPICH/Hydra and Slurm (with PMI or PMIx) set in every
 // rank they start.
@@ -161,6 +162,7 @@ const char* collective_algorithm_name(CollectiveAlgorithm a) {
     case CollectiveAlgorithm::RecursiveDoubling: return "recursive_doubling";
     case CollectiveAlgorithm::BinomialTree: return "binomial_tree";
     case CollectiveAlgorithm::Chain: return "chain";
+    case CollectiveAlgorithm::SharedMemory: return "shm";
   }
   return "?";
 }
@@ -171,7 +173,7 @@ CollectiveAlgorithm parse_collective_algorithm(const std::string& name) {
   }
   DTRAIN_FAIL(
       "unknown collective algorithm '{}' (expected auto, mpi, ring, recursive_halving, recursive_doubling, "
-      "binomial_tree or chain)",
+      "binomial_tree, chain or shm)",
       name);
 }
 

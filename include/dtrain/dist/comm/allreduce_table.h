@@ -54,7 +54,7 @@ enum class TunedCollective : std::uint8_t { ReduceScatter, AllGather, Broadcast 
 inline constexpr TunedCollective kTunedCollectives[] = {TunedCollective::ReduceScatter, TunedCollective::AllGather,
                                                         TunedCollective::Broadcast};
 const char* collective_name(TunedCollective c);  // "reduce_scatter": the table's field name
-// Whether collective `c` runs algorithm `a` (Mpi and its own two; never Auto).
+// Whether collective `c` runs algorithm `a` (Mpi, SharedMemory and its own two; never Auto).
 bool runs(TunedCollective c, CollectiveAlgorithm a);
 
 class AllReduceTable {

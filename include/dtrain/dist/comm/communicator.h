@@ -84,7 +84,7 @@ AllReduceAlgorithm parse_algorithm(const std::string& name);  // throws naming t
 
 // How reduce_scatter, all_gather and broadcast move data (MPI). Auto: the all-reduce
 // table's list for that collective (docs/COLLECTIVES.md), MPI's own collective where it
-// has none. Each collective takes Mpi and two of the others:
+// has none. Each collective takes Mpi, SharedMemory and two of the others:
 //   reduce_scatter: Ring, RecursiveHalving;  all_gather: Ring, RecursiveDoubling;
 //   broadcast: BinomialTree, Chain.
 enum class CollectiveAlgorithm : std::uint8_t {
@@ -95,6 +95,7 @@ enum class CollectiveAlgorithm : std::uint8_t {
   RecursiveDoubling,  // all_gather in log2(p) steps, each doubling what a rank holds
   BinomialTree,       // broadcast in log2(p) rounds of whole-message sends: small messages
   Chain,              // broadcast forwarded down the ranks in pipelined chunks: large messages
+  SharedMemory,       // through an MPI-3 shared-memory window: every rank on one host only
 };
 const char* collective_algorithm_name(CollectiveAlgorithm a);
 CollectiveAlgorithm parse_collective_algorithm(const std::string& name);  // throws naming the text

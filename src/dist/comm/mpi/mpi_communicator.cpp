@@ -75,6 +75,12 @@ void check_same_choices(MPI_Comm comm, const std::string& name, const Communicat
 MpiCommunicator::State::~State() {
   (void)flat.release();
   (void)shm.release();
+  (void)shm_collectives.release();
+}
+
+ShmCollectives& MpiCommunicator::State::shared_memory() {
+  if (!shm_collectives) shm_collectives = std::make_unique<ShmCollectives>(host, kShmChunkBytes);
+  return *shm_collectives;
 }
 
 P2pCollectives& MpiCommunicator::State::p2p_collectives() {
@@ -108,6 +114,12 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicatorOptions& optio
   int leader = host_world.front() == world_ranks_[static_cast<std::size_t>(rank_)] ? 1 : 0;
   check(MPI_Allreduce(&leader, &hosts_, 1, MPI_INT, MPI_SUM, comm), "MPI_Allreduce");
   check_same_choices(comm, name_, options_);
+  for (TunedCollective which : kTunedCollectives) {
+    DTRAIN_CHECK(hosts_ == 1 || detail::forced_algorithm(options_, which) != CollectiveAlgorithm::SharedMemory,
+                 "communicator '{}': CommunicatorOptions::{} = shm needs every rank on one host, and its ranks are "
+                 "on {} hosts",
+                 name_, collective_name(which), hosts_);
+  }
   std::erase(host_world, world_ranks_[static_cast<std::size_t>(rank_)]);
   host_peers_ = host_world.empty() ? "no rank" : describe_ranks(host_world) + " on this host";
   int* tag_ub = nullptr;
@@ -161,6 +173,7 @@ void MpiCommunicator::shutdown() {
       MPI_Finalized(&finalized);
       if (finalized) return;  // the application finalized MPI first: its objects are gone
       state->shm.reset();
+      state->shm_collectives.reset();
       state->flat.reset();
       state->collectives.reset();
       if (state->collectives_comm != MPI_COMM_NULL) MPI_Comm_free(&state->collectives_comm);
@@ -213,7 +226,11 @@ std::string MpiCommunicator::waiting_for(AllReduceAlgorithm algorithm) const {
 }
 
 std::string MpiCommunicator::waiting_for(CollectiveAlgorithm algorithm) const {
-  return algorithm == CollectiveAlgorithm::Ring ? peer((rank_ - 1 + size_) % size_) : "all ranks";
+  switch (algorithm) {
+    case CollectiveAlgorithm::Ring: return peer((rank_ - 1 + size_) % size_);  // receives from the left
+    case CollectiveAlgorithm::SharedMemory: return host_peers_;
+    default: return "all ranks";
+  }
 }
 
 CollectiveAlgorithm MpiCommunicator::algorithm_for(TunedCollective which, std::size_t bytes) const {
@@ -295,6 +312,8 @@ void MpiCommunicator::broadcast(Tensor& t, int root) {
     body = [comm = state_->comm, t, root, count = mpi_count(t.numel(), "broadcast")] {
       check(MPI_Bcast(t.raw_data(), count, datatype(t.dtype()), root, comm), "MPI_Bcast");
     };
+  } else if (algorithm == CollectiveAlgorithm::SharedMemory) {
+    body = [state = state_.get(), t, root] { state->shared_memory().broadcast(t.raw_data(), t.nbytes(), root); };
   } else {
     body = [state = state_.get(), t, root, algorithm] {
       state->p2p_collectives().broadcast(algorithm, t.raw_data(), t.nbytes(), root);
@@ -330,6 +349,10 @@ std::pair<OpInfo, std::function<void()>> MpiCommunicator::prepare_all_gather(con
       check(in_place ? MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.raw_data(), count, type, comm)
                      : MPI_Allgather(in.raw_data(), count, type, out.raw_data(), count, type, comm),
             "MPI_Allgather");
+    };
+  } else if (algorithm == CollectiveAlgorithm::SharedMemory) {
+    body = [state = state_.get(), in, out] {
+      state->shared_memory().all_gather(in.raw_data(), out.raw_data(), in.nbytes());
     };
   } else {
     body = [state = state_.get(), in, out, algorithm] {
@@ -368,6 +391,8 @@ std::pair<OpInfo, std::function<void()>> MpiCommunicator::prepare_reduce_scatter
       check(MPI_Reduce_scatter_block(in.raw_data(), out.raw_data(), static_cast<int>(count), datatype(in.dtype()),
                                      reduce_op(op, in.dtype()), state->comm),
             "MPI_Reduce_scatter_block");
+    } else if (algorithm == CollectiveAlgorithm::SharedMemory) {
+      state->shared_memory().reduce_scatter(in.raw_data(), out.raw_data(), count, in.dtype(), op);
     } else {
       state->p2p_collectives().reduce_scatter(algorithm, in.raw_data(), out.raw_data(), count, in.dtype(), op);
     }

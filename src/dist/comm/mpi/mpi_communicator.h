@@ -30,6 +30,7 @@
 #include "dist/comm/mpi/flat_allreduce.h"
 #include "dist/comm/mpi/p2p_collectives.h"
 #include "dist/comm/mpi/shm_allreduce.h"
+#include "dist/comm/mpi/shm_collectives.h"
 
 #include <mpi.h>
 
@@ -93,6 +94,8 @@ class MpiCommunicator final : public Communicator, public Resource {
     // MPI_Finalize (freeing is collective, and MPI may be finalized already).
     std::unique_ptr<FlatAllReduce> flat;
     std::unique_ptr<ShmAllReduce> shm;
+    std::unique_ptr<ShmCollectives> shm_collectives;  // reduce_scatter's, all_gather's and broadcast's
+    ShmCollectives& shared_memory();                  // made on first use (collective)
     // reduce_scatter's, all_gather's and broadcast's algorithms over their own duplicate of
     // comm; unlike the two above they own no MPI object, so ~State frees them.
     MPI_Comm collectives_comm = MPI_COMM_NULL;
