@@ -260,7 +260,7 @@ std::pair<OpInfo, std::function<void()>> MpiCommunicator::prepare_all_reduce(con
   if (choice.algorithm == AllReduceAlgorithm::Auto) choice = choose_all_reduce(t.nbytes(), size_, hosts_);
   if (choice.algorithm == AllReduceAlgorithm::Mpi) mpi_count(t.numel(), "all_reduce");
   return {OpInfo{"all_reduce", t.nbytes(), waiting_for(choice.algorithm)},
-          checked([state = state_.get(), t, op, choice] { all_reduce_now(*state, t, op, choice); },
+          checked([state = state_.get(), t = HostBytes(t), op, choice] { all_reduce_now(*state, t, op, choice); },
                   CollectiveOp::AllReduce, &t, -1, static_cast<int>(op))};
 }
 
@@ -279,7 +279,7 @@ std::function<void()> MpiCommunicator::checked(std::function<void()> body, Colle
 // The objects behind the algorithms are made on first use, on the comm thread; their
 // constructors are collective, which holds because every rank chooses alike (the same
 // table, checked when the communicator was made, and the same message sizes).
-void MpiCommunicator::all_reduce_now(State& state, const Tensor& t, ReduceOp op, AllReduceChoice choice) {
+void MpiCommunicator::all_reduce_now(State& state, const HostBytes& t, ReduceOp op, AllReduceChoice choice) {
   void* data = t.raw_data();
   const auto count = static_cast<std::size_t>(t.numel());
   if (choice.algorithm == AllReduceAlgorithm::SharedMemory) {
@@ -309,13 +309,15 @@ void MpiCommunicator::broadcast(Tensor& t, int root) {
   const CollectiveAlgorithm algorithm = algorithm_for(TunedCollective::Broadcast, t.nbytes());
   std::function<void()> body;
   if (algorithm == CollectiveAlgorithm::Mpi) {
-    body = [comm = state_->comm, t, root, count = mpi_count(t.numel(), "broadcast")] {
+    body = [comm = state_->comm, t = HostBytes(t), root, count = mpi_count(t.numel(), "broadcast")] {
       check(MPI_Bcast(t.raw_data(), count, datatype(t.dtype()), root, comm), "MPI_Bcast");
     };
   } else if (algorithm == CollectiveAlgorithm::SharedMemory) {
-    body = [state = state_.get(), t, root] { state->shared_memory().broadcast(t.raw_data(), t.nbytes(), root); };
+    body = [state = state_.get(), t = HostBytes(t), root] {
+      state->shared_memory().broadcast(t.raw_data(), t.nbytes(), root);
+    };
   } else {
-    body = [state = state_.get(), t, root, algorithm] {
+    body = [state = state_.get(), t = HostBytes(t), root, algorithm] {
       state->p2p_collectives().broadcast(algorithm, t.raw_data(), t.nbytes(), root);
     };
   }
@@ -344,18 +346,18 @@ std::pair<OpInfo, std::function<void()>> MpiCommunicator::prepare_all_gather(con
   if (algorithm == CollectiveAlgorithm::Mpi) {
     int count = mpi_count(in.numel(), "all_gather");
     mpi_count(out.numel(), "all_gather");
-    body = [comm = state_->comm, in, out, count, in_place] {
+    body = [comm = state_->comm, in = HostBytes(in), out = HostBytes(out), count, in_place] {
       MPI_Datatype type = datatype(in.dtype());
       check(in_place ? MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out.raw_data(), count, type, comm)
                      : MPI_Allgather(in.raw_data(), count, type, out.raw_data(), count, type, comm),
             "MPI_Allgather");
     };
   } else if (algorithm == CollectiveAlgorithm::SharedMemory) {
-    body = [state = state_.get(), in, out] {
+    body = [state = state_.get(), in = HostBytes(in), out = HostBytes(out)] {
       state->shared_memory().all_gather(in.raw_data(), out.raw_data(), in.nbytes());
     };
   } else {
-    body = [state = state_.get(), in, out, algorithm] {
+    body = [state = state_.get(), in = HostBytes(in), out = HostBytes(out), algorithm] {
       state->p2p_collectives().all_gather(algorithm, in.raw_data(), out.raw_data(),
                                           static_cast<std::size_t>(in.numel()), in.dtype());
     };
@@ -385,7 +387,7 @@ std::pair<OpInfo, std::function<void()>> MpiCommunicator::prepare_reduce_scatter
     mpi_count(out.numel(), "reduce_scatter");
     mpi_count(in.numel(), "reduce_scatter");
   }
-  auto body = [state = state_.get(), in, out, op, algorithm] {
+  auto body = [state = state_.get(), in = HostBytes(in), out = HostBytes(out), op, algorithm] {
     const auto count = static_cast<std::size_t>(out.numel());
     if (algorithm == CollectiveAlgorithm::Mpi) {
       check(MPI_Reduce_scatter_block(in.raw_data(), out.raw_data(), static_cast<int>(count), datatype(in.dtype()),

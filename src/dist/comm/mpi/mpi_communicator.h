@@ -121,7 +121,26 @@ class MpiCommunicator final : public Communicator, public Resource {
   // is on; `body` itself otherwise.
   std::function<void()> checked(std::function<void()> body, CollectiveOp op, const Tensor* t = nullptr, int root = -1,
                                 int reduce = -1) const;
-  static void all_reduce_now(State& state, const Tensor& t, ReduceOp op, AllReduceChoice choice);
+  // What a queued body keeps of a host tensor: its storage (alive until the body is
+  // dropped) and where its bytes are. Not the Tensor: a copy of one copies its shape and
+  // strides, two allocations per tensor, which were a good part of a small collective's
+  // per-call cost.
+  class HostBytes {
+   public:
+    explicit HostBytes(const Tensor& t)
+        : storage_(t.storage()), data_(t.raw_data()), numel_(t.numel()), dtype_(t.dtype()) {}
+    void* raw_data() const { return data_; }
+    std::int64_t numel() const { return numel_; }
+    DType dtype() const { return dtype_; }
+    std::size_t nbytes() const { return static_cast<std::size_t>(numel_) * dtype_size(dtype_); }
+
+   private:
+    std::shared_ptr<Storage> storage_;
+    void* data_;
+    std::int64_t numel_;
+    DType dtype_;
+  };
+  static void all_reduce_now(State& state, const HostBytes& t, ReduceOp op, AllReduceChoice choice);
   // Checks one message and describes it for the P2pEngine; `in_batch` allows this rank as
   // the peer and refuses the wildcards.
   P2pEngine::Message message(const char* op, P2POp::Kind kind, const Tensor& t, int peer, int tag, bool in_batch) const;
