@@ -1,9 +1,11 @@
-// The shared-memory and ring all-reduce on their own, with settings the communicator never
-// uses: 4 KB chunks (many generations through both buffers of every slot) and a fake host
+// The shared-memory and ring all-reduce and the shared-memory reduce-scatter, all-gather
+// and broadcast on their own, with settings the communicator never uses: chunks of 4 KB and
+// less (many generations through both buffers of every slot) and a fake host
 // layout that splits the ranks into two "hosts", to exercise the hierarchical scheme
 // (host reduce, ring among leaders, host broadcast) on one machine. Needs mpirun.
 #include "dist/comm/mpi/ring_allreduce.h"
 #include "dist/comm/mpi/shm_allreduce.h"
+#include "dist/comm/mpi/shm_collectives.h"
 #include "support/test_support.h"
 
 #include <mpi.h>
@@ -74,6 +76,51 @@ TEST_CASE("shared-memory all-reduce with small chunks, on the real and on a fake
       }
     }
   }
+}
+
+TEST_CASE("shared-memory broadcast, all-gather and reduce-scatter with small chunks, mixed on one window",
+          "[cpu][dist][mpi]") {
+  if (!mpi_with_peers()) return;
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm host;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host);
+  int host_size = 0;
+  MPI_Comm_size(host, &host_size);
+  REQUIRE(host_size == size);  // mpirun here starts every rank on this machine
+  {
+    // 256-byte chunks: a reduce-scatter piece of 256 / 8 / size f64 (uneven at 3 ranks), so a
+    // 37-element block takes several generations, and broadcast's readers (which skip the
+    // reuse wait) are followed by collectives that write their own slots.
+    dist::mpi::ShmCollectives shm(host, 256);
+    for (int round = 0; round < 3 * size; ++round) {
+      for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{37}}) {
+        const int root = round % size;
+        std::vector<double> b = input(rank, n);
+        shm.broadcast(b.data(), n * sizeof(double), root);
+        CHECK(b == input(root, n));
+
+        std::vector<double> all(n * static_cast<std::size_t>(size), -1.0);
+        const std::vector<double> mine = input(rank, n);
+        shm.all_gather(mine.data(), all.data(), n * sizeof(double));
+        for (int q = 0; q < size; ++q) {
+          INFO("all_gather, round " << round << ", " << n << " elements, block " << q);
+          CHECK(std::vector<double>(all.begin() + static_cast<std::ptrdiff_t>(q * n),
+                                    all.begin() + static_cast<std::ptrdiff_t>((q + 1) * n)) == input(q, n));
+        }
+
+        const std::size_t whole = n * static_cast<std::size_t>(size);
+        std::vector<double> out(n, -1.0);
+        shm.reduce_scatter(input(rank, whole).data(), out.data(), n, DType::f64, Op::Sum);
+        const std::vector<double> sum = expected(size, whole, Op::Sum);
+        INFO("reduce_scatter, round " << round << ", " << n << " elements");
+        CHECK(out == std::vector<double>(sum.begin() + static_cast<std::ptrdiff_t>(rank * n),
+                                         sum.begin() + static_cast<std::ptrdiff_t>((rank + 1) * n)));
+      }
+    }
+  }
+  MPI_Comm_free(&host);
 }
 
 TEST_CASE("ring all-reduce over a sub-communicator in reverse rank order", "[cpu][dist][mpi]") {

@@ -97,7 +97,7 @@ class MpiCommunicator final : public Communicator, public Resource {
     std::unique_ptr<ShmCollectives> shm_collectives;  // reduce_scatter's, all_gather's and broadcast's
     ShmCollectives& shared_memory();                  // made on first use (collective)
     // reduce_scatter's, all_gather's and broadcast's algorithms over their own duplicate of
-    // comm; unlike the two above they own no MPI object, so ~State frees them.
+    // comm; unlike the three above they own no MPI object, so ~State frees them.
     MPI_Comm collectives_comm = MPI_COMM_NULL;
     std::unique_ptr<P2pCollectives> collectives;
     P2pCollectives& p2p_collectives();           // made on first use (collective)

@@ -1,6 +1,7 @@
 #include "dist/comm/mpi/shm_collectives.h"
 
 #include "dist/comm/reduce_kernels.h"
+#include "dtrain/core/error.h"
 
 #include <algorithm>
 #include <cstring>
@@ -14,6 +15,10 @@ constexpr std::size_t kBlockBytes = 16 << 10;
 ShmCollectives::ShmCollectives(MPI_Comm host, std::size_t chunk_bytes) {
   MPI_Comm_rank(host, &rank_);
   MPI_Comm_size(host, &size_);
+  // A reduce-scatter chunk carries a piece of every rank's block: at least one element each.
+  DTRAIN_CHECK(chunk_bytes >= 8 * static_cast<std::size_t>(size_),
+               "shared-memory collectives: chunks of {} bytes cannot hold one 8-byte element for each of {} ranks",
+               chunk_bytes, size_);
   if (size_ > 1) slots_ = std::make_unique<ShmSlots>(host, chunk_bytes);
 }
 
