@@ -14,8 +14,9 @@
 // for broadcast; the message is reduce_scatter's input, all_gather's output): mpi calls
 // MPI_Reduce_scatter_block, MPI_Allgather (in place) or MPI_Bcast directly; dtrain_mpi,
 // dtrain_ring, dtrain_rh (recursive halving), dtrain_rd (recursive doubling), dtrain_tree
-// (binomial tree), dtrain_chain and shm (SharedMemory, one host only) force those of
-// CollectiveAlgorithm that the collective runs; auto reads the table's list for it.
+// (binomial tree), dtrain_chain and shm (SharedMemory: hierarchical across hosts, but
+// reduce_scatter's runs on one host only) force those of CollectiveAlgorithm that the
+// collective runs; auto reads the table's list for it.
 // f32 sums, sizes --min-bytes .. --max-bytes in powers of 4. Each case first runs warm-up
 // iterations, then times --iters of them (default: more for small sizes); an iteration's
 // time is the slowest rank's, between barriers. busbw = 2(n-1)/n * bytes / time (all-reduce;
@@ -347,8 +348,10 @@ int run(Config c) {
     c.impls = {"dtrain_mpi"};
     for (const ForcedCollective& f : kForcedCollective) {
       if (f.algorithm == C::Mpi || f.algorithm == C::Auto || !dist::runs(*which, f.algorithm)) continue;
-      if (f.algorithm == C::SharedMemory && (hosts > 1 || size == 1))
-        continue;  // one host only; nothing to share alone
+      // shm needs ranks that share a host; reduce_scatter's runs on one host only.
+      if (f.algorithm == C::SharedMemory &&
+          (hosts == size || (hosts > 1 && *which == dist::TunedCollective::ReduceScatter)))
+        continue;
       c.impls.push_back(f.name);
     }
   } else if (!c.tune.empty()) {

@@ -2,8 +2,9 @@
 // against results computed in double, at every world size the ctests run (1, 2, 4; 3 and 6
 // through the [algorithms] tag, where recursive halving and doubling fold ranks). Sizes:
 // empty, one element, fewer elements than ranks, and blocks that span several of the ring's
-// (1 MB) and the chain's (256 KB) chunks. SharedMemory runs where the ranks share one host
-// (not in the three-host ctest). All collectives of a test run before its checks.
+// (1 MB) and the chain's (256 KB) chunks. SharedMemory runs everywhere (hierarchical in the
+// three-host ctest) but reduce_scatter's, which runs on one host only. All collectives of a
+// test run before its checks.
 #include "dtrain/dist/comm/communicator.h"
 #include "support/test_support.h"
 
@@ -36,8 +37,9 @@ CommunicatorPtr comm_with(CollectiveAlgorithm rs, CollectiveAlgorithm ag, Collec
 constexpr CollectiveAlgorithm kAuto = CollectiveAlgorithm::Auto;
 constexpr CollectiveAlgorithm kShm = CollectiveAlgorithm::SharedMemory;
 
-// Whether every rank is on one host, where SharedMemory runs: the np6 ctest spreads the
-// ranks over three emulated hosts (DTRAIN_HOST_ID), the others leave them on one.
+// Whether every rank is on one host, where reduce_scatter's SharedMemory runs: the np6
+// ctest spreads the ranks over three emulated hosts (DTRAIN_HOST_ID), the others leave them
+// on one.
 bool on_one_host() {
   static const bool one = [] {
     CommunicatorPtr c = comm_with(kAuto, kAuto, kAuto);
@@ -50,11 +52,11 @@ bool on_one_host() {
   return one;
 }
 
-// The algorithms of a collective to test here: `own` (Auto, Mpi and the collective's two),
-// and SharedMemory on one host.
-std::vector<CollectiveAlgorithm> to_test(std::initializer_list<CollectiveAlgorithm> own) {
+// The algorithms of a collective to test here: `own` (Auto, Mpi and the collective's two)
+// and SharedMemory, which reduce_scatter runs on one host only.
+std::vector<CollectiveAlgorithm> to_test(std::initializer_list<CollectiveAlgorithm> own, bool shm = true) {
   std::vector<CollectiveAlgorithm> all(own);
-  if (on_one_host()) all.push_back(kShm);
+  if (shm) all.push_back(kShm);
   return all;
 }
 
@@ -92,7 +94,8 @@ TEST_CASE("reduce_scatter equals the direct reduction with every algorithm", "[c
   };
   std::vector<Run> runs;
   for (CollectiveAlgorithm a :
-       to_test({kAuto, CollectiveAlgorithm::Mpi, CollectiveAlgorithm::Ring, CollectiveAlgorithm::RecursiveHalving})) {
+       to_test({kAuto, CollectiveAlgorithm::Mpi, CollectiveAlgorithm::Ring, CollectiveAlgorithm::RecursiveHalving},
+               on_one_host())) {
     CommunicatorPtr c = comm_with(a, kAuto, kAuto);
     const int n = c->size();
     for (std::int64_t block : kBlocks) {
@@ -212,23 +215,28 @@ TEST_CASE("ranks given different collective algorithms refuse the communicator, 
                     Contains("the ranks were given different collective algorithms"));
 }
 
-TEST_CASE("shared-memory collectives across hosts are refused on every rank, naming the option", "[cpu][dist]") {
+TEST_CASE("shared-memory reduce_scatter across hosts is refused on every rank, all_gather runs hierarchical",
+          "[cpu][dist]") {
   CommunicatorPtr world = comm_with(kAuto, kAuto, kAuto);
-  // host_id = rank: every rank on a host of its own (one rank: one host, where shm runs).
+  const int n = world->size(), rank = world->rank();
+  // host_id = rank: every rank on a host of its own (one rank: one host).
   auto each_alone = [&](dist::CommunicatorOptions o) {
-    o.host_id = world->rank();
+    o.host_id = rank;
     return dist::world(o);
   };
-  if (world->size() == 1) {
-    CommunicatorPtr c = each_alone({.broadcast = kShm});
-    Tensor t = values(0, 5, DType::f32);
-    c->broadcast(t, 0);
-    require_same(t, values(0, 5, DType::f32));
+  CommunicatorPtr c = each_alone({.all_gather = kShm, .broadcast = kShm});
+  Tensor all = Tensor::full({n, 3}, -1.0, {DType::f32});
+  c->all_gather(values(rank, 3, DType::f32), all);
+  Tensor b = values(rank, 4, DType::f32);
+  c->broadcast(b, n - 1);
+  for (int q = 0; q < n; ++q) require_same(all.select(0, q), values(q, 3, DType::f32));
+  require_same(b, values(n - 1, 4, DType::f32));
+  if (n == 1) {
+    CHECK(each_alone({.reduce_scatter = kShm}) != nullptr);  // one rank, one host: nothing to refuse
     return;
   }
-  CHECK_THROWS_WITH(each_alone({.all_gather = kShm}),
-                    Contains(fmt::format("CommunicatorOptions::all_gather = shm needs every rank on one host, and its "
-                                         "ranks are on {} hosts",
-                                         world->size())));
-  CHECK_THROWS_WITH(each_alone({.reduce_scatter = kShm}), Contains("CommunicatorOptions::reduce_scatter = shm"));
+  CHECK_THROWS_WITH(each_alone({.reduce_scatter = kShm}),
+                    Contains(fmt::format("CommunicatorOptions::reduce_scatter = shm needs every rank on one host, and "
+                                         "its ranks are on {} hosts",
+                                         n)));
 }

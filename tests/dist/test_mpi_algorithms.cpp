@@ -10,6 +10,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <vector>
 
 using namespace dtrain;
@@ -93,7 +94,7 @@ TEST_CASE("shared-memory broadcast, all-gather and reduce-scatter with small chu
     // 256-byte chunks: a reduce-scatter piece of 256 / 8 / size f64 (uneven at 3 ranks), so a
     // 37-element block takes several generations, and broadcast's readers (which skip the
     // reuse wait) are followed by collectives that write their own slots.
-    dist::mpi::ShmCollectives shm(host, 256);
+    dist::mpi::ShmCollectives shm(MPI_COMM_WORLD, host, 256);
     for (int round = 0; round < 3 * size; ++round) {
       for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{37}}) {
         const int root = round % size;
@@ -119,6 +120,41 @@ TEST_CASE("shared-memory broadcast, all-gather and reduce-scatter with small chu
                                          sum.begin() + static_cast<std::ptrdiff_t>((rank + 1) * n)));
       }
     }
+  }
+  MPI_Comm_free(&host);
+}
+
+TEST_CASE("hierarchical shared-memory broadcast and all-gather over hosts of interleaved ranks", "[cpu][dist][mpi]") {
+  if (!mpi_with_peers()) return;
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  // Two fake hosts, the even and the odd ranks: a host's ranks are not contiguous, so the
+  // leaders' gather must put each block back at its rank's place.
+  MPI_Comm host;
+  MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &host);
+  {
+    dist::mpi::ShmCollectives shm(MPI_COMM_WORLD, host, 256);
+    for (int root = 0; root < size; ++root) {
+      for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{37}}) {
+        std::vector<double> b = input(rank, n);
+        shm.broadcast(b.data(), n * sizeof(double), root);
+        CHECK(b == input(root, n));
+        std::vector<double> all(n * static_cast<std::size_t>(size), -1.0);
+        // In place: this rank's block of `all` is its input.
+        std::copy_n(input(rank, n).begin(), n, all.begin() + static_cast<std::ptrdiff_t>(rank * n));
+        shm.all_gather(all.data() + rank * n, all.data(), n * sizeof(double));
+        for (int q = 0; q < size; ++q) {
+          INFO("root " << root << ", " << n << " elements, block " << q);
+          CHECK(std::vector<double>(all.begin() + static_cast<std::ptrdiff_t>(q * n),
+                                    all.begin() + static_cast<std::ptrdiff_t>((q + 1) * n)) == input(q, n));
+        }
+      }
+    }
+    std::vector<double> out(1);
+    CHECK_THROWS_WITH(
+        shm.reduce_scatter(input(rank, static_cast<std::size_t>(size)).data(), out.data(), 1, DType::f64, Op::Sum),
+        Catch::Matchers::Contains("shared-memory reduce_scatter runs on one host, and the ranks are on 2 hosts"));
   }
   MPI_Comm_free(&host);
 }

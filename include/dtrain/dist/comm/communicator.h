@@ -95,7 +95,8 @@ enum class CollectiveAlgorithm : std::uint8_t {
   RecursiveDoubling,  // all_gather in log2(p) steps, each doubling what a rank holds
   BinomialTree,       // broadcast in log2(p) rounds of whole-message sends: small messages
   Chain,              // broadcast forwarded down the ranks in pipelined chunks: large messages
-  SharedMemory,       // through an MPI-3 shared-memory window: every rank on one host only
+  SharedMemory,       // an MPI-3 shared-memory window inside each host; across hosts (all_gather,
+                      // broadcast) MPI's collective among the hosts' first ranks; reduce_scatter: one host
 };
 const char* collective_algorithm_name(CollectiveAlgorithm a);
 CollectiveAlgorithm parse_collective_algorithm(const std::string& name);  // throws naming the text

@@ -3,6 +3,8 @@
 #include "dist/comm/mpi/mpi_runtime.h"
 #include "dtrain/core/error.h"
 
+#include <algorithm>
+
 namespace dtrain::dist::mpi {
 namespace {
 int comm_size(MPI_Comm comm) {
@@ -48,6 +50,27 @@ MPI_Comm split_hosts(MPI_Comm comm, int host_id) {
                "machine (this is rank {} with id {}); ranks given one id must share memory",
                bad, rank, host_id);
   return host;
+}
+
+HostLayout host_layout(MPI_Comm comm, MPI_Comm host) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  // Every rank learns its leader's rank in comm, which names its host.
+  int leader = rank;
+  check(MPI_Bcast(&leader, 1, MPI_INT, 0, host), "MPI_Bcast");
+  std::vector<int> leaders(static_cast<std::size_t>(comm_size(comm)));
+  check(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, comm), "MPI_Allgather");
+  std::vector<int> firsts = leaders;
+  std::sort(firsts.begin(), firsts.end());
+  firsts.erase(std::unique(firsts.begin(), firsts.end()), firsts.end());
+  HostLayout layout;
+  layout.members.resize(firsts.size());
+  for (std::size_t r = 0; r < leaders.size(); ++r) {
+    const auto h = static_cast<int>(std::lower_bound(firsts.begin(), firsts.end(), leaders[r]) - firsts.begin());
+    layout.host_of.push_back(h);
+    layout.members[static_cast<std::size_t>(h)].push_back(static_cast<int>(r));
+  }
+  return layout;
 }
 
 }  // namespace dtrain::dist::mpi

@@ -79,7 +79,7 @@ MpiCommunicator::State::~State() {
 }
 
 ShmCollectives& MpiCommunicator::State::shared_memory() {
-  if (!shm_collectives) shm_collectives = std::make_unique<ShmCollectives>(host, kShmChunkBytes);
+  if (!shm_collectives) shm_collectives = std::make_unique<ShmCollectives>(comm, host, kShmChunkBytes);
   return *shm_collectives;
 }
 
@@ -114,12 +114,10 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicatorOptions& optio
   int leader = host_world.front() == world_ranks_[static_cast<std::size_t>(rank_)] ? 1 : 0;
   check(MPI_Allreduce(&leader, &hosts_, 1, MPI_INT, MPI_SUM, comm), "MPI_Allreduce");
   check_same_choices(comm, name_, options_);
-  for (TunedCollective which : kTunedCollectives) {
-    DTRAIN_CHECK(hosts_ == 1 || detail::forced_algorithm(options_, which) != CollectiveAlgorithm::SharedMemory,
-                 "communicator '{}': CommunicatorOptions::{} = shm needs every rank on one host, and its ranks are "
-                 "on {} hosts",
-                 name_, collective_name(which), hosts_);
-  }
+  DTRAIN_CHECK(hosts_ == 1 || options_.reduce_scatter != CollectiveAlgorithm::SharedMemory,
+               "communicator '{}': CommunicatorOptions::reduce_scatter = shm needs every rank on one host, and its "
+               "ranks are on {} hosts",
+               name_, hosts_);
   std::erase(host_world, world_ranks_[static_cast<std::size_t>(rank_)]);
   host_peers_ = host_world.empty() ? "no rank" : describe_ranks(host_world) + " on this host";
   int* tag_ub = nullptr;
@@ -228,7 +226,7 @@ std::string MpiCommunicator::waiting_for(AllReduceAlgorithm algorithm) const {
 std::string MpiCommunicator::waiting_for(CollectiveAlgorithm algorithm) const {
   switch (algorithm) {
     case CollectiveAlgorithm::Ring: return peer((rank_ - 1 + size_) % size_);  // receives from the left
-    case CollectiveAlgorithm::SharedMemory: return host_peers_;
+    case CollectiveAlgorithm::SharedMemory: return single_host_ ? host_peers_ : "all ranks";
     default: return "all ranks";
   }
 }

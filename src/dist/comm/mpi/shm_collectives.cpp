@@ -1,9 +1,11 @@
 #include "dist/comm/mpi/shm_collectives.h"
 
+#include "dist/comm/mpi/mpi_runtime.h"
 #include "dist/comm/reduce_kernels.h"
 #include "dtrain/core/error.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 
 namespace dtrain::dist::mpi {
@@ -12,26 +14,38 @@ namespace {
 constexpr std::size_t kBlockBytes = 16 << 10;
 }  // namespace
 
-ShmCollectives::ShmCollectives(MPI_Comm host, std::size_t chunk_bytes) {
-  MPI_Comm_rank(host, &rank_);
-  MPI_Comm_size(host, &size_);
+ShmCollectives::ShmCollectives(MPI_Comm comm, MPI_Comm host, std::size_t chunk_bytes) {
+  MPI_Comm_rank(comm, &rank_);
+  MPI_Comm_rank(host, &host_rank_);
+  MPI_Comm_size(host, &host_size_);
   // A reduce-scatter chunk carries a piece of every rank's block: at least one element each.
-  DTRAIN_CHECK(chunk_bytes >= 8 * static_cast<std::size_t>(size_),
+  DTRAIN_CHECK(chunk_bytes >= 8 * static_cast<std::size_t>(host_size_),
                "shared-memory collectives: chunks of {} bytes cannot hold one 8-byte element for each of {} ranks",
-               chunk_bytes, size_);
-  if (size_ > 1) slots_ = std::make_unique<ShmSlots>(host, chunk_bytes);
+               chunk_bytes, host_size_);
+  layout_ = host_layout(comm, host);
+  if (layout_.members.size() > 1) {
+    check(MPI_Comm_split(comm, host_rank_ == 0 ? 0 : MPI_UNDEFINED, 0, &leaders_), "MPI_Comm_split");
+  }
+  if (host_size_ > 1) slots_ = std::make_unique<ShmSlots>(host, chunk_bytes);
+}
+
+ShmCollectives::~ShmCollectives() {
+  slots_.reset();
+  if (leaders_ != MPI_COMM_NULL) MPI_Comm_free(&leaders_);
 }
 
 void ShmCollectives::reduce_scatter(const void* in, void* out, std::size_t block, DType dtype, ReduceOp op) {
   const auto* src = static_cast<const std::byte*>(in);
   auto* dst = static_cast<std::byte*>(out);
+  DTRAIN_CHECK(layout_.members.size() == 1,
+               "shared-memory reduce_scatter runs on one host, and the ranks are on {} hosts", layout_.members.size());
   const std::size_t esize = dtype_size(dtype);
   if (!slots_) {
     std::memmove(dst, src, block * esize);
     return;
   }
   ShmSlots& slots = *slots_;
-  const int n = size_;
+  const int n = host_size_;
   // Each chunk carries one piece of every block (position j of the slot for rank j).
   const std::size_t piece = slots.chunk_bytes() / esize / static_cast<std::size_t>(n);
   const std::size_t reduce_block = kBlockBytes / esize;
@@ -60,36 +74,99 @@ void ShmCollectives::reduce_scatter(const void* in, void* out, std::size_t block
 }
 
 void ShmCollectives::all_gather(const void* in, void* out, std::size_t block_bytes) {
-  const auto* src = static_cast<const std::byte*>(in);
   auto* dst = static_cast<std::byte*>(out);
-  std::byte* own = dst + rank_ * block_bytes;
-  if (src != own) std::memmove(own, src, block_bytes);
-  if (!slots_) return;
+  std::byte* own = dst + static_cast<std::size_t>(rank_) * block_bytes;
+  if (in != own) std::memmove(own, in, block_bytes);
+  if (slots_) host_all_gather(dst, block_bytes);
+  if (layout_.members.size() == 1) return;
+  if (leaders_ != MPI_COMM_NULL) leaders_all_gather(dst, block_bytes);
+  if (slots_) host_broadcast(dst, layout_.host_of.size() * block_bytes, 0);
+}
+
+void ShmCollectives::host_all_gather(std::byte* out, std::size_t block_bytes) {
   ShmSlots& slots = *slots_;
-  const int n = size_;
+  const int n = host_size_;
+  const std::vector<int>& members =
+      layout_.members[static_cast<std::size_t>(layout_.host_of[static_cast<std::size_t>(rank_)])];
+  const std::byte* own = out + static_cast<std::size_t>(rank_) * block_bytes;
   for (std::size_t offset = 0; offset < block_bytes; offset += slots.chunk_bytes()) {
     const std::size_t len = std::min(slots.chunk_bytes(), block_bytes - offset);
     const std::uint64_t g = slots.begin_chunk(len * static_cast<std::size_t>(n - 1));
-    std::memcpy(slots.buffer(rank_, g), own + offset, len);
+    std::memcpy(slots.buffer(host_rank_, g), own + offset, len);
     slots.publish(ShmSlots::kPosted, g);
     // From the next rank on, so that the ranks do not all read one slot at once.
     for (int k = 1; k < n; ++k) {
-      const int q = (rank_ + k) % n;
+      const int q = (host_rank_ + k) % n;
       slots.wait_for(ShmSlots::kPosted, g, len, q);
-      std::memcpy(dst + q * block_bytes + offset, slots.buffer(q, g), len);
+      const auto at = static_cast<std::size_t>(members[static_cast<std::size_t>(q)]) * block_bytes;
+      std::memcpy(out + at + offset, slots.buffer(q, g), len);
     }
     slots.publish(ShmSlots::kFinished, g);
   }
 }
 
+// Each leader packs its host's blocks (in host-rank order) into its place of `packed_`,
+// gathers every host's over the leaders with one block-sized datatype (counts in blocks,
+// so any message MPI can address), and unpacks them to their ranks' places.
+void ShmCollectives::leaders_all_gather(std::byte* out, std::size_t block_bytes) {
+  if (block_bytes == 0) return;
+  DTRAIN_CHECK(block_bytes <= static_cast<std::size_t>(INT_MAX),
+               "shared-memory all_gather: blocks of {} bytes exceed MPI's int count", block_bytes);
+  const std::size_t hosts = layout_.members.size();
+  std::vector<int> counts(hosts), displs(hosts);
+  int at = 0;
+  for (std::size_t h = 0; h < hosts; ++h) {
+    counts[h] = static_cast<int>(layout_.members[h].size());
+    displs[h] = at;
+    at += counts[h];
+  }
+  packed_.resize(layout_.host_of.size() * block_bytes);
+  const auto mine = static_cast<std::size_t>(layout_.host_of[static_cast<std::size_t>(rank_)]);
+  for (std::size_t k = 0; k < layout_.members[mine].size(); ++k) {
+    std::memcpy(packed_.data() + (static_cast<std::size_t>(displs[mine]) + k) * block_bytes,
+                out + static_cast<std::size_t>(layout_.members[mine][k]) * block_bytes, block_bytes);
+  }
+  MPI_Datatype block;
+  check(MPI_Type_contiguous(static_cast<int>(block_bytes), MPI_BYTE, &block), "MPI_Type_contiguous");
+  check(MPI_Type_commit(&block), "MPI_Type_commit");
+  const int rc =
+      MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, packed_.data(), counts.data(), displs.data(), block, leaders_);
+  MPI_Type_free(&block);
+  check(rc, "MPI_Allgatherv");
+  for (std::size_t h = 0; h < hosts; ++h) {
+    if (h == mine) continue;
+    for (std::size_t k = 0; k < layout_.members[h].size(); ++k) {
+      std::memcpy(out + static_cast<std::size_t>(layout_.members[h][k]) * block_bytes,
+                  packed_.data() + (static_cast<std::size_t>(displs[h]) + k) * block_bytes, block_bytes);
+    }
+  }
+}
+
 void ShmCollectives::broadcast(void* data, std::size_t bytes, int root) {
-  if (!slots_) return;
-  ShmSlots& slots = *slots_;
   auto* p = static_cast<std::byte*>(data);
+  const int root_host = layout_.host_of[static_cast<std::size_t>(root)];
+  const std::vector<int>& root_members = layout_.members[static_cast<std::size_t>(root_host)];
+  const auto root_host_rank =
+      static_cast<int>(std::find(root_members.begin(), root_members.end(), root) - root_members.begin());
+  const bool root_here = layout_.host_of[static_cast<std::size_t>(rank_)] == root_host;
+  // The root's host first (its leader then has the message), the leaders, the other hosts.
+  if (root_here && slots_) host_broadcast(p, bytes, root_host_rank);
+  if (leaders_ != MPI_COMM_NULL) {
+    constexpr std::size_t kMaxPiece = std::size_t{1} << 30;  // MPI counts are ints
+    for (std::size_t offset = 0; offset < bytes; offset += kMaxPiece) {
+      const auto len = static_cast<int>(std::min(kMaxPiece, bytes - offset));
+      check(MPI_Bcast(p + offset, len, MPI_BYTE, root_host, leaders_), "MPI_Bcast");
+    }
+  }
+  if (!root_here && slots_) host_broadcast(p, bytes, 0);
+}
+
+void ShmCollectives::host_broadcast(std::byte* p, std::size_t bytes, int root) {
+  ShmSlots& slots = *slots_;
   for (std::size_t offset = 0; offset < bytes; offset += slots.chunk_bytes()) {
     const std::size_t len = std::min(slots.chunk_bytes(), bytes - offset);
-    const std::uint64_t g = slots.begin_chunk(len, rank_ == root);
-    if (rank_ == root) {
+    const std::uint64_t g = slots.begin_chunk(len, host_rank_ == root);
+    if (host_rank_ == root) {
       std::memcpy(slots.buffer(root, g), p + offset, len);
       slots.publish(ShmSlots::kPosted, g);
     } else {
