@@ -130,9 +130,11 @@ TEST_CASE("hierarchical shared-memory broadcast and all-gather over hosts of int
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   // Two fake hosts, the even and the odd ranks: a host's ranks are not contiguous, so the
-  // leaders' gather must put each block back at its rank's place.
+  // leaders' gather must put each block back at its rank's place; and numbered in reverse,
+  // so that a host's rank order is not its ranks' order in the world (its leader, host
+  // rank 0, is its last rank).
   MPI_Comm host;
-  MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &host);
+  MPI_Comm_split(MPI_COMM_WORLD, rank % 2, size - rank, &host);
   {
     dist::mpi::ShmCollectives shm(MPI_COMM_WORLD, host, 256);
     for (int root = 0; root < size; ++root) {

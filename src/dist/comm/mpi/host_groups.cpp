@@ -55,20 +55,28 @@ MPI_Comm split_hosts(MPI_Comm comm, int host_id) {
 HostLayout host_layout(MPI_Comm comm, MPI_Comm host) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
-  // Every rank learns its leader's rank in comm, which names its host.
-  int leader = rank;
-  check(MPI_Bcast(&leader, 1, MPI_INT, 0, host), "MPI_Bcast");
-  std::vector<int> leaders(static_cast<std::size_t>(comm_size(comm)));
-  check(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, comm), "MPI_Allgather");
-  std::vector<int> firsts = leaders;
+  // Every rank learns its leader's rank in comm, which names its host, and tells its rank
+  // in the host (whatever order `host` gives its ranks).
+  int mine[2] = {rank, 0};
+  MPI_Comm_rank(host, &mine[1]);
+  check(MPI_Bcast(&mine[0], 1, MPI_INT, 0, host), "MPI_Bcast");
+  const auto n = static_cast<std::size_t>(comm_size(comm));
+  std::vector<int> all(2 * n);
+  check(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, comm), "MPI_Allgather");
+  std::vector<int> firsts;
+  for (std::size_t r = 0; r < n; ++r) firsts.push_back(all[2 * r]);
   std::sort(firsts.begin(), firsts.end());
   firsts.erase(std::unique(firsts.begin(), firsts.end()), firsts.end());
   HostLayout layout;
   layout.members.resize(firsts.size());
-  for (std::size_t r = 0; r < leaders.size(); ++r) {
-    const auto h = static_cast<int>(std::lower_bound(firsts.begin(), firsts.end(), leaders[r]) - firsts.begin());
-    layout.host_of.push_back(h);
-    layout.members[static_cast<std::size_t>(h)].push_back(static_cast<int>(r));
+  for (std::size_t r = 0; r < n; ++r) {
+    const auto h =
+        static_cast<std::size_t>(std::lower_bound(firsts.begin(), firsts.end(), all[2 * r]) - firsts.begin());
+    layout.host_of.push_back(static_cast<int>(h));
+    auto& members = layout.members[h];
+    const auto k = static_cast<std::size_t>(all[2 * r + 1]);
+    if (members.size() <= k) members.resize(k + 1, -1);
+    members[k] = static_cast<int>(r);
   }
   return layout;
 }

@@ -74,6 +74,10 @@ void ShmCollectives::reduce_scatter(const void* in, void* out, std::size_t block
 }
 
 void ShmCollectives::all_gather(const void* in, void* out, std::size_t block_bytes) {
+  // Checked on every rank before any step: a leader that failed later would leave its
+  // host's ranks waiting in the window.
+  DTRAIN_CHECK(layout_.members.size() == 1 || block_bytes <= static_cast<std::size_t>(INT_MAX),
+               "shared-memory all_gather across hosts: blocks of {} bytes exceed MPI's int count", block_bytes);
   auto* dst = static_cast<std::byte*>(out);
   std::byte* own = dst + static_cast<std::size_t>(rank_) * block_bytes;
   if (in != own) std::memmove(own, in, block_bytes);
@@ -110,8 +114,6 @@ void ShmCollectives::host_all_gather(std::byte* out, std::size_t block_bytes) {
 // so any message MPI can address), and unpacks them to their ranks' places.
 void ShmCollectives::leaders_all_gather(std::byte* out, std::size_t block_bytes) {
   if (block_bytes == 0) return;
-  DTRAIN_CHECK(block_bytes <= static_cast<std::size_t>(INT_MAX),
-               "shared-memory all_gather: blocks of {} bytes exceed MPI's int count", block_bytes);
   const std::size_t hosts = layout_.members.size();
   std::vector<int> counts(hosts), displs(hosts);
   int at = 0;
