@@ -73,6 +73,7 @@ HostLayout host_layout(MPI_Comm comm, MPI_Comm host) {
     const auto h =
         static_cast<std::size_t>(std::lower_bound(firsts.begin(), firsts.end(), all[2 * r]) - firsts.begin());
     layout.host_of.push_back(static_cast<int>(h));
+    layout.host_rank_of.push_back(all[2 * r + 1]);
     auto& members = layout.members[h];
     const auto k = static_cast<std::size_t>(all[2 * r + 1]);
     if (members.size() <= k) members.resize(k + 1, -1);

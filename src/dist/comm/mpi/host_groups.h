@@ -21,6 +21,7 @@ MPI_Comm split_hosts(MPI_Comm comm, int host_id);
 // in comm. Collective over comm; `host` from split_hosts.
 struct HostLayout {
   std::vector<int> host_of;               // each rank's host
+  std::vector<int> host_rank_of;          // each rank's rank in its host
   std::vector<std::vector<int>> members;  // each host's ranks of comm, in host-rank order
 };
 HostLayout host_layout(MPI_Comm comm, MPI_Comm host);

@@ -8,10 +8,6 @@
 #include <cstring>
 
 namespace dtrain::dist::mpi {
-namespace {
-// The reduction runs in blocks that stay in L1 between the combine and the copy to the slot.
-constexpr std::size_t kBlockBytes = 16 << 10;
-}  // namespace
 
 ShmAllReduce::ShmAllReduce(MPI_Comm comm, MPI_Comm host, std::size_t chunk_bytes) {
   MPI_Comm_rank(host, &host_rank_);
@@ -37,7 +33,7 @@ void ShmAllReduce::run(void* data, std::size_t count, DType dtype, ReduceOp op, 
   if (host_size_ > 1) host_all_reduce(bytes, count, dtype, op);
   if (!multi_host_) return;                                  // an average was divided in reduce_slice
   if (hosts_) hosts_->run(leaders, data, count, dtype, op);  // a Mean runs as a Sum, divided below
-  if (host_size_ > 1) host_broadcast(bytes, count * dtype_size(dtype));
+  if (slots_) slots_->broadcast(bytes, count * dtype_size(dtype), 0);
   if (op == ReduceOp::Mean) divide(data, count, dtype, world_size_);
 }
 
@@ -76,7 +72,7 @@ void ShmAllReduce::host_all_reduce(std::byte* data, std::size_t count, DType dty
 void ShmAllReduce::reduce_slice(std::byte* chunk, std::size_t chunk_count, std::uint64_t generation, DType dtype,
                                 ReduceOp op) const {
   const std::size_t esize = dtype_size(dtype);
-  const std::size_t block = kBlockBytes / esize;
+  const std::size_t block = ShmSlots::kReduceBlockBytes / esize;
   const Range s = slice(chunk_count, host_rank_, host_size_);
   std::byte* mine = slots_->buffer(host_rank_, generation);
   for (std::size_t b = s.begin; b < s.end; b += block) {
@@ -89,22 +85,6 @@ void ShmAllReduce::reduce_slice(std::byte* chunk, std::size_t chunk_count, std::
     // leaders still have to add the other hosts' sums: run() divides at the end.
     if (op == ReduceOp::Mean && !multi_host_) divide(acc, len, dtype, host_size_);
     std::memcpy(mine + b * esize, acc, len * esize);
-  }
-}
-
-void ShmAllReduce::host_broadcast(std::byte* data, std::size_t bytes) {
-  ShmSlots& slots = *slots_;
-  for (std::size_t offset = 0; offset < bytes; offset += slots.chunk_bytes()) {
-    const std::size_t len = std::min(slots.chunk_bytes(), bytes - offset);
-    const std::uint64_t g = slots.begin_chunk(len, host_rank_ == 0);
-    if (host_rank_ == 0) {
-      std::memcpy(slots.buffer(0, g), data + offset, len);
-      slots.publish(ShmSlots::kPosted, g);
-    } else {
-      slots.wait_for(ShmSlots::kPosted, g, len, 0);
-      std::memcpy(data + offset, slots.buffer(0, g), len);
-    }
-    slots.publish(ShmSlots::kFinished, g);
   }
 }
 

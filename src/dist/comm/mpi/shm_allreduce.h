@@ -44,7 +44,6 @@ class ShmAllReduce {
   void reduce_slice(std::byte* chunk, std::size_t chunk_count, std::uint64_t generation, DType dtype,
                     ReduceOp op) const;
   void host_all_reduce(std::byte* data, std::size_t count, DType dtype, ReduceOp op);
-  void host_broadcast(std::byte* data, std::size_t bytes);
 
   int host_rank_ = 0;
   int host_size_ = 1;

@@ -9,10 +9,6 @@
 #include <cstring>
 
 namespace dtrain::dist::mpi {
-namespace {
-// The reduction runs in blocks that stay in L1 while every rank's copy is combined in.
-constexpr std::size_t kBlockBytes = 16 << 10;
-}  // namespace
 
 ShmCollectives::ShmCollectives(MPI_Comm comm, MPI_Comm host, std::size_t chunk_bytes) {
   MPI_Comm_rank(comm, &rank_);
@@ -25,6 +21,11 @@ ShmCollectives::ShmCollectives(MPI_Comm comm, MPI_Comm host, std::size_t chunk_b
   layout_ = host_layout(comm, host);
   if (layout_.members.size() > 1) {
     check(MPI_Comm_split(comm, host_rank_ == 0 ? 0 : MPI_UNDEFINED, 0, &leaders_), "MPI_Comm_split");
+    // The leaders' all-gather: each host's blocks, packed host after host.
+    for (const std::vector<int>& members : layout_.members) {
+      host_firsts_.push_back(host_firsts_.empty() ? 0 : host_firsts_.back() + host_counts_.back());
+      host_counts_.push_back(static_cast<int>(members.size()));
+    }
   }
   if (host_size_ > 1) slots_ = std::make_unique<ShmSlots>(host, chunk_bytes);
 }
@@ -48,7 +49,7 @@ void ShmCollectives::reduce_scatter(const void* in, void* out, std::size_t block
   const int n = host_size_;
   // Each chunk carries one piece of every block (position j of the slot for rank j).
   const std::size_t piece = slots.chunk_bytes() / esize / static_cast<std::size_t>(n);
-  const std::size_t reduce_block = kBlockBytes / esize;
+  const std::size_t reduce_block = ShmSlots::kReduceBlockBytes / esize;
   for (std::size_t offset = 0; offset < block; offset += piece) {
     const std::size_t len = std::min(piece, block - offset);
     const std::size_t step = len * esize * static_cast<std::size_t>(n - 1);
@@ -84,7 +85,7 @@ void ShmCollectives::all_gather(const void* in, void* out, std::size_t block_byt
   if (slots_) host_all_gather(dst, block_bytes);
   if (layout_.members.size() == 1) return;
   if (leaders_ != MPI_COMM_NULL) leaders_all_gather(dst, block_bytes);
-  if (slots_) host_broadcast(dst, layout_.host_of.size() * block_bytes, 0);
+  if (slots_) slots_->broadcast(dst, layout_.host_of.size() * block_bytes, 0);
 }
 
 void ShmCollectives::host_all_gather(std::byte* out, std::size_t block_bytes) {
@@ -115,31 +116,24 @@ void ShmCollectives::host_all_gather(std::byte* out, std::size_t block_bytes) {
 void ShmCollectives::leaders_all_gather(std::byte* out, std::size_t block_bytes) {
   if (block_bytes == 0) return;
   const std::size_t hosts = layout_.members.size();
-  std::vector<int> counts(hosts), displs(hosts);
-  int at = 0;
-  for (std::size_t h = 0; h < hosts; ++h) {
-    counts[h] = static_cast<int>(layout_.members[h].size());
-    displs[h] = at;
-    at += counts[h];
-  }
   packed_.resize(layout_.host_of.size() * block_bytes);
   const auto mine = static_cast<std::size_t>(layout_.host_of[static_cast<std::size_t>(rank_)]);
   for (std::size_t k = 0; k < layout_.members[mine].size(); ++k) {
-    std::memcpy(packed_.data() + (static_cast<std::size_t>(displs[mine]) + k) * block_bytes,
+    std::memcpy(packed_.data() + (static_cast<std::size_t>(host_firsts_[mine]) + k) * block_bytes,
                 out + static_cast<std::size_t>(layout_.members[mine][k]) * block_bytes, block_bytes);
   }
   MPI_Datatype block;
   check(MPI_Type_contiguous(static_cast<int>(block_bytes), MPI_BYTE, &block), "MPI_Type_contiguous");
   check(MPI_Type_commit(&block), "MPI_Type_commit");
-  const int rc =
-      MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, packed_.data(), counts.data(), displs.data(), block, leaders_);
+  const int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, packed_.data(), host_counts_.data(),
+                                host_firsts_.data(), block, leaders_);
   MPI_Type_free(&block);
   check(rc, "MPI_Allgatherv");
   for (std::size_t h = 0; h < hosts; ++h) {
     if (h == mine) continue;
     for (std::size_t k = 0; k < layout_.members[h].size(); ++k) {
       std::memcpy(out + static_cast<std::size_t>(layout_.members[h][k]) * block_bytes,
-                  packed_.data() + (static_cast<std::size_t>(displs[h]) + k) * block_bytes, block_bytes);
+                  packed_.data() + (static_cast<std::size_t>(host_firsts_[h]) + k) * block_bytes, block_bytes);
     }
   }
 }
@@ -147,12 +141,9 @@ void ShmCollectives::leaders_all_gather(std::byte* out, std::size_t block_bytes)
 void ShmCollectives::broadcast(void* data, std::size_t bytes, int root) {
   auto* p = static_cast<std::byte*>(data);
   const int root_host = layout_.host_of[static_cast<std::size_t>(root)];
-  const std::vector<int>& root_members = layout_.members[static_cast<std::size_t>(root_host)];
-  const auto root_host_rank =
-      static_cast<int>(std::find(root_members.begin(), root_members.end(), root) - root_members.begin());
   const bool root_here = layout_.host_of[static_cast<std::size_t>(rank_)] == root_host;
   // The root's host first (its leader then has the message), the leaders, the other hosts.
-  if (root_here && slots_) host_broadcast(p, bytes, root_host_rank);
+  if (root_here && slots_) slots_->broadcast(p, bytes, layout_.host_rank_of[static_cast<std::size_t>(root)]);
   if (leaders_ != MPI_COMM_NULL) {
     constexpr std::size_t kMaxPiece = std::size_t{1} << 30;  // MPI counts are ints
     for (std::size_t offset = 0; offset < bytes; offset += kMaxPiece) {
@@ -160,23 +151,7 @@ void ShmCollectives::broadcast(void* data, std::size_t bytes, int root) {
       check(MPI_Bcast(p + offset, len, MPI_BYTE, root_host, leaders_), "MPI_Bcast");
     }
   }
-  if (!root_here && slots_) host_broadcast(p, bytes, 0);
-}
-
-void ShmCollectives::host_broadcast(std::byte* p, std::size_t bytes, int root) {
-  ShmSlots& slots = *slots_;
-  for (std::size_t offset = 0; offset < bytes; offset += slots.chunk_bytes()) {
-    const std::size_t len = std::min(slots.chunk_bytes(), bytes - offset);
-    const std::uint64_t g = slots.begin_chunk(len, host_rank_ == root);
-    if (host_rank_ == root) {
-      std::memcpy(slots.buffer(root, g), p + offset, len);
-      slots.publish(ShmSlots::kPosted, g);
-    } else {
-      slots.wait_for(ShmSlots::kPosted, g, len, root);
-      std::memcpy(p + offset, slots.buffer(root, g), len);
-    }
-    slots.publish(ShmSlots::kFinished, g);
-  }
+  if (!root_here && slots_) slots_->broadcast(p, bytes, 0);
 }
 
 }  // namespace dtrain::dist::mpi

@@ -47,8 +47,6 @@ class ShmCollectives {
   void broadcast(void* data, std::size_t bytes, int root);
 
  private:
-  // The window's part: among this host's ranks, by host rank.
-  void host_broadcast(std::byte* data, std::size_t bytes, int host_root);
   // Every host rank's block (`own`, at its comm rank's place in out) into everyone's out.
   void host_all_gather(std::byte* out, std::size_t block_bytes);
   // Leaders only: the other hosts' blocks into out.
@@ -60,6 +58,8 @@ class ShmCollectives {
   HostLayout layout_;
   MPI_Comm leaders_ = MPI_COMM_NULL;  // the hosts' first ranks, across hosts only
   std::unique_ptr<ShmSlots> slots_;   // null on a host of one rank
+  std::vector<int> host_counts_;      // across hosts: each host's ranks
+  std::vector<int> host_firsts_;      // and the place of its first block among all, host after host
   std::vector<std::byte> packed_;     // the leaders' all-gather, host by host
 };
 

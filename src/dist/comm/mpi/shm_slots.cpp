@@ -3,7 +3,9 @@
 #include "dist/comm/backoff.h"
 #include "dist/comm/mpi/mpi_runtime.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <new>
 
 namespace dtrain::dist::mpi {
@@ -85,6 +87,21 @@ void ShmSlots::wait_for(Counter c, std::uint64_t generation, std::size_t step_by
 
 void ShmSlots::publish(Counter c, std::uint64_t generation) const {
   counter(slots_[static_cast<std::size_t>(rank_)], c).store(generation, std::memory_order_release);
+}
+
+void ShmSlots::broadcast(std::byte* data, std::size_t bytes, int root) {
+  for (std::size_t offset = 0; offset < bytes; offset += chunk_bytes_) {
+    const std::size_t len = std::min(chunk_bytes_, bytes - offset);
+    const std::uint64_t g = begin_chunk(len, rank_ == root);  // only the root writes its buffer
+    if (rank_ == root) {
+      std::memcpy(buffer(root, g), data + offset, len);
+      publish(kPosted, g);
+    } else {
+      wait_for(kPosted, g, len, root);
+      std::memcpy(data + offset, buffer(root, g), len);
+    }
+    publish(kFinished, g);
+  }
 }
 
 }  // namespace dtrain::dist::mpi

@@ -22,6 +22,9 @@ class ShmSlots {
   // The counters in each slot: the last generation for which its rank has posted its
   // data, written its reduced slice, and finished reading the other slots.
   enum Counter : int { kPosted, kReduced, kFinished, kCounters };
+  // Reductions over the slots run in blocks this size, which stay in L1 while every rank's
+  // copy is combined in.
+  static constexpr std::size_t kReduceBlockBytes = 16 << 10;
 
   // Collective over `host` (at least two ranks that share memory); keeps a duplicate of it.
   // chunk_bytes (at least 64) per buffer.
@@ -44,6 +47,10 @@ class ShmSlots {
   // peers are busy with about `step_bytes` of copying (see spin_for).
   void wait_for(Counter c, std::uint64_t generation, std::size_t step_bytes, int rank = -1) const;
   void publish(Counter c, std::uint64_t generation) const;
+
+  // Every rank's `data` (bytes) receives rank `root`'s, chunk by chunk through root's slot:
+  // the root copies in, the others copy out. Every rank of the host calls it alike.
+  void broadcast(std::byte* data, std::size_t bytes, int root);
 
  private:
   std::size_t chunk_bytes_;
