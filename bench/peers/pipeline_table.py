@@ -6,8 +6,10 @@ pytorch_pipeline.py over alternating repetitions (the driver tags each line with
 Per side and schedule: the median over the repetitions of each one's median step time,
 with the spread of those medians; then, paired within each repetition (the runs of one
 repetition saw the same machine load) and summarized as the median [min - max] over the
-repetitions: dtrain's samples/s over torch's, each side's pipeline samples/s over twice its
-own one-process samples/s, dtrain's measured bubble less its theory (the schedule simulated
+repetitions: the machine's parallel capacity (two of dtrain's one-process runs started
+together, tagged "concurrent": 2, over twice one alone), dtrain's samples/s over torch's,
+each side's pipeline samples/s over twice its own one-process samples/s (dtrain's also over
+the two concurrent runs'), dtrain's measured bubble less its theory (the schedule simulated
 with the measured pass times), and each dtrain schedule's peak activation memory over
 GPipe's. One micro-batch count per schedule and side, as the driver runs them.
 Standard library only: runs under any python3.
@@ -33,11 +35,12 @@ def spread(values, spec=".2f"):
     return f"{statistics.median(values):{spec}} [{min(values):{spec}} - {max(values):{spec}}]"
 
 
-def by_rep(rows, impl, schedule):
-    """{rep: [rows of that side and schedule]}."""
+def by_rep(rows, impl, schedule, concurrent=0):
+    """{rep: [rows of that side and schedule]}; concurrent=N: those of the N one-process runs
+    started together (the machine's parallel capacity), which are otherwise left out."""
     out = {}
     for r in rows:
-        if r["impl"] == impl and r["schedule"] == schedule:
+        if r["impl"] == impl and r["schedule"] == schedule and r.get("concurrent", 0) == concurrent:
             out.setdefault(r.get("rep", 0), []).append(r)
     return out
 
@@ -58,6 +61,7 @@ def paired(a, b, f):
 
 
 def case_table(rows):
+    rows = [r for r in rows if not r.get("concurrent")]
     impls = list(dict.fromkeys(r["impl"] for r in rows))
     print("Step time (ms): the median over repetitions of each one's median (slowest rank per step), with the")
     print("spread of those medians; samples/s = batch / step time; bubble: idle share of a stage's step, mean over")
@@ -88,6 +92,11 @@ def ratio_table(rows):
     def line(label, values, target=""):
         print(f"  {label:<60}{spread(values, '.3f'):>24}" + (f"   ({target})" if target else ""))
 
+    alone, together = by_rep(rows, "dtrain", "none"), by_rep(rows, "dtrain", "none", concurrent=2)
+    if together:
+        line("machine: 2 one-process runs at once / (2 x one alone) samples/s",
+             paired(together, alone, lambda c, a: sum(r["samples_per_s"] for r in c) / (2 * rate(a))),
+             "1.0 = two cores of throughput")
     for schedule in schedules:
         stages = next(r["stages"] for r in rows if r["schedule"] == schedule)
         d, t = by_rep(rows, "dtrain", schedule), by_rep(rows, "torch", schedule)
@@ -97,6 +106,9 @@ def ratio_table(rows):
             scaling = paired(by_rep(rows, impl, schedule), by_rep(rows, impl, "none"),
                              lambda p, s: rate(p) / (stages * rate(s)))
             line(f"{schedule}: {impl} pipeline / ({stages} x one process) samples/s", scaling, "target >= 0.8")
+        if together and stages == 2:
+            line(f"{schedule}: dtrain pipeline / 2 one-process runs at once",
+                 paired(d, together, lambda p, c: rate(p) / sum(r["samples_per_s"] for r in c)))
         gap = [r["bubble_measured"] - r["bubble_theory"] for rs in d.values() for r in rs if "bubble_theory" in r]
         line(f"{schedule}: dtrain bubble measured - theory", gap, "target within 0.05")
     gpipe = by_rep(rows, "dtrain", "gpipe")

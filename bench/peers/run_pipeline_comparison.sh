@@ -5,7 +5,8 @@
 # cut into 2 stages on 2 ranks x 1 thread, 8 micro-batches, the schedules of --schedules
 # (default gpipe,1f1b,zb-h1,zb-v) on each side, and on each side the unpipelined model in
 # one process (1 thread), the reference for the pipeline's speedup. Each repetition runs,
-# in turn: bench_pipeline in one process, bench_pipeline on 2 ranks (every schedule), then
+# in turn: bench_pipeline in one process, two of it at once (what the machine gives two
+# processes: the ceiling of any 2-rank speedup), bench_pipeline on 2 ranks (every schedule), then
 # pytorch_pipeline.py with each schedule (each of which first times its own one-process
 # reference), so that all of them see similar machine load; PyTorch gets dtrain's cut for
 # each schedule (zb-v's has 2K-1 cuts). Writes the JSON lines, each tagged with its
@@ -85,12 +86,21 @@ dtrain $commit; \
 torch $("$python" -c 'import torch; print(torch.__version__)'); $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "machine: $machine"
 
-# The JSON lines of one run, each tagged with the repetition.
-json_lines() { sed -n "s/^{/{\"rep\":$1,/p" | tee -a "$jsonl"; }
+# The JSON lines of one run, each tagged with the repetition (and with "concurrent": N for
+# the N one-process runs started together).
+json_lines() { sed -n "s/^{/{\"rep\":$1,${2:+\"concurrent\":$2,}/p" | tee -a "$jsonl"; }
 
 for rep in $(seq 1 "$reps"); do
   echo "== repetition $rep/$reps: dtrain 1 process, dtrain 2 stages ($schedules), torch ($schedules)" >&2
   mpirun -np 1 "$bench" "${model[@]}" --json | json_lines "$rep"
+  # The machine's parallel capacity: two one-process runs at once. Where 2 vCPUs give one
+  # core of throughput, each runs at half speed, and no 2-rank pipeline can pass one process.
+  pair=$(mktemp)
+  mpirun -np 1 "$bench" "${model[@]}" --json > "$pair" &
+  mpirun -np 1 "$bench" "${model[@]}" --json | json_lines "$rep" 2
+  wait $!
+  json_lines "$rep" 2 < "$pair"
+  rm -f "$pair"
   mpirun -np 2 "$bench" "${model[@]}" --micro-batches "$micro" --schedules "$schedules" --json | json_lines "$rep"
   for schedule in ${schedules//,/ }; do
     # dtrain's balanced cut for this schedule, the same flat layer list on both sides.
