@@ -93,11 +93,12 @@ json_lines() { sed -n "s/^{/{\"rep\":$1,${2:+\"concurrent\":$2,}/p" | tee -a "$j
 for rep in $(seq 1 "$reps"); do
   echo "== repetition $rep/$reps: dtrain 1 process, dtrain 2 stages ($schedules), torch ($schedules)" >&2
   mpirun -np 1 "$bench" "${model[@]}" --json | json_lines "$rep"
-  # The machine's parallel capacity: two one-process runs at once. Where 2 vCPUs give one
-  # core of throughput, each runs at half speed, and no 2-rank pipeline can pass one process.
+  # The machine's parallel capacity: two one-process runs at once, one on each core (two
+  # separate mpiruns would both bind their rank to core 0). Where the two vCPUs share one
+  # core's throughput, each runs at half speed, and no 2-rank pipeline can pass one process.
   pair=$(mktemp)
-  mpirun -np 1 "$bench" "${model[@]}" --json > "$pair" &
-  mpirun -np 1 "$bench" "${model[@]}" --json | json_lines "$rep" 2
+  mpirun -np 1 --cpu-set 0 --bind-to core "$bench" "${model[@]}" --json > "$pair" &
+  mpirun -np 1 --cpu-set 1 --bind-to core "$bench" "${model[@]}" --json | json_lines "$rep" 2
   wait $!
   json_lines "$rep" 2 < "$pair"
   rm -f "$pair"
