@@ -14,8 +14,8 @@
 // for broadcast; the message is reduce_scatter's input, all_gather's output): mpi calls
 // MPI_Reduce_scatter_block, MPI_Allgather (in place) or MPI_Bcast directly; dtrain_mpi,
 // dtrain_ring, dtrain_rh (recursive halving), dtrain_rd (recursive doubling), dtrain_tree
-// (binomial tree), dtrain_chain and shm (SharedMemory: hierarchical across hosts, but
-// reduce_scatter's runs on one host only) force those of CollectiveAlgorithm that the
+// (binomial tree), dtrain_chain and shm (SharedMemory: hierarchical across hosts; reduce_scatter's
+// there needs hosts of equal size) force those of CollectiveAlgorithm that the
 // collective runs; auto reads the table's list for it.
 // f32 sums, sizes --min-bytes .. --max-bytes in powers of 4. Each case first runs warm-up
 // iterations, then times --iters of them (default: more for small sizes); an iteration's
@@ -348,9 +348,9 @@ int run(Config c) {
     c.impls = {"dtrain_mpi"};
     for (const ForcedCollective& f : kForcedCollective) {
       if (f.algorithm == C::Mpi || f.algorithm == C::Auto || !dist::runs(*which, f.algorithm)) continue;
-      // shm needs ranks that share a host; reduce_scatter's runs on one host only.
+      // shm needs ranks that share a host; reduce_scatter's across hosts, hosts of equal size.
       if (f.algorithm == C::SharedMemory &&
-          (hosts == size || (hosts > 1 && *which == dist::TunedCollective::ReduceScatter)))
+          (hosts == size || (*which == dist::TunedCollective::ReduceScatter && size % hosts != 0)))
         continue;
       c.impls.push_back(f.name);
     }

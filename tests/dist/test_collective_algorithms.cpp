@@ -3,8 +3,7 @@
 // through the [algorithms] tag, where recursive halving and doubling fold ranks). Sizes:
 // empty, one element, fewer elements than ranks, and blocks that span several of the ring's
 // (1 MB) and the chain's (256 KB) chunks. SharedMemory runs everywhere (hierarchical in the
-// three-host ctest) but reduce_scatter's, which runs on one host only. All collectives of a
-// test run before its checks.
+// three-host ctest, two ranks a host). All collectives of a test run before its checks.
 #include "dtrain/dist/comm/communicator.h"
 #include "support/test_support.h"
 
@@ -37,26 +36,11 @@ CommunicatorPtr comm_with(CollectiveAlgorithm rs, CollectiveAlgorithm ag, Collec
 constexpr CollectiveAlgorithm kAuto = CollectiveAlgorithm::Auto;
 constexpr CollectiveAlgorithm kShm = CollectiveAlgorithm::SharedMemory;
 
-// Whether every rank is on one host, where reduce_scatter's SharedMemory runs: the np6
-// ctest spreads the ranks over three emulated hosts (DTRAIN_HOST_ID), the others leave them
-// on one.
-bool on_one_host() {
-  static const bool one = [] {
-    CommunicatorPtr c = comm_with(kAuto, kAuto, kAuto);
-    const char* id = std::getenv("DTRAIN_HOST_ID");
-    Tensor all = Tensor::full({c->size(), 1}, 0.0, {DType::f64});
-    c->all_gather(Tensor::full({1}, id ? std::atof(id) : -1.0, {DType::f64}), all);
-    std::vector<double> ids = all.to_vector<double>();
-    return std::all_of(ids.begin(), ids.end(), [&](double x) { return x == ids[0]; });
-  }();
-  return one;
-}
-
 // The algorithms of a collective to test here: `own` (Auto, Mpi and the collective's two)
-// and SharedMemory, which reduce_scatter runs on one host only.
-std::vector<CollectiveAlgorithm> to_test(std::initializer_list<CollectiveAlgorithm> own, bool shm = true) {
+// and SharedMemory.
+std::vector<CollectiveAlgorithm> to_test(std::initializer_list<CollectiveAlgorithm> own) {
   std::vector<CollectiveAlgorithm> all(own);
-  if (shm) all.push_back(kShm);
+  all.push_back(kShm);
   return all;
 }
 
@@ -94,8 +78,7 @@ TEST_CASE("reduce_scatter equals the direct reduction with every algorithm", "[c
   };
   std::vector<Run> runs;
   for (CollectiveAlgorithm a :
-       to_test({kAuto, CollectiveAlgorithm::Mpi, CollectiveAlgorithm::Ring, CollectiveAlgorithm::RecursiveHalving},
-               on_one_host())) {
+       to_test({kAuto, CollectiveAlgorithm::Mpi, CollectiveAlgorithm::Ring, CollectiveAlgorithm::RecursiveHalving})) {
     CommunicatorPtr c = comm_with(a, kAuto, kAuto);
     const int n = c->size();
     for (std::int64_t block : kBlocks) {
@@ -215,8 +198,10 @@ TEST_CASE("ranks given different collective algorithms refuse the communicator, 
                     Contains("the ranks were given different collective algorithms"));
 }
 
-TEST_CASE("shared-memory reduce_scatter across hosts is refused on every rank, all_gather runs hierarchical",
-          "[cpu][dist]") {
+TEST_CASE(
+    "shared-memory collectives over one-rank hosts run hierarchical; reduce_scatter's over unequal hosts is "
+    "refused on every rank, the table's falls back to the ring",
+    "[cpu][dist]") {
   CommunicatorPtr world = comm_with(kAuto, kAuto, kAuto);
   const int n = world->size(), rank = world->rank();
   // host_id = rank: every rank on a host of its own (one rank: one host).
@@ -224,19 +209,41 @@ TEST_CASE("shared-memory reduce_scatter across hosts is refused on every rank, a
     o.host_id = rank;
     return dist::world(o);
   };
-  CommunicatorPtr c = each_alone({.all_gather = kShm, .broadcast = kShm});
+  // Rank 0 on one host, the others on another: hosts of unequal size from three ranks on.
+  auto uneven = [&](dist::CommunicatorOptions o) {
+    o.host_id = rank == 0 ? 0 : 1;
+    return dist::world(o);
+  };
+  // Every collective first, the checks after: a failed check must not leave a rank out of
+  // a collective that the others are in.
+  CommunicatorPtr c = each_alone({.reduce_scatter = kShm, .all_gather = kShm, .broadcast = kShm});
   Tensor all = Tensor::full({n, 3}, -1.0, {DType::f32});
   c->all_gather(values(rank, 3, DType::f32), all);
   Tensor b = values(rank, 4, DType::f32);
   c->broadcast(b, n - 1);
+  Tensor mine = Tensor::full({2}, -1.0, {DType::f32});
+  c->reduce_scatter(values(rank, 2 * n, DType::f32).reshape({n, 2}), mine, Op::Sum);
+  std::vector<std::pair<std::int64_t, Tensor>> table_runs;
+  if (n >= 3) {
+    CHECK_THROWS_WITH(uneven({.reduce_scatter = kShm}),
+                      Contains(fmt::format("CommunicatorOptions::reduce_scatter = shm needs the same number of ranks "
+                                           "on every host, and its 2 hosts hold 1 to {} ranks",
+                                           n - 1)));
+    // Where the table chooses shm for this shape, the communicator runs the ring instead.
+    CommunicatorPtr table = uneven({});
+    for (std::int64_t block : {std::int64_t{1}, std::int64_t{300'007}}) {
+      Tensor out = Tensor::full({block}, -1.0, {DType::f32});
+      table->reduce_scatter(values(rank, n * block, DType::f32).reshape({n, block}), out, Op::Sum);
+      table_runs.emplace_back(block, out);
+    }
+  }
   for (int q = 0; q < n; ++q) require_same(all.select(0, q), values(q, 3, DType::f32));
   require_same(b, values(n - 1, 4, DType::f32));
-  if (n == 1) {
-    CHECK(each_alone({.reduce_scatter = kShm}) != nullptr);  // one rank, one host: nothing to refuse
-    return;
-  }
-  CHECK_THROWS_WITH(each_alone({.reduce_scatter = kShm}),
-                    Contains(fmt::format("CommunicatorOptions::reduce_scatter = shm needs every rank on one host, and "
-                                         "its ranks are on {} hosts",
-                                         n)));
+  auto sum_of_block = [&](std::int64_t block) {
+    Tensor sum = Tensor::zeros({block});
+    for (int q = 0; q < n; ++q) sum = sum + values(q, n * block, DType::f32).slice(0, rank * block, (rank + 1) * block);
+    return sum;
+  };
+  require_same(mine, sum_of_block(2));
+  for (const auto& [block, out] : table_runs) require_same(out, sum_of_block(block));
 }

@@ -8,6 +8,7 @@
 #include "dist/comm/mpi/shm_collectives.h"
 #include "support/test_support.h"
 
+#include <fmt/format.h>
 #include <mpi.h>
 
 #include <algorithm>
@@ -124,7 +125,8 @@ TEST_CASE("shared-memory broadcast, all-gather and reduce-scatter with small chu
   MPI_Comm_free(&host);
 }
 
-TEST_CASE("hierarchical shared-memory broadcast and all-gather over hosts of interleaved ranks", "[cpu][dist][mpi]") {
+TEST_CASE("hierarchical shared-memory broadcast, all-gather and reduce-scatter over hosts of interleaved ranks",
+          "[cpu][dist][mpi]") {
   if (!mpi_with_peers()) return;
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -153,10 +155,47 @@ TEST_CASE("hierarchical shared-memory broadcast and all-gather over hosts of int
         }
       }
     }
-    std::vector<double> out(1);
+    // Reduce-scatter needs hosts of equal size: at an even world size they are. Each region
+    // (a host rank's blocks of both hosts) is cut across its two blocks by the 256-byte
+    // chunks (16 doubles a piece at 2 ranks a host) once a block passes 16 elements.
+    if (size % 2 == 0) {
+      for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{37}}) {
+        for (Op op : {Op::Sum, Op::Min}) {
+          const std::size_t whole = n * static_cast<std::size_t>(size);
+          std::vector<double> out(n, -1.0);
+          shm.reduce_scatter(input(rank, whole).data(), out.data(), n, DType::f64, op);
+          const std::vector<double> want = expected(size, whole, op);
+          INFO("reduce_scatter, " << n << " elements, op " << static_cast<int>(op));
+          CHECK(out == std::vector<double>(want.begin() + static_cast<std::ptrdiff_t>(rank * n),
+                                           want.begin() + static_cast<std::ptrdiff_t>((rank + 1) * n)));
+        }
+      }
+    }
+  }
+  MPI_Comm_free(&host);
+}
+
+TEST_CASE("shared-memory reduce-scatter over hosts of unequal size is refused on every rank", "[cpu][dist][mpi]") {
+  int size = 1, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size < 3) return;  // one or two ranks cannot make hosts of unequal size with two ranks on one
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm host;  // rank 0 alone, the others together
+  MPI_Comm_split(MPI_COMM_WORLD, rank == 0 ? 0 : 1, rank, &host);
+  {
+    dist::mpi::ShmCollectives shm(MPI_COMM_WORLD, host, 256);
+    CHECK_FALSE(shm.even_hosts());
+    std::vector<double> out(2);
     CHECK_THROWS_WITH(
-        shm.reduce_scatter(input(rank, static_cast<std::size_t>(size)).data(), out.data(), 1, DType::f64, Op::Sum),
-        Catch::Matchers::Contains("shared-memory reduce_scatter runs on one host, and the ranks are on 2 hosts"));
+        shm.reduce_scatter(input(rank, 2 * static_cast<std::size_t>(size)).data(), out.data(), 2, DType::f64, Op::Sum),
+        Catch::Matchers::Contains(fmt::format("shared-memory reduce_scatter across hosts needs the same number of "
+                                              "ranks on every host, and this rank's host holds {} of the {} ranks "
+                                              "on 2 hosts",
+                                              rank == 0 ? 1 : size - 1, size)));
+    // The window still works for the others after the refusal: nobody was left waiting.
+    std::vector<double> b = input(rank, 5);
+    shm.broadcast(b.data(), b.size() * sizeof(double), size - 1);
+    CHECK(b == input(size - 1, 5));
   }
   MPI_Comm_free(&host);
 }

@@ -188,16 +188,13 @@ AllReduceTable AllReduceTable::parse(const std::string& text, const std::string&
       const char* name = collective_name(which);
       if (!j.contains(name)) continue;
       c.steps(which) = parse_steps<CollectiveAlgorithm>(
-          j[name], where, name, [which, name, hosts = c.hosts](const std::string& text, const std::string& at) {
+          j[name], where, name, [which, name](const std::string& text, const std::string& at) {
             CollectiveAlgorithm a = CollectiveAlgorithm::Auto;
             try {
               a = parse_collective_algorithm(text);
             } catch (const Error&) {}
             DTRAIN_CHECK(runs(which, a), "{}: unknown {} algorithm '{}' (expected {})", at, name, text,
                          expected_names(which));
-            DTRAIN_CHECK(
-                a != CollectiveAlgorithm::SharedMemory || which != TunedCollective::ReduceScatter || hosts == 1,
-                "{}: reduce_scatter's shm runs on one host only, and this case has {} hosts", at, hosts);
             return a;
           });
     }

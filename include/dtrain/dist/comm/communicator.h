@@ -95,8 +95,10 @@ enum class CollectiveAlgorithm : std::uint8_t {
   RecursiveDoubling,  // all_gather in log2(p) steps, each doubling what a rank holds
   BinomialTree,       // broadcast in log2(p) rounds of whole-message sends: small messages
   Chain,              // broadcast forwarded down the ranks in pipelined chunks: large messages
-  SharedMemory,       // an MPI-3 shared-memory window inside each host; across hosts (all_gather,
-                      // broadcast) MPI's collective among the hosts' first ranks; reduce_scatter: one host
+  SharedMemory,       // an MPI-3 shared-memory window inside each host; across hosts MPI's collective
+                      // among the hosts' first ranks (all_gather, broadcast) or among the ranks of each
+                      // host rank (reduce_scatter, whose hosts must hold equal rank counts: a table's
+                      // choice runs the ring where they do not)
 };
 const char* collective_algorithm_name(CollectiveAlgorithm a);
 CollectiveAlgorithm parse_collective_algorithm(const std::string& name);  // throws naming the text

@@ -113,11 +113,15 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, const CommunicatorOptions& optio
   single_host_ = host_world.size() == static_cast<std::size_t>(size_);
   int leader = host_world.front() == world_ranks_[static_cast<std::size_t>(rank_)] ? 1 : 0;
   check(MPI_Allreduce(&leader, &hosts_, 1, MPI_INT, MPI_SUM, comm), "MPI_Allreduce");
+  // The fewest and the most ranks on one host (negated for the fewest: one MPI_MAX).
+  int host_sizes[2] = {-static_cast<int>(host_world.size()), static_cast<int>(host_world.size())};
+  check(MPI_Allreduce(MPI_IN_PLACE, host_sizes, 2, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
+  even_hosts_ = -host_sizes[0] == host_sizes[1];
   check_same_choices(comm, name_, options_);
-  DTRAIN_CHECK(hosts_ == 1 || options_.reduce_scatter != CollectiveAlgorithm::SharedMemory,
-               "communicator '{}': CommunicatorOptions::reduce_scatter = shm needs every rank on one host, and its "
-               "ranks are on {} hosts",
-               name_, hosts_);
+  DTRAIN_CHECK(even_hosts_ || options_.reduce_scatter != CollectiveAlgorithm::SharedMemory,
+               "communicator '{}': CommunicatorOptions::reduce_scatter = shm needs the same number of ranks on every "
+               "host, and its {} hosts hold {} to {} ranks",
+               name_, hosts_, -host_sizes[0], host_sizes[1]);
   std::erase(host_world, world_ranks_[static_cast<std::size_t>(rank_)]);
   host_peers_ = host_world.empty() ? "no rank" : describe_ranks(host_world) + " on this host";
   int* tag_ub = nullptr;
@@ -234,7 +238,12 @@ std::string MpiCommunicator::waiting_for(CollectiveAlgorithm algorithm) const {
 CollectiveAlgorithm MpiCommunicator::algorithm_for(TunedCollective which, std::size_t bytes) const {
   const CollectiveAlgorithm forced = detail::forced_algorithm(options_, which);
   if (forced != CollectiveAlgorithm::Auto) return forced;
-  return AllReduceTable::active().choose(which, bytes, size_, hosts_);
+  const CollectiveAlgorithm chosen = AllReduceTable::active().choose(which, bytes, size_, hosts_);
+  // Reduce-scatter's shm across hosts needs hosts of equal size; where they are not, the ring
+  // (which every shape runs) takes its place.
+  if (which == TunedCollective::ReduceScatter && chosen == CollectiveAlgorithm::SharedMemory && !even_hosts_)
+    return CollectiveAlgorithm::Ring;
+  return chosen;
 }
 
 // ---- all-reduce ---------------------------------------------------------------

@@ -163,6 +163,7 @@ class MpiCommunicator final : public Communicator, public Resource {
   std::string host_peers_;        // the other ranks on this host, for messages
   bool single_host_ = true;
   int hosts_ = 1;                       // host groups (split_hosts) among the ranks
+  bool even_hosts_ = true;              // every host holds the same number of ranks
   std::atomic<bool> lost_peer_{false};  // forget_peer was called: shutdown frees nothing (abandon)
   CommunicatorOptions options_;
   std::string name_;

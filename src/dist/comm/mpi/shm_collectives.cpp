@@ -26,6 +26,12 @@ ShmCollectives::ShmCollectives(MPI_Comm comm, MPI_Comm host, std::size_t chunk_b
       host_firsts_.push_back(host_firsts_.empty() ? 0 : host_firsts_.back() + host_counts_.back());
       host_counts_.push_back(static_cast<int>(members.size()));
     }
+    const bool even = std::all_of(layout_.members.begin(), layout_.members.end(),
+                                  [this](const std::vector<int>& m) { return m.size() == layout_.members[0].size(); });
+    if (even) {
+      const int host_index = layout_.host_of[static_cast<std::size_t>(rank_)];
+      check(MPI_Comm_split(comm, host_rank_, host_index, &peers_), "MPI_Comm_split");
+    }
   }
   if (host_size_ > 1) slots_ = std::make_unique<ShmSlots>(host, chunk_bytes);
 }
@@ -33,41 +39,73 @@ ShmCollectives::ShmCollectives(MPI_Comm comm, MPI_Comm host, std::size_t chunk_b
 ShmCollectives::~ShmCollectives() {
   slots_.reset();
   if (leaders_ != MPI_COMM_NULL) MPI_Comm_free(&leaders_);
+  if (peers_ != MPI_COMM_NULL) MPI_Comm_free(&peers_);
 }
 
 void ShmCollectives::reduce_scatter(const void* in, void* out, std::size_t block, DType dtype, ReduceOp op) {
   const auto* src = static_cast<const std::byte*>(in);
   auto* dst = static_cast<std::byte*>(out);
-  DTRAIN_CHECK(layout_.members.size() == 1,
-               "shared-memory reduce_scatter runs on one host, and the ranks are on {} hosts", layout_.members.size());
+  const std::size_t hosts = layout_.members.size();
+  // Both checked on every rank before any step, so that no rank waits for one that threw.
+  DTRAIN_CHECK(even_hosts(),
+               "shared-memory reduce_scatter across hosts needs the same number of ranks on every host, and "
+               "this rank's host holds {} of the {} ranks on {} hosts",
+               host_size_, layout_.host_of.size(), hosts);
+  DTRAIN_CHECK(hosts == 1 || block <= static_cast<std::size_t>(INT_MAX),
+               "shared-memory reduce_scatter across hosts: blocks of {} elements exceed MPI's int count", block);
+  if (hosts == 1) {
+    host_reduce_scatter(src, dst, block, dtype, op);
+    return;
+  }
+  region_.resize(hosts * block * dtype_size(dtype));
+  host_reduce_scatter(src, region_.data(), block, dtype, op);
+  check(MPI_Reduce_scatter_block(region_.data(), dst, static_cast<int>(block), datatype(dtype), reduce_op(op, dtype),
+                                 peers_),
+        "MPI_Reduce_scatter_block");
+}
+
+void ShmCollectives::copy_region(const std::byte* in, int j, std::size_t from, std::size_t len, std::size_t block,
+                                 std::size_t esize, std::byte* to) const {
+  while (len > 0) {
+    const std::size_t h = from / block, at = from % block, n = std::min(len, block - at);
+    const auto owner = static_cast<std::size_t>(layout_.members[h][static_cast<std::size_t>(j)]);
+    std::memmove(to, in + (owner * block + at) * esize, n * esize);  // out may alias in's own block
+    to += n * esize;
+    from += n;
+    len -= n;
+  }
+}
+
+void ShmCollectives::host_reduce_scatter(const std::byte* src, std::byte* region, std::size_t block, DType dtype,
+                                         ReduceOp op) {
   const std::size_t esize = dtype_size(dtype);
+  const std::size_t size = layout_.members.size() * block;  // of a region
   if (!slots_) {
-    std::memmove(dst, src, block * esize);
+    copy_region(src, host_rank_, 0, size, block, esize, region);
     return;
   }
   ShmSlots& slots = *slots_;
   const int n = host_size_;
-  // Each chunk carries one piece of every block (position j of the slot for rank j).
+  // Each chunk carries one piece of every region (position j of the slot for host rank j).
   const std::size_t piece = slots.chunk_bytes() / esize / static_cast<std::size_t>(n);
   const std::size_t reduce_block = ShmSlots::kReduceBlockBytes / esize;
-  for (std::size_t offset = 0; offset < block; offset += piece) {
-    const std::size_t len = std::min(piece, block - offset);
+  for (std::size_t offset = 0; offset < size; offset += piece) {
+    const std::size_t len = std::min(piece, size - offset);
     const std::size_t step = len * esize * static_cast<std::size_t>(n - 1);
     const std::uint64_t g = slots.begin_chunk(step);
-    std::byte* mine = slots.buffer(rank_, g);
+    std::byte* mine = slots.buffer(host_rank_, g);
     for (int j = 0; j < n; ++j) {
-      if (j == rank_) continue;
-      std::memcpy(mine + j * len * esize, src + (j * block + offset) * esize, len * esize);
+      if (j != host_rank_) copy_region(src, j, offset, len, block, esize, mine + j * len * esize);
     }
     slots.publish(ShmSlots::kPosted, g);
     slots.wait_for(ShmSlots::kPosted, g, step);
-    std::byte* acc = dst + offset * esize;
-    std::memmove(acc, src + (rank_ * block + offset) * esize, len * esize);
+    std::byte* acc = region + offset * esize;
+    copy_region(src, host_rank_, offset, len, block, esize, acc);
     for (std::size_t b = 0; b < len; b += reduce_block) {
       const std::size_t m = std::min(reduce_block, len - b);
       for (int q = 0; q < n; ++q) {
-        if (q != rank_)
-          combine(acc + b * esize, acc + b * esize, slots.buffer(q, g) + (rank_ * len + b) * esize, m, dtype, op);
+        if (q != host_rank_)
+          combine(acc + b * esize, acc + b * esize, slots.buffer(q, g) + (host_rank_ * len + b) * esize, m, dtype, op);
       }
     }
     slots.publish(ShmSlots::kFinished, g);
