@@ -31,6 +31,8 @@ ShmCollectives::ShmCollectives(MPI_Comm comm, MPI_Comm host, std::size_t chunk_b
     if (even) {
       const int host_index = layout_.host_of[static_cast<std::size_t>(rank_)];
       check(MPI_Comm_split(comm, host_rank_, host_index, &peers_), "MPI_Comm_split");
+      check(MPI_Comm_set_errhandler(peers_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+      peer_ring_ = std::make_unique<P2pCollectives>(peers_);
     }
   }
   if (host_size_ > 1) slots_ = std::make_unique<ShmSlots>(host, chunk_bytes);
@@ -39,6 +41,7 @@ ShmCollectives::ShmCollectives(MPI_Comm comm, MPI_Comm host, std::size_t chunk_b
 ShmCollectives::~ShmCollectives() {
   slots_.reset();
   if (leaders_ != MPI_COMM_NULL) MPI_Comm_free(&leaders_);
+  peer_ring_.reset();
   if (peers_ != MPI_COMM_NULL) MPI_Comm_free(&peers_);
 }
 
@@ -46,22 +49,18 @@ void ShmCollectives::reduce_scatter(const void* in, void* out, std::size_t block
   const auto* src = static_cast<const std::byte*>(in);
   auto* dst = static_cast<std::byte*>(out);
   const std::size_t hosts = layout_.members.size();
-  // Both checked on every rank before any step, so that no rank waits for one that threw.
+  // Checked on every rank before any step, so that no rank waits for one that threw.
   DTRAIN_CHECK(even_hosts(),
                "shared-memory reduce_scatter across hosts needs the same number of ranks on every host, and "
                "this rank's host holds {} of the {} ranks on {} hosts",
                host_size_, layout_.host_of.size(), hosts);
-  DTRAIN_CHECK(hosts == 1 || block <= static_cast<std::size_t>(INT_MAX),
-               "shared-memory reduce_scatter across hosts: blocks of {} elements exceed MPI's int count", block);
   if (hosts == 1) {
     host_reduce_scatter(src, dst, block, dtype, op);
     return;
   }
   region_.resize(hosts * block * dtype_size(dtype));
   host_reduce_scatter(src, region_.data(), block, dtype, op);
-  check(MPI_Reduce_scatter_block(region_.data(), dst, static_cast<int>(block), datatype(dtype), reduce_op(op, dtype),
-                                 peers_),
-        "MPI_Reduce_scatter_block");
+  peer_ring_->reduce_scatter(CollectiveAlgorithm::Ring, region_.data(), dst, block, dtype, op);
 }
 
 void ShmCollectives::copy_region(const std::byte* in, int j, std::size_t from, std::size_t len, std::size_t block,
