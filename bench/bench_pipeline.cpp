@@ -8,10 +8,11 @@
 //                (PipelineStrategy::last_timing: waiting for messages and the optimizer
 //                step count as idle), its median over the steps; reported as the mean and
 //                the max over the stages next to the theory: simulated_bubble of the
-//                schedule with each stage's measured F, B and W times per pass (medians over
-//                the steps; B and W together where the schedule does not split them); the
-//                JSON also has the theory with equal pass times, each stage's pass times and
-//                its share spent waiting for messages
+//                schedule with each virtual stage's (chunk's) measured F, B and W times per
+//                pass (medians over the steps; B and W together where the schedule does not
+//                split them); the JSON also has the theory with equal pass times, each
+//                stage's and each virtual stage's pass times and each stage's share spent
+//                waiting for messages
 //   activations  each stage's peak allocator use during a step above its use just before
 //                the step (parameters, gradients, momentum): the allocator's high-water
 //                mark (memory_stats.h), the max over the measured steps
@@ -87,7 +88,8 @@ struct Result {
   std::vector<double> wait = {};             // per stage: median share of the step spent waiting for messages
   std::vector<double> peak_activation = {};  // per stage, bytes
   std::vector<int> cuts = {};
-  std::vector<dist::PassTimes> pass_ms = {};  // per stage: median F, B, W time of one pass
+  std::vector<dist::PassTimes> pass_ms = {};           // per stage: median F, B, W time of one pass
+  std::vector<dist::PassTimes> virtual_stage_ms = {};  // the same per virtual stage (chunk), for the theory
 };
 
 // One step's allocator peak above what was in use just before it, in bytes. The gradients
@@ -177,6 +179,7 @@ Result run_pipeline(const Config& c, const dist::CommunicatorPtr& comm, dist::Pi
   Result r{.schedule = dist::schedule_name(schedule), .stages = K, .virtual_stages = V, .micro_batches = M};
   r.cuts = strategy->cuts();
   std::vector<double> bubble, wait, forward_ms, backward_ms, weight_ms;
+  std::vector<std::vector<double>> chunk_ms(static_cast<std::size_t>(3 * V));  // [3v + kind][step]
   const double passes = static_cast<double>(M) * V;
   double peak = 0;
   for (int i = 0; i < c.warmup + c.steps; ++i) {
@@ -199,6 +202,11 @@ Result run_pipeline(const Config& c, const dist::CommunicatorPtr& comm, dist::Pi
     forward_ms.push_back(t.forward_s * 1e3 / passes);
     backward_ms.push_back(t.backward_s * 1e3 / passes);
     weight_ms.push_back(t.weight_s * 1e3 / passes);
+    for (std::size_t v = 0; v < t.chunk_s.size(); ++v) {
+      chunk_ms[3 * v].push_back(t.chunk_s[v].forward * 1e3 / M);
+      chunk_ms[3 * v + 1].push_back(t.chunk_s[v].backward * 1e3 / M);
+      chunk_ms[3 * v + 2].push_back(t.chunk_s[v].weight * 1e3 / M);
+    }
     peak = std::max(peak, p);
   }
   slowest_rank(*comm, r.seconds);
@@ -208,6 +216,21 @@ Result run_pipeline(const Config& c, const dist::CommunicatorPtr& comm, dist::Pi
   const std::vector<double> f = gather(*comm, median(forward_ms)), b = gather(*comm, median(backward_ms)),
                             w = gather(*comm, median(weight_ms));
   for (std::size_t s = 0; s < f.size(); ++s) r.pass_ms.push_back({f[s], b[s], w[s]});
+  // Every rank's chunk medians, placed at their virtual stages.
+  std::vector<double> medians;
+  for (const std::vector<double>& m : chunk_ms) medians.push_back(median(m));
+  Tensor mine = Tensor::from_vector<double>(medians, {3 * V});
+  Tensor all = Tensor::empty({K, 3 * V}, {DType::f64});
+  comm->all_gather(mine, all);
+  const std::vector<double> flat = all.to_vector<double>();
+  r.virtual_stage_ms.resize(static_cast<std::size_t>(K * V));
+  for (int s = 0; s < K; ++s) {
+    for (int v = 0; v < V; ++v) {
+      const std::size_t at = static_cast<std::size_t>(3 * (s * V + v));
+      r.virtual_stage_ms[static_cast<std::size_t>(dist::virtual_stage_of(schedule, {K, V, M}, s, v))] = {
+          flat[at], flat[at + 1], flat[at + 2]};
+    }
+  }
   return r;
 }
 
@@ -240,7 +263,7 @@ void report(const Config& c, const Result& r) {
   const bool pipelined = !r.bubble.empty();
   const dist::PipelineSchedule schedule = pipelined ? dist::parse_schedule(r.schedule) : dist::PipelineSchedule::GPipe;
   const dist::PipelineShape shape{r.stages, r.virtual_stages, r.micro_batches};
-  const double theory = pipelined ? dist::simulated_bubble(schedule, shape, r.pass_ms) : 0.0;
+  const double theory = pipelined ? dist::simulated_bubble(schedule, shape, r.virtual_stage_ms) : 0.0;
   if (c.json) {
     nlohmann::ordered_json j = {{"bench", "pipeline"},
                                 {"impl", "dtrain"},
@@ -271,6 +294,12 @@ void report(const Config& c, const Result& r) {
             {{"forward_ms", round4(t.forward)}, {"backward_ms", round4(t.backward)}, {"weight_ms", round4(t.weight)}});
       }
       j["pass_times_per_stage"] = times;
+      times = nlohmann::ordered_json::array();
+      for (const dist::PassTimes& t : r.virtual_stage_ms) {
+        times.push_back(
+            {{"forward_ms", round4(t.forward)}, {"backward_ms", round4(t.backward)}, {"weight_ms", round4(t.weight)}});
+      }
+      j["pass_times_per_virtual_stage"] = times;
       j["bubble_per_stage"] = rounded(r.bubble);
       // The part of each stage's bubble spent waiting for messages; the rest is the
       // optimizer step and the step's bookkeeping.

@@ -309,6 +309,22 @@ TEST_CASE("Simulated bubbles with equal pass times match each schedule's theory"
         dist::simulated_bubble(PipelineSchedule::ZeroBubbleH1, {2, 1, 8}, {{1, 1, 1}}));
 }
 
+TEST_CASE("Simulated bubbles take pass times per rank or per virtual stage", "[dist][pipeline]") {
+  const dist::PipelineShape zbv{2, 2, 8};
+  // Per virtual stage with every chunk alike: the same as one entry for all.
+  CHECK(dist::simulated_bubble(PipelineSchedule::ZeroBubbleV, zbv, std::vector<dist::PassTimes>(4, {1, 1, 1})) ==
+        Approx(dist::simulated_bubble(PipelineSchedule::ZeroBubbleV, zbv, {{1, 1, 1}})));
+  // ZB-V puts virtual stages 0 and 3 on rank 0, 1 and 2 on rank 1. Chunks of unequal work
+  // whose sums per rank are equal: per rank the averages hide the difference, per virtual
+  // stage the simulation sees the first chunk's passes run ahead of the second's.
+  const std::vector<dist::PassTimes> per_chunk{{0.5, 0.5, 0.5}, {1.5, 1.5, 1.5}, {0.5, 0.5, 0.5}, {1.5, 1.5, 1.5}};
+  CHECK(dist::simulated_bubble(PipelineSchedule::ZeroBubbleV, zbv, per_chunk) >
+        dist::simulated_bubble(PipelineSchedule::ZeroBubbleV, zbv, {{1, 1, 1}, {1, 1, 1}}) + 0.01);
+  CHECK_THROWS_WITH(dist::simulated_bubble(PipelineSchedule::ZeroBubbleV, zbv, std::vector<dist::PassTimes>(3)),
+                    Catch::Matchers::Contains("pass times for 3 stages, expected 1, 2 (per rank) or 4 (per virtual "
+                                              "stage)"));
+}
+
 TEST_CASE("Schedules refuse shapes they cannot run", "[dist][pipeline]") {
   CHECK_THROWS_WITH(dist::check_schedule(PipelineSchedule::Interleaved, {2, 1, 4}),
                     Catch::Contains(">= 2 virtual stages"));

@@ -116,6 +116,7 @@ PipelineExecutor::Timing PipelineExecutor::run(const std::vector<Tensor>& inputs
   inputs_ = &inputs;
   autocast_ = autocast;
   timing_ = {};
+  timing_.chunk_s.assign(chunks_.size(), PassTimes{0, 0, 0});
   for (const PipelineStep& step : plan.steps) {
     exchange(step.messages);
     for (const PipelineAction& a : step.actions) {
@@ -166,6 +167,8 @@ void PipelineExecutor::run_pass(const PipelineAction& a, bool train, const LastS
   (a.kind == Kind::Forward    ? timing_.forward_s
    : a.kind == Kind::Backward ? timing_.backward_s
                               : timing_.weight_s) += took;
+  PassTimes& chunk = timing_.chunk_s[static_cast<std::size_t>(a.chunk)];
+  (a.kind == Kind::Forward ? chunk.forward : a.kind == Kind::Backward ? chunk.backward : chunk.weight) += took;
 }
 
 WorkPtr PipelineExecutor::awaited_receive(const PipelineAction& a) const {

@@ -78,6 +78,7 @@ class PipelineExecutor {
     double wait_s = 0;                                   // waiting for messages from the neighbours
     double forward_s = 0, backward_s = 0, weight_s = 0;  // in F, B (or whole backwards), W
     int weights_early = 0;                               // W passes run while a pass's input was on its way
+    std::vector<PassTimes> chunk_s;                      // the three above for each of this rank's chunks
   };
   // One step over micro-batches whose inputs (used by virtual stage 0; every rank passes
   // them, for their sizes) are `inputs`. `train`: forwards and backwards; otherwise

@@ -394,7 +394,8 @@ StepStats PipelineStrategy::train_step(std::span<const MicroBatch> micro, optim:
              t.forward_s,
              t.backward_s,
              t.weight_s,
-             t.weights_early};
+             t.weights_early,
+             t.chunk_s};
   return stats;
 }
 

@@ -15,8 +15,11 @@ ScheduleSimulation simulate_schedule(PipelineSchedule schedule, const PipelineSh
   using Kind = PipelineAction::Kind;
   const int K = shape.stages, last = K * shape.virtual_stages - 1;
   DTRAIN_CHECK(static_cast<int>(orders.size()) == K, "pipeline simulation: {} orders for {} stages", orders.size(), K);
-  DTRAIN_CHECK(times.size() == 1 || static_cast<int>(times.size()) == K,
-               "pipeline simulation: pass times for {} stages, expected 1 or {}", times.size(), K);
+  const int V = shape.virtual_stages;
+  DTRAIN_CHECK(times.size() == 1 || static_cast<int>(times.size()) == K || static_cast<int>(times.size()) == K * V,
+               "pipeline simulation: pass times for {} stages, expected 1, {} (per rank) or {} (per virtual stage)",
+               times.size(), K, K * V);
+  const bool per_virtual_stage = static_cast<int>(times.size()) == K * V;
   const bool split = splits_backward(schedule);
   using PassId = std::tuple<int, int, int>;  // kind, virtual stage, micro
   std::map<PassId, double> ended;
@@ -28,11 +31,13 @@ ScheduleSimulation simulate_schedule(PipelineSchedule schedule, const PipelineSh
     progress = false;
     for (int s = 0; s < K; ++s) {
       const auto r = static_cast<std::size_t>(s);
-      const PassTimes& t = times.size() == 1 ? times[0] : times[r];
       auto& started = out.start[r];
       while (started.size() < orders[r].size()) {
         const PipelineAction& a = orders[r][started.size()];
         const int c = virtual_stage_of(schedule, shape, s, a.chunk);
+        const PassTimes& t = times.size() == 1   ? times[0]
+                             : per_virtual_stage ? times[static_cast<std::size_t>(c)]
+                                                 : times[r];
         std::optional<PassId> needs;
         double duration = t.forward;
         if (a.kind == Kind::Forward) {

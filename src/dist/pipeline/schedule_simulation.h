@@ -17,7 +17,9 @@ struct ScheduleSimulation {
   double span = 0;                         // when the last pass ends
 };
 
-// `orders[s]`: rank s's passes; `times[s]` (or times[0] for every rank) their durations.
+// `orders[s]`: rank s's passes; their durations: times[0] for every pass, times[s] for rank
+// s's, or times[c] for virtual stage c's (K x V entries: a rank's chunks can differ, as ZB-V's
+// first and last chunk, on one rank, do from its middle ones).
 // Throws when the orders cannot all run to the end (a pass waits for one that never runs).
 ScheduleSimulation simulate_schedule(PipelineSchedule schedule, const PipelineShape& shape,
                                      const std::vector<std::vector<PipelineAction>>& orders,

@@ -122,8 +122,8 @@ struct PassTimes {
 };
 // The idle share of a step, averaged over the ranks, when every rank runs its passes in the
 // schedule's order, each as soon as its inputs exist, with rank s's passes taking
-// times[s] (one entry: every rank's) and messages taking no time: the schedule's theory
-// for measured pass times.
+// times[s] (one entry: every rank's; K x V entries: virtual stage c's passes times[c]) and
+// messages taking no time: the schedule's theory for measured pass times.
 double simulated_bubble(PipelineSchedule schedule, const PipelineShape& shape, const std::vector<PassTimes>& times);
 
 }  // namespace dtrain::dist

@@ -152,11 +152,13 @@ class PipelineStrategy final : public Strategy {
   // compute_s splits into forward_s, backward_s (B alone where the schedule splits the
   // backward) and weight_s (W), from which simulated_bubble gives the schedule's theory.
   // weights_early: the W passes run ahead of the plan while a pass's input was on its way
-  // (over MPI; see pipeline_executor.h).
+  // (over MPI; see pipeline_executor.h). chunk_s: forward, backward and weight seconds of
+  // each of this rank's chunks (PassTimes), for a theory per virtual stage.
   struct Timing {
     double step_s = 0, compute_s = 0, wait_s = 0;
     double forward_s = 0, backward_s = 0, weight_s = 0;
     int weights_early = 0;
+    std::vector<PassTimes> chunk_s;
   };
   Timing last_timing() const { return timing_; }
 
