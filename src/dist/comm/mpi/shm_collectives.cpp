@@ -54,6 +54,7 @@ void ShmCollectives::reduce_scatter(const void* in, void* out, std::size_t block
                "shared-memory reduce_scatter across hosts needs the same number of ranks on every host, and "
                "this rank's host holds {} of the {} ranks on {} hosts",
                host_size_, layout_.host_of.size(), hosts);
+  if (block == 0) return;  // alike on every rank (and an empty region_ has no data())
   if (hosts == 1) {
     host_reduce_scatter(src, dst, block, dtype, op);
     return;
