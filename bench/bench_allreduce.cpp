@@ -125,19 +125,27 @@ const std::vector<std::string> kAllImpls = {"mpi",        "ring",      "dtrain_m
 
 // Host groups as dtrain's communicator forms them: DTRAIN_HOST_ID when it is set (emulated
 // hosts), else the ranks that share memory.
-int count_hosts() {
+// The host count, and whether every host holds the same number of ranks.
+struct Hosts {
+  int count = 1;
+  bool even = true;
+};
+Hosts count_hosts() {
   MPI_Comm host;
   if (auto id = env::get("DTRAIN_HOST_ID")) {
     MPI_Comm_split(MPI_COMM_WORLD, std::stoi(*id), 0, &host);
   } else {
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
   }
-  int host_rank = 0, hosts = 0;
+  int host_rank = 0, host_size = 1, hosts = 0;
   MPI_Comm_rank(host, &host_rank);
+  MPI_Comm_size(host, &host_size);
   int leader = host_rank == 0 ? 1 : 0;
   MPI_Allreduce(&leader, &hosts, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  int sizes[2] = {-host_size, host_size};  // the fewest (negated) and the most ranks on a host
+  MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   MPI_Comm_free(&host);
-  return hosts;
+  return {hosts, -sizes[0] == sizes[1]};
 }
 
 // Rank r's input: small integers, so every algorithm's sum is exact.
@@ -342,7 +350,8 @@ int run(Config c) {
   DTRAIN_CHECK(world->backend() == "mpi", "bench_allreduce: run it under mpirun (got the {} communicator)",
                world->backend());
   const int rank = world->rank(), size = world->size();
-  const int hosts = count_hosts();
+  const Hosts layout = count_hosts();
+  const int hosts = layout.count;
   const std::optional<dist::TunedCollective> which = tuned_collective(c.collective);
   if (!c.tune.empty() && which) {
     c.impls = {"dtrain_mpi"};
@@ -350,7 +359,7 @@ int run(Config c) {
       if (f.algorithm == C::Mpi || f.algorithm == C::Auto || !dist::runs(*which, f.algorithm)) continue;
       // shm needs ranks that share a host; reduce_scatter's across hosts, hosts of equal size.
       if (f.algorithm == C::SharedMemory &&
-          (hosts == size || (*which == dist::TunedCollective::ReduceScatter && size % hosts != 0)))
+          (hosts == size || (*which == dist::TunedCollective::ReduceScatter && !layout.even)))
         continue;
       c.impls.push_back(f.name);
     }

@@ -4,6 +4,7 @@
 // empty, one element, fewer elements than ranks, and blocks that span several of the ring's
 // (1 MB) and the chain's (256 KB) chunks. SharedMemory runs everywhere (hierarchical in the
 // three-host ctest, two ranks a host). All collectives of a test run before its checks.
+#include "dtrain/dist/comm/allreduce_table.h"
 #include "dtrain/dist/comm/communicator.h"
 #include "support/test_support.h"
 
@@ -229,7 +230,12 @@ TEST_CASE(
                       Contains(fmt::format("CommunicatorOptions::reduce_scatter = shm needs the same number of ranks "
                                            "on every host, and its 2 hosts hold 1 to {} ranks",
                                            n - 1)));
-    // Where the table chooses shm for this shape, the communicator runs the ring instead.
+    // Where the table chooses shm for this shape, the communicator runs the ring instead. The
+    // shipped table's 2-host case chooses it at these sizes (else this part would test nothing).
+    for (std::int64_t block : {std::int64_t{1}, std::int64_t{300'007}}) {
+      const auto bytes = static_cast<std::size_t>(n * block * 4);
+      CHECK(dist::AllReduceTable::active().choose(dist::TunedCollective::ReduceScatter, bytes, n, 2) == kShm);
+    }
     CommunicatorPtr table = uneven({});
     for (std::int64_t block : {std::int64_t{1}, std::int64_t{300'007}}) {
       Tensor out = Tensor::full({block}, -1.0, {DType::f32});

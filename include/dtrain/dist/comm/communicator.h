@@ -98,7 +98,7 @@ enum class CollectiveAlgorithm : std::uint8_t {
   SharedMemory,       // an MPI-3 shared-memory window inside each host; across hosts MPI's collective
                       // among the hosts' first ranks (all_gather, broadcast) or among the ranks of each
                       // host rank (reduce_scatter, whose hosts must hold equal rank counts: a table's
-                      // choice runs the ring where they do not)
+                      // choice runs the ring where they do not, or hold one rank each)
 };
 const char* collective_algorithm_name(CollectiveAlgorithm a);
 CollectiveAlgorithm parse_collective_algorithm(const std::string& name);  // throws naming the text

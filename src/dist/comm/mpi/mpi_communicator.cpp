@@ -240,8 +240,11 @@ CollectiveAlgorithm MpiCommunicator::algorithm_for(TunedCollective which, std::s
   if (forced != CollectiveAlgorithm::Auto) return forced;
   const CollectiveAlgorithm chosen = AllReduceTable::active().choose(which, bytes, size_, hosts_);
   // Reduce-scatter's shm across hosts needs hosts of equal size; where they are not, the ring
-  // (which every shape runs) takes its place.
-  if (which == TunedCollective::ReduceScatter && chosen == CollectiveAlgorithm::SharedMemory && !even_hosts_)
+  // (which every shape runs) takes its place, as it does with one rank per host, where shm
+  // would only copy the input into its region before the same ring (a table case of
+  // several ranks per host can be the nearest to such a shape).
+  if (which == TunedCollective::ReduceScatter && chosen == CollectiveAlgorithm::SharedMemory &&
+      (!even_hosts_ || (hosts_ > 1 && hosts_ == size_)))
     return CollectiveAlgorithm::Ring;
   return chosen;
 }
