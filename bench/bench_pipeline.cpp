@@ -288,18 +288,17 @@ void report(const Config& c, const Result& r) {
       j["bubble_max"] = round4(max_of(r.bubble));
       j["bubble_theory"] = round4(theory);
       j["bubble_theory_equal_passes"] = round4(dist::simulated_bubble(schedule, shape, {{1, 1, 1}}));
-      nlohmann::ordered_json times = nlohmann::ordered_json::array();
-      for (const dist::PassTimes& t : r.pass_ms) {
-        times.push_back(
-            {{"forward_ms", round4(t.forward)}, {"backward_ms", round4(t.backward)}, {"weight_ms", round4(t.weight)}});
-      }
-      j["pass_times_per_stage"] = times;
-      times = nlohmann::ordered_json::array();
-      for (const dist::PassTimes& t : r.virtual_stage_ms) {
-        times.push_back(
-            {{"forward_ms", round4(t.forward)}, {"backward_ms", round4(t.backward)}, {"weight_ms", round4(t.weight)}});
-      }
-      j["pass_times_per_virtual_stage"] = times;
+      auto times_json = [](const std::vector<dist::PassTimes>& all) {
+        nlohmann::ordered_json times = nlohmann::ordered_json::array();
+        for (const dist::PassTimes& t : all) {
+          times.push_back({{"forward_ms", round4(t.forward)},
+                           {"backward_ms", round4(t.backward)},
+                           {"weight_ms", round4(t.weight)}});
+        }
+        return times;
+      };
+      j["pass_times_per_stage"] = times_json(r.pass_ms);
+      j["pass_times_per_virtual_stage"] = times_json(r.virtual_stage_ms);
       j["bubble_per_stage"] = rounded(r.bubble);
       // The part of each stage's bubble spent waiting for messages; the rest is the
       // optimizer step and the step's bookkeeping.

@@ -163,10 +163,6 @@ void PipelineExecutor::run_pass(const PipelineAction& a, bool train, const LastS
     weight(a);
   }
   const double took = seconds_since(start) - (timing_.wait_s - waited);
-  timing_.compute_s += took;
-  (a.kind == Kind::Forward    ? timing_.forward_s
-   : a.kind == Kind::Backward ? timing_.backward_s
-                              : timing_.weight_s) += took;
   PassTimes& chunk = timing_.chunk_s[static_cast<std::size_t>(a.chunk)];
   (a.kind == Kind::Forward ? chunk.forward : a.kind == Kind::Backward ? chunk.backward : chunk.weight) += took;
 }

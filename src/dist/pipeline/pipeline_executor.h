@@ -74,11 +74,9 @@ class PipelineExecutor {
 
   // Seconds spent in one run (host clock: on a GPU, the time to queue the work).
   struct Timing {
-    double compute_s = 0;                                // in this rank's forward and backward passes (the three below)
-    double wait_s = 0;                                   // waiting for messages from the neighbours
-    double forward_s = 0, backward_s = 0, weight_s = 0;  // in F, B (or whole backwards), W
-    int weights_early = 0;                               // W passes run while a pass's input was on its way
-    std::vector<PassTimes> chunk_s;                      // the three above for each of this rank's chunks
+    double wait_s = 0;               // waiting for messages from the neighbours
+    int weights_early = 0;           // W passes run while a pass's input was on its way
+    std::vector<PassTimes> chunk_s;  // in each of this rank's chunks' F, B (or whole backwards) and W
   };
   // One step over micro-batches whose inputs (used by virtual stage 0; every rank passes
   // them, for their sizes) are `inputs`. `train`: forwards and backwards; otherwise

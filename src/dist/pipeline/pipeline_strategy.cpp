@@ -388,14 +388,16 @@ StepStats PipelineStrategy::train_step(std::span<const MicroBatch> micro, optim:
   no_sync.reset();
   if (ddp_) ddp_->finish_gradient_sync();
   update(stepped_optimizer(optimizer), config, stats);
-  timing_ = {std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-             t.compute_s,
-             t.wait_s,
-             t.forward_s,
-             t.backward_s,
-             t.weight_s,
-             t.weights_early,
-             t.chunk_s};
+  timing_ = {.step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+             .wait_s = t.wait_s,
+             .weights_early = t.weights_early,
+             .chunk_s = t.chunk_s};
+  for (const PassTimes& c : t.chunk_s) {
+    timing_.forward_s += c.forward;
+    timing_.backward_s += c.backward;
+    timing_.weight_s += c.weight;
+  }
+  timing_.compute_s = timing_.forward_s + timing_.backward_s + timing_.weight_s;
   return stats;
 }
 
