@@ -2,16 +2,17 @@
 # Reruns the command of one row of docs/PERFORMANCE.md into a new raw file.
 #   bench/reproduce.sh ID          run row ID's command from the repository root
 #   bench/reproduce.sh --dry-run ID  print what would run and where its output would go
-#   bench/reproduce.sh --list      the row ids and their figures
-# The command comes from the table itself (its "command" column, "as OTHER" resolved, read by
-# tools/check_performance.py --command), so the table stays the one place that says how a
-# figure was made. The output (stdout and stderr, after a header with the command, commit,
-# date and machine) goes to bench/results/reproduce/ID-<UTC time>.txt; a command that takes
+#   bench/reproduce.sh --list      the row ids and their raw files
+# The command comes from the row's definition (docs/performance/rows.toml, read by
+# tools/check_performance.py --command), so that stays the one place that says how a
+# figure was made. The output (stdout and stderr, after the provenance line of
+# bench/provenance.sh and a header with the command and the load) goes to bench/results/reproduce/ID-<UTC time>.txt; a command that takes
 # a raw-file path gets the same name through its {out} placeholder ({out}.jsonl). Nothing
 # already in bench/results/ is overwritten by this script, but the peer drivers
 # run_ddp_comparison.sh, run_pipeline_comparison.sh and run_tf_comparison.sh write their own
-# fixed files there (git shows the difference). Then update the row from the new file and
-# run python3 tools/check_performance.py.
+# fixed files there (git shows the difference), with the same provenance line. Then point the
+# row's raw file at the new file (docs/performance/rows.toml), commit, and run
+# python3 tools/check_performance.py --write (docs/PERFORMANCE.md, "Adding or refreshing a row").
 # Benchmarks want a quiet machine: on 2 shared vCPUs anything else running moves the figures.
 set -euo pipefail
 
@@ -21,7 +22,7 @@ dry=0
 case "${1:-}" in
   --list) exec "${checker[@]}" --list ;;
   --dry-run) dry=1; shift ;;
-  -h|--help|"") sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; [ -n "${1:-}" ]; exit $? ;;
+  -h|--help|"") sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; [ -n "${1:-}" ]; exit $? ;;
 esac
 [ $# -eq 1 ] || { echo "reproduce: expected one row id (bench/reproduce.sh --list lists them)" >&2; exit 2; }
 id=$1
@@ -50,6 +51,7 @@ fi
 mkdir -p "$out_dir"
 cd "$root"
 {
+  bash "$root/bench/provenance.sh" "" "bench/reproduce.sh $id"  # first line: what tools/check_performance.py reads
   echo "# bench/reproduce.sh $id"
   echo "# command: $command"
   echo "# commit: $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD -- 2>/dev/null || echo -dirty); date: $(date -u +%Y-%m-%dT%H:%MZ)"

@@ -261,7 +261,7 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
         c.model, parameters, splits.classes, size, size, splits.train->size(), splits.test ? splits.test->size() : 0,
         splits.source, comm->size(), num_threads(), c.loader_threads, r.batch_size, c.opt.optimizer, lr,
         lr * kBaseBatch / static_cast<double>(r.batch_size), kBaseBatch, device.is_cuda() ? "cuda" : "cpu",
-        options.autocast ? ", " + r.precision + " autocast" : "");
+        examples::autocast_description(r.precision, device));
     if (const std::string layout = examples::describe_layout(*strategy, comm->size()); !layout.empty()) {
       fmt::print("{}\n", layout);
     }

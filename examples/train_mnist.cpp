@@ -131,8 +131,7 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
         c.model, parameters, train_set->size(), test_set->size(), c.data, comm->size(), num_threads(), r.batch_size,
         r.accumulate > 1 ? fmt::format(" ({} micro-batches of {} per rank)", r.accumulate, trainer.micro_batch_size())
                          : "",
-        c.opt.optimizer, lr, device.is_cuda() ? "cuda" : "cpu",
-        options.autocast ? ", " + r.precision + " autocast" : "");
+        c.opt.optimizer, lr, device.is_cuda() ? "cuda" : "cpu", examples::autocast_description(r.precision, device));
     if (const std::string layout = examples::describe_layout(*strategy, comm->size()); !layout.empty()) {
       fmt::print("{}\n", layout);
     }

@@ -45,28 +45,31 @@ if [ "$tests" -eq 1 ]; then
   # and configuration) runs the main job through `srun --mpi=pmix`; skipped without these.
   # On a machine with systemd, apt also enables the packages' services; Debian's slurmctld and
   # slurmd do not start without an /etc/slurm/slurm.conf, and the test uses ports of its own.
-  # munge's post-install step runs a shell as its own system user (su munge -s /bin/sh); where
-  # no other user may run one (some container sandboxes), the packages cannot be configured,
-  # and installing them would leave dpkg half done: they are left out, saying so, and the
-  # Slurm test skips.
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  if $SUDO su nobody -s /bin/sh -c true 2>/dev/null; then
-    packages+=(slurmctld slurmd slurm-client munge)
-  else
-    echo "install-deps: Slurm left out: no user but root may run a shell here, which munge's installation needs (the Slurm test will be skipped)" >&2
-  fi
+  # Where no init system runs (a chroot, a container), invoke-rc.d starts none of them.
+  packages+=(slurmctld slurmd slurm-client munge)
 fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# munge's post-install step makes /etc/munge/munge.key by running mungekey as the munge user
+# (su munge -s /bin/sh), unless a key is there already. Where no user but root can run a
+# program, su fails (126) and dpkg leaves munge and Slurm's packages half configured, as in
+# fresh-machine-check's debootstrap root, whose / is mode 0700 (made by mktemp -d). There the
+# key is made beforehand, as root, as mungekey would make it (128 random bytes); the
+# post-install step then gives it to munge. (one-node-slurm.sh copes with that / on its side.)
+if [[ " ${missing[*]} " == *" munge "* ]] && ! $SUDO test -e /etc/munge/munge.key &&
+  ! $SUDO su nobody -s /bin/sh -c true 2>/dev/null; then
+  echo "install-deps: no user but root may run a program here (/ is mode $(stat -c %a /)): making munge's key as root, which its installation would make as user munge"
+  $SUDO install -d -m 0700 /etc/munge
+  $SUDO sh -c 'umask 077 && head -c 128 /dev/urandom > /etc/munge/munge.key'
+fi
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages already installed"
 else
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   echo "install-deps: installing ${missing[*]}"
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends \

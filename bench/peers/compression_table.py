@@ -25,7 +25,7 @@ def kind_of(label):
 
 
 def main():
-    rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+    rows = [r for r in (json.loads(line) for line in open(sys.argv[1]) if line.strip()) if "provenance" not in r]
     dtrain = defaultdict(dict)  # (model, case) -> rep -> (step ms, efficiency, samples/s)
     torch = defaultdict(dict)
     for r in rows:

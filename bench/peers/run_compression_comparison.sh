@@ -40,7 +40,8 @@ if [ "$quick" = 1 ]; then  # a check must not overwrite measured results
 fi
 jsonl=$results/compression_netns.jsonl
 table=$results/compression_netns.txt
-: > "$jsonl"
+. "$root/bench/provenance.sh"  # the raw files' first line (docs/PERFORMANCE.md)
+provenance_json > "$jsonl"
 
 # The peer joins its gloo group over the emulated link: host 0's address, its interface.
 export MASTER_ADDR=10.200.0.1 MASTER_PORT=29531 GLOO_SOCKET_IFNAME=eth0
@@ -69,4 +70,4 @@ for ((rep = 1; rep <= reps; ++rep)); do
 done
 
 python3 "$root/bench/peers/compression_table.py" "$jsonl" "$machine; at end $(cut -d' ' -f1-3 /proc/loadavg)" \
-  | tee "$table"
+  | { provenance_text; cat; } | tee "$table"

@@ -35,7 +35,8 @@ fi
 mkdir -p "$results"
 jsonl=$results/ddp_np2.jsonl
 table=$results/ddp_np2.txt
-: > "$jsonl"
+. "$root/bench/provenance.sh"  # the raw files' first line (docs/PERFORMANCE.md)
+provenance_json > "$jsonl"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 threads=1
@@ -62,7 +63,7 @@ for c in "${cases[@]}"; do
   done
 done
 
-python3 - "$jsonl" "$machine; at end $(cut -d' ' -f1-3 /proc/loadavg)" <<'PY' | tee "$table"
+python3 - "$jsonl" "$machine; at end $(cut -d' ' -f1-3 /proc/loadavg)" <<'PY' | { provenance_text; cat; } | tee "$table"
 import json, sys
 rows = [r for r in map(json.loads, filter(str.strip, open(sys.argv[1]))) if "framework" in r]  # not the machine
 print(f"machine: {sys.argv[2]}")

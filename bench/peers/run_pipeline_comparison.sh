@@ -72,7 +72,8 @@ jsonl=$results/pipeline_np2$suffix.jsonl
 table=$results/pipeline_np2$suffix.txt
 # The commit before this run rewrites its own (tracked) results files, which would read as dirty.
 commit=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)
-: > "$jsonl"
+. "$root/bench/provenance.sh"  # the raw files' first line (docs/PERFORMANCE.md)
+provenance_json > "$jsonl"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 # The peer sets its own threads and OMP_WAIT_POLICY=PASSIVE (peer_models.py); said here too.
@@ -116,7 +117,7 @@ done
 
 echo
 python3 "$root/bench/peers/pipeline_table.py" "$jsonl" \
-  --machine "$machine; load average at end $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$table"
+  --machine "$machine; load average at end $(cut -d' ' -f1-3 /proc/loadavg)" | { provenance_text; cat; } | tee "$table"
 
 if [ "$np4" = 1 ]; then
   echo "== 4 stages on $(nproc) hardware threads (oversubscribed): every schedule, 1 to 16 micro-batches" >&2

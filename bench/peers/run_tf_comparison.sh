@@ -71,4 +71,4 @@ for name, s, acc in (("dtrain", d_s, d_acc), ("tensorflow", t_s, t_acc)):
 print(f"epoch time tensorflow / dtrain (medians; above 1: dtrain faster): "
       f"{statistics.median(t_s) / statistics.median(d_s):.2f}")
 PY
-} | tee "$out"
+} | { . "$root/bench/provenance.sh"; provenance_text; cat; } | tee "$out"

@@ -112,7 +112,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 jsonl=${raw:-$work/raw.jsonl}  # written as the results come: a failure late keeps the earlier ones
-: > "$jsonl"
+. "$root/bench/provenance.sh"  # the raw files' first line (docs/PERFORMANCE.md)
+provenance_json > "$jsonl"
 
 # model batch steps warm-up. A ResNet-18 step takes seconds at these batches (torch 2 here:
 # about 45 samples/s at 32x32, 12 at 224x224), hence fewer steps.

@@ -36,7 +36,8 @@ if [ "$quick" = 1 ]; then  # a check must not overwrite measured results
 fi
 jsonl=$results/zero_comparison.jsonl
 table=$results/zero_comparison.txt
-: > "$jsonl"
+. "$root/bench/provenance.sh"  # the raw files' first line (docs/PERFORMANCE.md)
+provenance_json > "$jsonl"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # model batch-per-rank updates warm-up (the 50M MLP takes 3-7 s an update).
@@ -61,10 +62,11 @@ for rep in $(seq 1 "$reps"); do
   done
 done
 
-"$python" - "$jsonl" "$machine" "$reps" > "$table" <<'PY'
+provenance_text > "$table"
+"$python" - "$jsonl" "$machine" "$reps" >> "$table" <<'PY'
 import json, statistics, sys
 
-rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+rows = [r for r in (json.loads(line) for line in open(sys.argv[1]) if line.strip()) if "provenance" not in r]
 print(f"machine: {sys.argv[2]}")
 print(f"medians over {sys.argv[3]} alternating repetitions; 2 ranks x 1 thread; Adam lr 1e-4")
 pairs = [("dp", "ddp"), ("zero=1", "zero1"), ("zero=2", "fsdp2_zero2"), ("zero=3", "fsdp2_zero3")]

@@ -41,7 +41,7 @@ def dtrain_tta(log, threads, target):
 
 def read_jsonl(path):
     with open(path) as f:
-        return [json.loads(line) for line in f if line.startswith("{")]
+        return [r for r in (json.loads(line) for line in f if line.startswith("{")) if "provenance" not in r]
 
 
 def fmt(value, spec, width):

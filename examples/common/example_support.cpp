@@ -6,6 +6,7 @@
 #include "dtrain/optim/lamb.h"
 #include "dtrain/optim/lars.h"
 #include "dtrain/optim/sgd.h"
+#include "dtrain/tensor/cpu_kernels.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -196,6 +197,15 @@ std::optional<DType> autocast_type(const std::string& precision) {
   if (precision == "bf16") return DType::bf16;
   if (precision == "f16") return DType::f16;
   return std::nullopt;
+}
+
+std::string autocast_description(const std::string& precision, const Device& device) {
+  if (!autocast_type(precision)) return "";
+  std::string text = ", " + precision + " autocast";
+  if (precision == "bf16" && !device.is_cuda()) {
+    text += cpu_native_bf16() ? " (products on oneDNN's bf16 kernels)" : " (products emulated in f32)";
+  }
+  return text;
 }
 
 int run_example(const char* program, double timeout_s, const std::function<int(const dist::CommunicatorPtr&)>& body) {

@@ -94,6 +94,9 @@ std::shared_ptr<const optim::LrSchedule> make_schedule(const ScheduleConfig& c, 
 
 // "fp32" -> none, "bf16" / "f16" -> the autocast type.
 std::optional<DType> autocast_type(const std::string& precision);
+// For a trainer's first line: "" for fp32, else ", bf16 autocast" and, on the CPU, how bf16
+// products run there (cpu_native_bf16(): on oneDNN's bf16 kernels, or emulated in f32).
+std::string autocast_description(const std::string& precision, const Device& device);
 
 // Runs body(world communicator) and returns its exit code. An error (dtrain's or any
 // std::exception) prints "<program>: error: <message>" and returns 1; under mpirun it ends

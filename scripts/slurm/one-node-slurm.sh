@@ -207,7 +207,23 @@ daemon_gone() { # name pidfile log: a daemon that should be running is not
 mungekey --create --keyfile="$dir/munge/munge.key" >/dev/null 2>&1 ||
   dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 2>/dev/null
 chmod 400 "$dir/munge/munge.key"
-"$munged_bin" --socket="$dir/munge/munge.socket" --key-file="$dir/munge/munge.key" \
+# munged refuses a socket that some directory above it keeps from other users (it wants
+# execute permission for all on each, since its clients may run as anyone). This one's clients
+# all run as root (slurmctld, slurmd, srun here), so where such a directory is there (DIR
+# under /root, or fresh-machine-check's debootstrap root, whose / is mode 0700) munged runs
+# with --force, which turns that refusal into a warning in its log.
+munged_force=()
+d=$dir/munge
+while :; do
+  [ $(($(stat -c 0%a "$d") & 0111)) -eq $((0111)) ] || {
+    munged_force=(--force)
+    echo "one-node-slurm: $d is mode $(stat -c %a "$d"): munged runs with --force (only root uses it)" >&2
+    break
+  }
+  [ "$d" != / ] || break
+  d=$(dirname "$d")
+done
+"$munged_bin" "${munged_force[@]}" --socket="$dir/munge/munge.socket" --key-file="$dir/munge/munge.key" \
   --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" \
   --seed-file="$dir/munge/munged.seed" >"$dir/log/munged.out" 2>&1 ||
   daemon_gone munged "$dir/munge/munged.pid" "$dir/munge/munged.log"

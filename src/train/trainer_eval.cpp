@@ -84,6 +84,7 @@ bool Trainer::evaluate_inside(int epoch, double fraction) {
   }
   if (metrics_) {
     metrics_->write("evaluation", {{"epoch", epoch - 1 + fraction},
+                                   {"step", static_cast<double>(global_step_)},
                                    {"test_loss", e.loss()},
                                    {"test_accuracy", e.accuracy()},
                                    {"seconds", seconds}});

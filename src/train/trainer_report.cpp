@@ -49,7 +49,9 @@ void Trainer::report(const EpochSummary& s) const {
     std::fflush(options_.out);
   }
   if (!metrics_ && !tensorboard_) return;
-  std::vector<std::pair<std::string, double>> values{{"epoch", s.epoch}, {"train_loss", s.train_loss}};
+  // The global step is TensorBoard's x-axis: in the metrics file it ties each line to its scalars.
+  std::vector<std::pair<std::string, double>> values{
+      {"epoch", s.epoch}, {"step", static_cast<double>(global_step_)}, {"train_loss", s.train_loss}};
   if (!metrics_fns_.empty()) values.emplace_back("train_" + metrics_fns_.front().name, s.train_accuracy);
   if (test_loader_) {
     values.insert(values.end(), {{"test_loss", s.test_loss}, {"test_samples", static_cast<double>(s.test_samples)}});
@@ -71,7 +73,7 @@ void Trainer::report(const EpochSummary& s) const {
   if (tensorboard_) {
     // At the epoch's last update, so that they line up with the step scalars.
     for (const auto& [name, value] : values) {
-      if (name != "epoch") tensorboard_->add_scalar("epoch/" + name, value, global_step_);
+      if (name != "epoch" && name != "step") tensorboard_->add_scalar("epoch/" + name, value, global_step_);
     }
     tensorboard_->flush();
   }

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <stdexcept>
@@ -277,28 +279,51 @@ TEST_CASE("DataLoader::begin_claimed delivers the claimed batches in claim order
     auto dataset = std::make_shared<IndexDataset>(20, -1, /*jitter=*/true);
     DataLoader loader(dataset, {.batch_size = 4, .prefetch_batches = 2, .workers = workers});
     const std::vector<std::int64_t> order{3, 0, 4, 1};  // of the 5 batches; batch 2 goes to "another rank"
-    std::atomic<std::size_t> next{0};
+    const std::size_t window = static_cast<std::size_t>(std::max(2, workers));
+    // Claims made and batches the consumer has taken, under one lock, so that each claim
+    // sees how far the consumer is: position k may be claimed only while k < taken + window.
+    // (The consumer counts a batch before taking it, so a claim the window allows is never
+    // counted as beyond it.)
+    std::mutex mu;
+    std::condition_variable claimed;
+    std::size_t next = 0, taken = 0;
+    std::vector<std::size_t> beyond_window;  // positions claimed too early
     std::atomic<int> in_claim{0}, overlapped{0};
     auto claim = [&]() -> std::optional<std::int64_t> {
       if (in_claim.fetch_add(1) != 0) ++overlapped;
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-      const std::size_t k = next.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));  // widens an overlap, if any
+      std::size_t k = 0;
+      {
+        std::lock_guard lock(mu);
+        k = next++;
+        if (k >= taken + window) beyond_window.push_back(k);
+      }
+      claimed.notify_all();
       --in_claim;
       if (k >= order.size()) return std::nullopt;
       return order[k];
     };
     std::vector<std::int64_t> numbers, firsts;
     auto it = loader.begin_claimed(claim);
-    // Before the consumer takes anything the workers claim no further than the window (the
-    // pause only gives them the chance to claim more).
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    CHECK(next.load() <= static_cast<std::size_t>(std::max(2, workers)));
+    {
+      // Before the consumer takes anything the workers fill the window: wait for that, and
+      // then for a claim beyond it, which returns at once if one comes (up to 20 ms: a
+      // worker that would overstep does so right after building its last batch).
+      std::unique_lock lock(mu);
+      CHECK(claimed.wait_for(lock, std::chrono::seconds(30), [&] { return next >= window; }));
+      CHECK_FALSE(claimed.wait_for(lock, std::chrono::milliseconds(20), [&] { return next > window; }));
+    }
     for (; it != loader.end(); ++it) {
+      {
+        std::lock_guard lock(mu);
+        ++taken;
+      }
       numbers.push_back(it.batch_number());
       firsts.push_back(it->targets.to_vector<std::int64_t>().front());
     }
     CHECK(numbers == order);
     CHECK(firsts == std::vector<std::int64_t>{12, 0, 16, 4});
+    CHECK(beyond_window.empty());
     CHECK(overlapped.load() == 0);
   }
 }

@@ -6,7 +6,8 @@
 #     byte (the final manifests' model checksums), and the same epoch lines.
 #   -DMODE=reshard: COMMAND trains EPOCHS_A epochs into DIR/ckpt; RESUME_COMMAND resumes it
 #     on another number of ranks for EPOCHS_B epochs, and must print EXPECT_RESUME and a
-#     final accuracy within TOLERANCE points of COMMAND's for EPOCHS_B epochs run whole.
+#     final accuracy within TOLERANCE points of COMMAND's for EPOCHS_B epochs run whole, and
+#     both must pass MIN_ACCURACY percent (two runs at chance would agree too).
 file(REMOVE_RECURSE ${DIR})
 
 function(run name expect_success)
@@ -83,6 +84,11 @@ elseif(MODE STREQUAL "reshard")
   endif()
   final_accuracy("${out_resumed}" resumed)
   final_accuracy("${out_whole}" whole)
+  foreach(run resumed whole)
+    if(${${run}} LESS "${MIN_ACCURACY}00")
+      message(FATAL_ERROR "the ${run} run's final test accuracy (${${run}} hundredths of a point) is below ${MIN_ACCURACY}%")
+    endif()
+  endforeach()
   math(EXPR difference "${resumed} - ${whole}")
   string(REPLACE "." "" tolerance "${TOLERANCE}0")
   if(difference GREATER ${tolerance} OR difference LESS -${tolerance})

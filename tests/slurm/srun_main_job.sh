@@ -6,7 +6,9 @@
 #     id, procid = local id = PMIx rank 0 and 1),
 #   - the trainer's layout line says "2 rank(s) x T thread(s)" with T = nproc / 2 (the ranks on
 #     this host taken from Slurm's step layout: 1 rank would mean two singletons),
-#   - the replicas stayed equal and the test accuracy passed 80%.
+#   - every epoch ended with the replicas equal ("replica max diff 0": run the trainer with
+#     --check-replicas) and the final test accuracy passed SRUN_MAIN_JOB_MIN_ACCURACY percent
+#     (default 85; 10 classes, so chance is 10%; slurm_tests.cmake's short CNN job ends near 89%).
 # Exit 77 (ctest: skipped) with the reason when Slurm cannot start here; a failure instead
 # with DTRAIN_REQUIRE_SLURM=1 in the environment where slurmctld is installed (CI machines).
 #   usage: srun_main_job.sh ONE_NODE_SLURM_SH DIR TRAINER [ARGS...]
@@ -69,7 +71,13 @@ threads=$(($(nproc) / 2))
 [ "$threads" -ge 1 ] || threads=1
 grep -q " 2 rank(s) x $threads thread(s)" "$out" ||
   fail "the layout line does not say '2 rank(s) x $threads thread(s)' (2 ranks sharing this host's $(nproc) CPUs)"
-grep -Eq 'test accuracy (8[0-9]|9[0-9])\.[0-9]+%.*replica max diff 0$' "$out" ||
-  fail "no epoch line with test accuracy >= 80% and 'replica max diff 0'"
-grep -q '^final test accuracy: ' "$out" || fail "no 'final test accuracy' line"
-echo "PASSED: srun -n 2 ran the main job as 2 ranks of Slurm job $job"
+epochs=$(grep -c '^epoch [0-9]*/[0-9]*: .*test accuracy' "$out")
+[ "$epochs" -ge 1 ] || fail "no epoch summary line"
+[ "$(grep '^epoch [0-9]*/[0-9]*: .*test accuracy' "$out" | grep -c 'replica max diff 0$')" -eq "$epochs" ] ||
+  fail "not every epoch line ends with 'replica max diff 0' (the 2 replicas differ, or no --check-replicas)"
+min=${SRUN_MAIN_JOB_MIN_ACCURACY:-85}
+acc=$(sed -n 's/^final test accuracy: \([0-9.]*\)%.*/\1/p' "$out" | tail -n 1)
+[ -n "$acc" ] || fail "no 'final test accuracy' line"
+awk -v a="$acc" -v m="$min" 'BEGIN { exit !(a + 0 >= m + 0) }' ||
+  fail "final test accuracy $acc% is below $min%"
+echo "PASSED: srun -n 2 ran the main job as 2 ranks of Slurm job $job: $epochs epoch(s), replicas equal, final test accuracy $acc% (>= $min%)"
