@@ -279,7 +279,7 @@ class Git:
         return self.renames[commit]
 
     def touching(self, commit, sources):
-        """Abbreviated hashes of the commits after `commit` that touch `sources`, oldest first."""
+        """Hashes (7 characters) of the commits after `commit` that touch `sources`, oldest first."""
         key = (commit, tuple(sources))
         if key in self.cache:
             return self.cache[key]
@@ -290,8 +290,10 @@ class Git:
                     paths.append(old)
                 elif new == p:
                     paths.append(old)
-        out = self._run("log", "--format=%h", "--reverse", f"{commit}..HEAD", "--", *sorted(set(paths)))
-        hashes = out.split()
+        out = self._run("log", "--format=%H", "--reverse", f"{commit}..HEAD", "--", *sorted(set(paths)))
+        # 7 characters whatever the clone: git's own abbreviation grows with the object count,
+        # which would make the same table differ between two clones of one commit.
+        hashes = [h[:7] for h in out.split()]
         self.cache[key] = hashes
         return hashes
 
