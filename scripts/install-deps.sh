@@ -11,9 +11,7 @@
 #       packages Debian 12 does not have, from PyPI: safetensors and tensorboard. ctest then
 #       loads a checkpoint in PyTorch and reads the event files with TensorBoard's reader
 #       instead of skipping both. Also Slurm's daemons and client and munge, for the test that runs
-#       the main job under srun on a one-node Slurm (docs/SLURM.md), and iproute2, for the test
-#       that runs the all-reduce between two emulated hosts (network namespaces; it skips where
-#       they are refused).
+#       the main job under srun on a one-node Slurm (docs/SLURM.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,7 +41,6 @@ packages=(
 )
 if [ "$tests" -eq 1 ]; then
   packages+=(python3-venv python3-torch)    # the interoperability checks (see above)
-  packages+=(iproute2)                      # ip and tc: netns.two_hosts_allreduce_smoke's emulated hosts
   # ctest slurm.np2_main_job: a one-node Slurm (scripts/slurm/one-node-slurm.sh, its own munged
   # and configuration) runs the main job through `srun --mpi=pmix`; skipped without these.
   # On a machine with systemd, apt also enables the packages' services; Debian's slurmctld and
