@@ -8,8 +8,8 @@ test with the reason its output gave, so that a skip is never read as a pass. ct
 summary line ("100% tests passed, 0 tests failed out of 556") counts skipped tests among
 the passed ones, and CI extracts used to drop the list that follows it.
 
-ctest's JUnit file marks both a skip (exit code SKIP_RETURN_CODE) and a test that could not
-start (a missing executable) as `<skipped>`; ctest itself counts the second as a failure, and
+ctest's JUnit file marks both a skip (exit code SKIP_RETURN_CODE, or output matching
+SKIP_REGULAR_EXPRESSION) and a test that could not start (a missing executable) as `<skipped>`; ctest itself counts the second as a failure, and
 so does this script. Exits 1 when a test failed or the file has no test, else 0.
 Standard library only.
 """
@@ -17,7 +17,9 @@ Standard library only.
 import sys
 import xml.etree.ElementTree as ET
 
-SKIP_MESSAGE = "SKIP_RETURN_CODE"
+# What ctest writes for a test it reports as skipped: its exit code was SKIP_RETURN_CODE, or its
+# output matched SKIP_REGULAR_EXPRESSION (message SKIP_REGULAR_EXPRESSION_MATCHED).
+SKIP_MESSAGES = ("SKIP_RETURN_CODE", "SKIP_REGULAR_EXPRESSION")
 
 
 def skip_reason(output):
@@ -37,7 +39,7 @@ def summarize(junit_path):
         skip = case.find("skipped")
         if case.find("failure") is not None or case.find("error") is not None:
             failed.append(name)
-        elif skip is not None and SKIP_MESSAGE in (skip.get("message") or ""):
+        elif skip is not None and any(m in (skip.get("message") or "") for m in SKIP_MESSAGES):
             skipped.append((name, skip_reason(case.findtext("system-out"))))
         elif skip is not None or case.get("status") != "run":
             failed.append(name)  # could not start: ctest counts it as failed
