@@ -236,8 +236,10 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
   std::shared_ptr<nn::Module> whole = make_model(c.model, splits.classes);
   const std::int64_t parameters = whole->num_parameters();
   auto model = strategy->prepare(std::move(whole));
+  std::string momentum_note;
+  const double momentum = examples::resolved_momentum(c.opt, *strategy, momentum_note);
   auto optimizer = examples::make_optimizer(
-      {.name = c.opt.optimizer, .lr = lr, .momentum = c.opt.momentum, .weight_decay = weight_decay, .exclude_1d = true},
+      {.name = c.opt.optimizer, .lr = lr, .momentum = momentum, .weight_decay = weight_decay, .exclude_1d = true},
       model->parameters());
   train::TrainerOptions options = examples::trainer_options(r);
   options.label_smoothing = c.label_smoothing;
@@ -263,7 +265,7 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
         lr * kBaseBatch / static_cast<double>(r.batch_size), kBaseBatch, device.is_cuda() ? "cuda" : "cpu",
         examples::autocast_description(r.precision, device));
     if (const std::string layout = examples::describe_layout(*strategy, comm->size()); !layout.empty()) {
-      fmt::print("{}\n", layout);
+      fmt::print("{}{}\n", layout, momentum_note);
     }
     std::fflush(stdout);
   }

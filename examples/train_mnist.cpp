@@ -112,11 +112,11 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
   std::shared_ptr<nn::Module> whole = c.model == "mlp" ? nn::mlp(28 * 28, c.hidden, 10) : nn::lenet_cnn(1, 10);
   const std::int64_t parameters = whole->num_parameters();
   auto model = strategy->prepare(std::move(whole));  // a pipeline keeps this rank's stage
-  auto optimizer = examples::make_optimizer({.name = c.opt.optimizer,
-                                             .lr = lr,
-                                             .momentum = c.opt.momentum,
-                                             .weight_decay = c.opt.weight_decay.value_or(5e-4)},
-                                            model->parameters());
+  std::string momentum_note;
+  const double momentum = examples::resolved_momentum(c.opt, *strategy, momentum_note);
+  auto optimizer = examples::make_optimizer(
+      {.name = c.opt.optimizer, .lr = lr, .momentum = momentum, .weight_decay = c.opt.weight_decay.value_or(5e-4)},
+      model->parameters());
   train::TrainerOptions options = examples::trainer_options(r);
   options.check_replicas = c.check_replicas;
   train::Trainer trainer(strategy, {.train = train_set, .test = test_set, .batch_size = r.batch_size, .seed = r.seed},
@@ -133,7 +133,7 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
                          : "",
         c.opt.optimizer, lr, device.is_cuda() ? "cuda" : "cpu", examples::autocast_description(r.precision, device));
     if (const std::string layout = examples::describe_layout(*strategy, comm->size()); !layout.empty()) {
-      fmt::print("{}\n", layout);
+      fmt::print("{}{}\n", layout, momentum_note);
     }
     std::fflush(stdout);
   }

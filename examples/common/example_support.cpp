@@ -2,6 +2,7 @@
 
 #include "dtrain/core/error.h"
 #include "dtrain/dist/comm/nccl.h"
+#include "dtrain/dist/ps/ps_strategy.h"
 #include "dtrain/optim/adam.h"
 #include "dtrain/optim/lamb.h"
 #include "dtrain/optim/lars.h"
@@ -16,6 +17,19 @@
 #include <map>
 
 namespace dtrain::examples {
+
+double resolved_momentum(const OptimizerFlags& f, const dist::Strategy& strategy, std::string& note) {
+  constexpr double kMomentum = 0.9;
+  note.clear();
+  if (f.momentum) return *f.momentum;
+  const auto* ps = dynamic_cast<const dist::ParameterServerStrategy*>(&strategy);
+  if (ps == nullptr || ps->options().mode == dist::PsMode::Sync) return kMomentum;
+  const int workers = ps->mesh().role_size("worker");
+  const double momentum = dist::asynchronous_momentum(kMomentum, ps->options(), workers);
+  note = fmt::format(", momentum {:g} ({:g} less the implicit momentum of {} {} worker(s); --momentum sets it)",
+                     momentum, kMomentum, workers, dist::ps_mode_name(ps->options()));
+  return momentum;
+}
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& c, std::vector<Variable> params) {
   if (c.name == "sgd") {
@@ -64,9 +78,10 @@ void add_optimizer_flags(CLI::App& app, OptimizerFlags& f, const std::vector<std
                  "peak learning rate per 256 samples, scaled linearly with --batch-size (instead of --lr)")
       ->check(CLI::PositiveNumber)
       ->excludes(lr);
-  app.add_option("--momentum", f.momentum, "SGD (Nesterov) and LARS momentum")
-      ->check(CLI::Range(0.0, 0.999))
-      ->capture_default_str();
+  app.add_option("--momentum", f.momentum,
+                 "SGD (Nesterov) and LARS momentum (default: 0.9; with asynchronous parameter servers 0.9 less the "
+                 "workers' implicit momentum: 0.8 for 2 workers, 0.7 for 3)")
+      ->check(CLI::Range(0.0, 0.999));
   app.add_option("--weight-decay", f.weight_decay, "weight decay (decoupled for adamw; " + weight_decay_defaults + ")")
       ->check(CLI::Range(0.0, 1.0));
   if (schedule_flag) {
@@ -136,6 +151,36 @@ void add_reporting_flags(CLI::App& app, RunFlags::Reporting& r) {
                  "communication share; staleness for parameter servers)");
 }
 
+// What happens when the loss diverges (dtrain/train/guard.h).
+void add_guard_flags(CLI::App& app, train::GuardOptions& g) {
+  app.add_flag("!--no-rollback", g.rollback,
+               "end the run when the loss diverges (non-finite, or a spike) instead of rolling back to the last "
+               "good in-memory snapshot and skipping the batches since");
+  app.add_option("--spike-factor", g.spike_factor,
+                 "a loss above this many times the running median of the last 50 is a spike (0: no spike check)")
+      ->check(CLI::Validator(
+          [](std::string& text) { return std::stod(text) == 0 || std::stod(text) > 1 ? "" : "must be 0 or > 1"; },
+          "0 or > 1"))
+      ->capture_default_str();
+  app.add_option("--snapshot-every", g.snapshot_every, "updates between the in-memory snapshots rollback returns to")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--max-rollbacks", g.max_rollbacks, "rollbacks allowed; divergence after them ends the run")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--rollback-lr-factor", g.lr_factor,
+                 "the learning rate's factor for --rollback-cooldown updates after a rollback (1: unchanged)")
+      ->check(CLI::Range(1e-6, 1.0))
+      ->capture_default_str();
+  app.add_option("--rollback-cooldown", g.cooldown, "updates at the lowered learning rate after a rollback")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--stall-updates", g.stall_updates,
+                 "report a loss that stays at its starting level, or grows, for this many updates (0: never)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40))
+      ->capture_default_str();
+}
+
 }  // namespace
 
 void add_run_flags(CLI::App& app, RunFlags& r, const std::string& seed_use) {
@@ -174,6 +219,7 @@ void add_run_flags(CLI::App& app, RunFlags& r, const std::string& seed_use) {
       ->capture_default_str();
   add_checkpoint_flags(app, r.checkpoint);
   add_reporting_flags(app, r.reporting);
+  add_guard_flags(app, r.guard);
 }
 
 Device run_device(const RunFlags& r) { return r.device == "cuda" ? dist::rank_cuda_device() : Device::parse(r.device); }
@@ -190,7 +236,8 @@ train::TrainerOptions trainer_options(const RunFlags& r) {
           .checkpoint = r.checkpoint,
           .progress = r.reporting.progress,
           .trace = r.reporting.trace,
-          .tensorboard = r.reporting.tensorboard};
+          .tensorboard = r.reporting.tensorboard,
+          .guard = r.guard};
 }
 
 std::optional<DType> autocast_type(const std::string& precision) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "dtrain/dist/comm/communicator.h"
+#include "dtrain/dist/core/strategy.h"
 #include "dtrain/optim/lr_schedule.h"
 #include "dtrain/optim/optimizer.h"
 #include "dtrain/tensor/dtype.h"
@@ -24,7 +25,8 @@ namespace dtrain::examples {
 
 // What every trainer's run takes: its length and batch, the device and precision, the
 // seed, threads, where metrics go, when to stop, the collectives' timeout, checkpoints and
-// how progress shows. The program sets its defaults before add_run_flags.
+// how progress shows, and what happens when the loss diverges. The program sets its
+// defaults before add_run_flags.
 struct RunFlags {
   int epochs = 1;
   std::int64_t batch_size = 64;  // global, per update: split across ranks and accumulation steps
@@ -44,6 +46,7 @@ struct RunFlags {
     train::TraceOptions trace = {};
     std::filesystem::path tensorboard = {};
   } reporting{};
+  train::GuardOptions guard{};  // --no-rollback, --spike-factor, --snapshot-every, ...
 };
 // `seed_use`: what the seed decides ("initialization and shuffling").
 void add_run_flags(CLI::App& app, RunFlags& r, const std::string& seed_use);
@@ -60,7 +63,9 @@ train::TrainerOptions trainer_options(const RunFlags& r);
 struct OptimizerFlags {
   std::string optimizer = "sgd";
   std::optional<double> lr{}, lr_per_256{};
-  double momentum = 0.9;
+  // Unset: 0.9, less the implicit momentum of asynchronous parameter-server workers
+  // (resolved_momentum).
+  std::optional<double> momentum{};
   std::optional<double> weight_decay{};  // unset: the program's default
   std::string schedule = "cosine";       // cosine, step or constant
   double warmup_epochs = 0;
@@ -72,6 +77,11 @@ void add_optimizer_flags(CLI::App& app, OptimizerFlags& f, const std::vector<std
 // The peak learning rate for `global_batch` samples per update: --lr, or --lr-per-256
 // scaled, or else `fallback` (the program's default).
 double peak_lr(const OptimizerFlags& f, std::int64_t global_batch, double fallback);
+
+// The momentum the flags mean under `strategy`: --momentum as given, or else 0.9, which
+// under asynchronous parameter servers (async, ssp) becomes dist::asynchronous_momentum's
+// share of it. `note`: for the layout line, what was chosen and why ("" when nothing was).
+double resolved_momentum(const OptimizerFlags& f, const dist::Strategy& strategy, std::string& note);
 
 struct OptimizerConfig {
   std::string name = "sgd";  // sgd, adam, adamw, lars or lamb

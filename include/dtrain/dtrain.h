@@ -102,6 +102,7 @@
 #include "dtrain/checkpoint/store.h"
 
 #include "dtrain/train/checkpointer.h"
+#include "dtrain/train/guard.h"
 #include "dtrain/train/metrics_log.h"
 #include "dtrain/train/progress.h"
 #include "dtrain/train/tensorboard.h"

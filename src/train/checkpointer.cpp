@@ -6,6 +6,7 @@
 #include "dtrain/core/parallel.h"
 #include "dtrain/tensor/ops.h"
 #include "train/fault_injection.h"
+#include "train/range_key.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -115,16 +116,13 @@ NamedTensors join_ranges(const NamedTensors& tensors, const nn::Module& module, 
   std::map<std::pair<std::string, std::string>, std::vector<Range>> ranges;  // (parameter, suffix)
   NamedTensors out;
   for (const auto& [key, t] : tensors) {
-    const auto open = key.find('['), colon = key.find(':', open), close = key.find(']', open);
-    if (open == std::string::npos || colon == std::string::npos || close == std::string::npos || colon > close ||
-        !shapes.count(key.substr(0, open))) {
+    const std::optional<RangeKey> r = parse_range_key(key, shapes);
+    if (!r) {
       out.emplace_back(key, t);
       continue;
     }
-    const std::int64_t begin = std::stoll(key.substr(open + 1, colon - open - 1));
-    const std::int64_t end = std::stoll(key.substr(colon + 1, close - colon - 1));
-    DTRAIN_CHECK(t.dim() == 1 && t.numel() == end - begin, "{}: '{}' holds {} elements", origin, key, t.numel());
-    ranges[{key.substr(0, open), key.substr(close + 1)}].push_back({begin, end, t});
+    DTRAIN_CHECK(t.dim() == 1 && t.numel() == r->end - r->begin, "{}: '{}' holds {} elements", origin, key, t.numel());
+    ranges[{r->parameter, r->suffix}].push_back({r->begin, r->end, t});
   }
   for (auto& [what, parts] : ranges) {
     const auto& [name, suffix] = what;

@@ -1,7 +1,9 @@
 #include "train/fault_injection.h"
 
+#include "dtrain/autograd/functions.h"
 #include "dtrain/core/error.h"
 
+#include <cmath>
 #include <csignal>
 #include <ctime>
 #include <cstdio>
@@ -33,13 +35,17 @@ Fault parse() {
   char rest = 0;
   Fault f;
   const int fields = std::sscanf(text, "%31[^:]:%d:%lld:%lf%c", kind, &rank, &at, &seconds, &rest);
-  if (fields == 3 && std::string(kind) != "stop-at-step") f = {.kind = kind, .rank = rank, .at = at};
-  if (fields == 4 && std::string(kind) == "stop-at-step" && seconds > 0) {
+  const std::string k = kind;
+  if (fields == 3 && k != "stop-at-step") f = {.kind = kind, .rank = rank, .at = at};
+  if (k == "loss-spike") f.seconds = 1000;  // the factor
+  if (fields == 4 && (k == "stop-at-step" || k == "loss-spike") && seconds > 0) {
     f = {.kind = kind, .rank = rank, .at = at, .seconds = seconds};
   }
-  DTRAIN_CHECK(f.kind == "kill-at-step" || f.kind == "kill-in-save" || f.kind == "stop-at-step",
-               "DTRAIN_FAULT='{}': expected kill-at-step:<rank>:<step>, kill-in-save:<rank>:<n> or "
-               "stop-at-step:<rank>:<step>:<seconds> (seconds > 0)",
+  DTRAIN_CHECK(f.kind == "kill-at-step" || f.kind == "kill-in-save" || f.kind == "stop-at-step" ||
+                   f.kind == "loss-spike" || f.kind == "loss-nan",
+               "DTRAIN_FAULT='{}': expected kill-at-step:<rank>:<step>, kill-in-save:<rank>:<n>, "
+               "stop-at-step:<rank>:<step>:<seconds> (seconds > 0), loss-spike:<rank>:<step>[:<factor>] or "
+               "loss-nan:<rank>:<step>",
                text);
   return f;
 }
@@ -87,5 +93,18 @@ void maybe_kill_at_step(int rank, std::int64_t global_step) {
   maybe_stop(rank, global_step);
 }
 void maybe_kill_in_save(int rank, int save) { maybe_kill("kill-in-save", rank, save); }
+
+dist::LossFn corrupt_loss(dist::LossFn loss, int rank, std::function<std::int64_t()> step) {
+  const Fault& f = fault();
+  if ((f.kind != "loss-spike" && f.kind != "loss-nan") || f.rank != rank) return loss;
+  return [loss = std::move(loss), step = std::move(step), f](const Variable& out, const Tensor& y) {
+    Variable l = loss(out, y);
+    if (step() + 1 != f.at) return l;
+    std::fprintf(stderr, "DTRAIN_FAULT: rank %d: %s at step %lld\n", f.rank, f.kind.c_str(),
+                 static_cast<long long>(f.at));
+    std::fflush(stderr);
+    return l * (f.kind == "loss-nan" ? std::nan("") : f.seconds);
+  };
+}
 
 }  // namespace dtrain::train::fault

@@ -6,6 +6,8 @@
 #include "dtrain/train/progress.h"
 #include "dtrain/train/tensorboard.h"
 #include "train/epoch_sums.h"
+#include "train/fault_injection.h"
+#include "train/run_guard.h"
 #include "train/rank_sums.h"
 
 #include <fmt/format.h>
@@ -38,6 +40,7 @@ Trainer::Trainer(std::shared_ptr<dist::Strategy> strategy, TrainerData data, Tra
   make_loaders();
   make_outputs();
   make_step_configs();
+  make_guard();
 }
 
 Trainer::~Trainer() = default;
@@ -152,6 +155,8 @@ void Trainer::make_step_configs() {
       return stack(counts, 0);
     };
   }
+  // DTRAIN_FAULT's loss faults (tests of the guard), on the rank they name.
+  train_loss = fault::corrupt_loss(std::move(train_loss), strategy_->rank(), [this] { return global_step_; });
   train_config_ = {.loss = train_loss,
                    .correct = first,
                    .autocast = options_.autocast,
@@ -263,6 +268,7 @@ FitResult Trainer::fit(optim::Optimizer& optimizer, const optim::LrSchedule* sch
   const auto start = Clock::now();
   fit_start_ = start;
   const int first_epoch = resume(optimizer);
+  guard_start(optimizer, first_epoch);
   trace::name_thread("training");
   trace_after_update();  // a timeline from the first update starts here
   for (int epoch = first_epoch; epoch <= options_.epochs; ++epoch) {

@@ -6,6 +6,7 @@
 #include "dtrain/train/tensorboard.h"
 #include "train/batch_source.h"
 #include "train/epoch_sums.h"
+#include "train/trainer_epoch.h"
 #include "train/fault_injection.h"
 #include "train/rank_sums.h"
 
@@ -23,26 +24,6 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 }  // namespace
-
-// One epoch's running state.
-struct Trainer::Epoch {
-  int epoch = 0;  // 1-based
-  optim::Optimizer& optimizer;
-  const optim::LrSchedule* schedule;
-  std::int64_t updates = 0;  // per epoch (of all ranks where batches are handed out)
-  // On the CPU reading a step's loss costs nothing, so divergence stops the very step; on a
-  // GPU the sums are read only when the progress line is due and at the end.
-  bool read_each_step = true;
-  Progress progress;
-  EpochSums sums;
-  // Evaluation points split the epoch into `parts` stretches of `span` updates each.
-  int parts = 1;
-  std::int64_t span = 1;
-  bool stop = false;           // an evaluation inside the epoch reached the target
-  double evaluating_s = 0;     // evaluations inside the epoch: not training time
-  dist::EpochReport report{};  // the strategy's, for the epoch so far
-  double shown_loss = 0;
-};
 
 EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSchedule* schedule, int epoch) {
   const auto start = Clock::now();
@@ -63,6 +44,7 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
   // A resumed epoch continues from its first update not done, with its sums so far.
   const std::int64_t first_step = std::exchange(resume_step_, 0);
   if (first_step > 0) e.sums.restore(resume_sums_);
+  guard_begin_epoch(e);
   const std::int64_t skipped_before = data_.train->bad_samples_skipped();
   const double waited_before = train_loader_->wait_seconds();
   train_loader_->set_epoch(epoch - 1);
@@ -101,30 +83,22 @@ void Trainer::run_update(Epoch& e, UpdateBatches& batches) {
   std::vector<dist::MicroBatch> micro;
   for (Staged& s : batches.micro) micro.push_back({s.inputs.get(), s.targets.get()});
   batches.micro.clear();  // the batches' memory goes back with `micro`, before the next update's
-  if (e.schedule) {
-    e.optimizer.set_lr(e.schedule->lr_at(static_cast<std::int64_t>(e.epoch - 1) * e.updates + batches.position));
-  }
+  set_update_lr(e, batches.position);
   const dist::StepStats stats = strategy_->train_step(micro, e.optimizer, train_config_);
   micro.clear();
   ++global_step_;
   e.sums.add(stats);
   const std::int64_t step = batches.position + 1;
-  const bool unscaled = train_config_.scaler == nullptr;
-  DTRAIN_CHECK(!unscaled || !stats.grad_norm || std::isfinite(*stats.grad_norm),
-               "training diverged at step {}: gradient norm {} (lower the learning rate?)", global_step_,
-               *stats.grad_norm);
   const bool due = e.progress.due(step);
-  if (stats.loss.defined() && (e.read_each_step || due || step == e.updates)) {
+  const bool read = stats.loss.defined() && (e.read_each_step || due || step == e.updates);
+  // Divergence is the guard's: it rolls it back, or ends the run, at its checks (guard.h).
+  if (guard_checks(e, step)) guard_update(e, stats, step);
+  if (read) {
     e.shown_loss = stats.loss.item();
     if (tensorboard_) {
       tensorboard_->add_scalar("train/loss", e.shown_loss, global_step_);
       tensorboard_->add_scalar("train/learning_rate", e.optimizer.lr(), global_step_);
     }
-    DTRAIN_CHECK(!unscaled || e.sums.nonfinite() == 0,
-                 "training diverged {} step {}: loss {} (lower the learning "
-                 "rate?{})",
-                 e.read_each_step ? "at" : "by", global_step_, e.shown_loss,
-                 e.read_each_step ? "" : " on a GPU a label outside the model's classes makes the loss NaN too");
   }
   if (due) e.progress.update(step, e.shown_loss, stats.samples);
   else e.progress.count(stats.samples);
@@ -164,6 +138,7 @@ EpochSummary Trainer::summarize(Epoch& e) {
   summary.train_loss = t.finite_losses > 0 ? t.loss_sum / static_cast<double>(t.finite_losses) : 0;
   summary.train_accuracy = t.counted > 0 ? static_cast<double>(t.correct) / static_cast<double>(t.counted) : 0;
   summary.updates = e.sums.updates();
+  summary.rollbacks = e.rollbacks;
   // Handed-out batches differ in number between ranks: their sum; fixed shards are equal.
   summary.samples = caps_.dispenser ? t.samples : e.sums.samples() * strategy_->data_shard().count;
   return summary;

@@ -35,6 +35,7 @@ void Trainer::report(const EpochSummary& s) const {
     std::string notes = s.replica_divergence ? fmt::format(", replica max diff {:.3g}", *s.replica_divergence) : "";
     if (!s.strategy_report.text.empty()) notes += ", " + s.strategy_report.text;
     if (s.bad_samples_skipped > 0) notes += fmt::format(", {} bad sample(s) skipped", s.bad_samples_skipped);
+    if (s.rollbacks > 0) notes += fmt::format(", {} rollback(s) after divergence", s.rollbacks);
     if (s.loader_wait_s >= 0.05) notes += fmt::format(", waited {:.1f} s for data", s.loader_wait_s);
     if (train_config_.scaler && s.nonfinite_updates > 0) {
       notes += fmt::format(", {} update(s) skipped for inf/NaN (loss scale {:g})", s.nonfinite_updates,
@@ -64,6 +65,7 @@ void Trainer::report(const EpochSummary& s) const {
                                {"exposed_comm_s", s.time[trace::Phase::Communication]},
                                {"data_wait_s", s.time[trace::Phase::Data]},
                                {"exposed_comm_share", s.exposed_comm_share()}});
+  if (s.rollbacks > 0) values.emplace_back("rollbacks", s.rollbacks);
   if (s.replica_divergence) values.emplace_back("replica_max_diff", *s.replica_divergence);
   if (train_config_.scaler) {
     values.insert(values.end(), {{"skipped_updates", static_cast<double>(s.nonfinite_updates)},

@@ -1,7 +1,8 @@
 # Runs COMMAND_A and COMMAND_B (;-lists), checks that both succeed, that their final
 # test accuracies ("final test accuracy: X%") differ by at most TOLERANCE points and, with
-# FLOOR (whole points), that both reach it (two equally broken runs are close too):
-#   -DCOMMAND_A=...  -DCOMMAND_B=...  -DTOLERANCE=1.5  [-DFLOOR=80]
+# FLOOR (whole points), that both reach it (two equally broken runs are close too), and with
+# EXPECT_A that COMMAND_A's output (standard output and error) matches that regex:
+#   -DCOMMAND_A=...  -DCOMMAND_B=...  -DTOLERANCE=1.5  [-DFLOOR=80]  [-DEXPECT_A=regex]
 foreach(which A B)
   execute_process(COMMAND ${COMMAND_${which}} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 600)
   string(REGEX REPLACE "[^\n]*\r" "" shown "${out}")  # progress redraws
@@ -13,6 +14,9 @@ foreach(which A B)
     message(FATAL_ERROR "command ${which} printed no final test accuracy")
   endif()
   set(accuracy_${which} ${CMAKE_MATCH_1})
+  if(which STREQUAL "A" AND DEFINED EXPECT_A AND NOT "${out}${err}" MATCHES "${EXPECT_A}")
+    message(FATAL_ERROR "command A's output does not match '${EXPECT_A}'")
+  endif()
 endforeach()
 # Accuracies print with two decimals ("85.60"), the tolerance with one ("1.5" -> 150).
 string(REPLACE "." "" a "${accuracy_A}")

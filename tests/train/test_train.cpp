@@ -12,6 +12,7 @@
 #include "dtrain/train/progress.h"
 #include "dtrain/train/trainer.h"
 #include "support/test_support.h"
+#include "train/blobs.h"
 
 #include <algorithm>
 #include <fstream>
@@ -20,18 +21,7 @@
 using namespace dtrain;
 
 namespace {
-// Two Gaussian blobs in 2-D, centred at (-1.5, 0) and (1.5, 0): nearly separable.
-std::shared_ptr<data::TensorDataset> blobs(std::int64_t n, std::uint64_t seed) {
-  Generator gen(seed);
-  Tensor x = Tensor::empty({n, 2});
-  normal_(x, 0, 0.5, &gen);
-  Tensor labels = Tensor::empty({n}, {DType::i64});
-  bernoulli_(labels, 0.5, &gen);
-  Tensor shift = mul(sub(labels.to(DType::f32), 0.5), 3.0);  // -1.5 or +1.5
-  Tensor xs = x.select(1, 0);
-  xs.copy_(add(xs, shift));
-  return std::make_shared<data::TensorDataset>(x, labels);
-}
+using test::blobs;
 
 std::shared_ptr<dist::Strategy> local_mlp(std::uint64_t seed) {
   manual_seed(seed);
@@ -196,9 +186,17 @@ TEST_CASE("Trainer evaluates inside epochs and stops there once the target is re
 TEST_CASE("Trainer stops on divergence and rejects batches that do not split", "[train][cpu]") {
   auto strategy = local_mlp(5);
   optim::SGD sgd = make_sgd(*strategy);
-  train::Trainer trainer(strategy, {.train = blobs(64, 3), .batch_size = 16}, {.verbose = false});
+  train::Trainer trainer(strategy, {.train = blobs(64, 3), .batch_size = 16},
+                         {.verbose = false, .guard = {.rollback = false}});
   optim::ConstantLr huge(1e30);
-  CHECK_THROWS_WITH(trainer.fit(sgd, &huge), Catch::Contains("diverged"));
+  CHECK_THROWS_WITH(trainer.fit(sgd, &huge), Catch::Contains("training diverged at step 2: non-finite loss"));
+  // With rollback (the default) updates 2, 4 and 6 each go back to the start (the update after
+  // one is computed from the start's values), and 8 gives up.
+  auto fresh = local_mlp(5);  // the other's parameters are NaN now
+  optim::SGD fresh_sgd = make_sgd(*fresh);
+  train::Trainer healing(fresh, {.train = blobs(144, 3), .batch_size = 16}, {.verbose = false});
+  CHECK_THROWS_WITH(healing.fit(fresh_sgd, &huge), Catch::Contains("training diverged at step 8: non-finite loss") &&
+                                                       Catch::Contains("after 3 rollback(s), the most allowed"));
   CHECK_THROWS_WITH(train::Trainer(strategy, {.train = blobs(64, 3), .batch_size = 30}, {.accumulate = 4}),
                     Catch::Contains("batch size 30: must be divisible by the 1 ranks x 4 accumulation steps"));
   CHECK_THROWS_WITH(train::Trainer(std::make_shared<dist::LocalStrategy>(), {.train = blobs(64, 3)}, {}),

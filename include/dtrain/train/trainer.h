@@ -15,15 +15,15 @@
 //
 // Step statistics (loss, correct count) are accumulated on the model's device; on a GPU
 // they are read only when the progress line is due and at the end of an epoch, so the loop
-// adds no wait of its own between steps (what still waits on a GPU, where configured: the
-// loss scaler's inf/NaN check and clipping's norm).
+// adds no wait of its own between steps besides the guard's check every 10 updates (and,
+// where configured, the loss scaler's inf/NaN check and clipping's norm).
 //
-// Failure: an error (divergence, a bad batch, a callback's exception) is thrown on the rank
-// that meets it. Divergence in the middle of an epoch is seen from the rank's own loss, so
-// under data parallelism the other ranks may already be in the next collective: a program
-// ends the job with dist::abort_job (as train_mnist does), or the communicator's watchdog
-// does after its timeout. At the end of an epoch the training sums are added up over the
-// ranks, so every rank sees the same divergence and stops together.
+// Divergence (a non-finite loss, a spike) is the guard's (train/guard.h): the ranks that
+// step together agree on it at every check and roll back together, or all stop with the
+// same message. Other errors (a bad batch, a callback's exception) are thrown on the rank
+// that meets them, while the others may already be in the next collective: a program ends
+// the job with dist::abort_job (as train_mnist does), or the communicator's watchdog does
+// after its timeout.
 #pragma once
 
 #include "dtrain/core/trace.h"
@@ -32,6 +32,7 @@
 #include "dtrain/optim/loss_scaler.h"
 #include "dtrain/optim/lr_schedule.h"
 #include "dtrain/train/checkpointer.h"
+#include "dtrain/train/guard.h"
 #include "dtrain/train/metrics_log.h"
 #include "dtrain/train/progress.h"
 
@@ -49,6 +50,7 @@ namespace dtrain::train {
 
 class TensorBoardWriter;
 struct UpdateBatches;
+struct LossCheck;
 
 struct TrainerData {
   std::shared_ptr<const data::Dataset> train = nullptr;
@@ -121,6 +123,9 @@ struct TrainerOptions {
   // TensorBoard event files (train/tensorboard.h), written by the reporting rank: the loss
   // and learning rate of the updates whose loss was read, and each epoch's figures.
   std::filesystem::path tensorboard = {};
+  // What happens when the loss diverges (train/guard.h): by default it is found, reported
+  // and rolled back to an in-memory snapshot.
+  GuardOptions guard = {};
 };
 
 // What one epoch did, as the reporting rank prints it.
@@ -131,6 +136,9 @@ struct EpochSummary {
   // Updates whose loss was inf or NaN, summed over the ranks: with a loss scaler, steps it
   // skipped (mixed precision overflow); without one the Trainer stops as diverged.
   std::int64_t nonfinite_updates = 0;
+  // Rollbacks this epoch (train/guard.h): on every rank that steps with the others, or this
+  // worker's where ranks do not (asynchronous parameter servers).
+  int rollbacks = 0;
   double test_loss = 0;           // over the whole test set (all shards)
   double test_accuracy = 0;       // by the first metric
   std::int64_t test_samples = 0;  // evaluated, over every shard: the whole test set, after a lost worker too
@@ -217,6 +225,7 @@ class Trainer {
 
  private:
   struct Epoch;  // one epoch's running state (trainer_epoch.cpp)
+  struct Guard;  // the guard's state (run_guard.h)
 
   // Checks the options against the data and the strategy; sets micro_batch_.
   void check_options();
@@ -245,6 +254,24 @@ class Trainer {
   // An evaluation inside epoch `epoch` after `fraction` of it: printed, written, and whether
   // it reached the target accuracy.
   bool evaluate_inside(int epoch, double fraction);
+  // The guard (trainer_guard.cpp; train/guard.h). make_guard: after the step configs.
+  void make_guard();
+  // Whether update `step` of the epoch is checked: each on the CPU, every gpu_check_every
+  // updates and the epoch's last on a GPU.
+  bool guard_checks(const Epoch& e, std::int64_t step) const;
+  // The learning rate of the next update: the schedule's (or, without one, the optimizer's),
+  // lowered after a rollback.
+  void set_update_lr(Epoch& e, std::int64_t position);
+  // At the start of fit(): the state it starts from is the first good snapshot.
+  void guard_start(optim::Optimizer& optimizer, int epoch);
+  // At the start of each epoch (its sums as they start).
+  void guard_begin_epoch(Epoch& e);
+  // After update `step` of the epoch: the check; true when it rolled back (throws when
+  // divergence must end the run, naming the step and the loss).
+  bool guard_update(Epoch& e, const dist::StepStats& stats, std::int64_t step);
+  void guard_snapshot(optim::Optimizer& optimizer, int epoch, std::int64_t step_in_epoch);
+  void guard_rollback(Epoch& e, const LossCheck& check, const std::string& what);
+  void guard_say(Epoch& e, const std::string& text);
   void report(const EpochSummary& summary) const;
   // The per-epoch breakdown of where the time went, after the last epoch.
   void report_time(const std::vector<EpochSummary>& epochs) const;
@@ -272,7 +299,8 @@ class Trainer {
   std::optional<EvalResult> early_evaluation_;
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // on the reporting rank, when asked for
-  bool trace_pending_ = false;                      // recorded, not yet written
+  std::unique_ptr<Guard> guard_;
+  bool trace_pending_ = false;  // recorded, not yet written
   bool trace_written_ = false;
   std::chrono::steady_clock::time_point trace_started_;
   // Where the first epoch trained by fit() starts, after a resume: its first update, and

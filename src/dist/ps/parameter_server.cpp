@@ -72,6 +72,14 @@ std::string ps_mode_name(const PsOptions& options) {
   return "?";
 }
 
+double asynchronous_momentum(double momentum, const PsOptions& options, int workers) {
+  DTRAIN_CHECK(momentum >= 0 && momentum < 1, "asynchronous_momentum: momentum must lie in [0, 1), got {}", momentum);
+  DTRAIN_CHECK(workers >= 1, "asynchronous_momentum: workers must be >= 1, got {}", workers);
+  if (options.mode == PsMode::Sync) return momentum;
+  const int in_flight = options.mode == PsMode::Ssp ? std::min(workers, options.staleness + 1) : workers;
+  return std::max(0.0, 1.0 - static_cast<double>(in_flight) * (1.0 - momentum));
+}
+
 std::int64_t StalenessStats::total() const {
   std::int64_t n = 0;
   for (std::int64_t c : counts) n += c;
@@ -479,17 +487,44 @@ optim::NamedTensors ParameterServer::piece_state(const ServerState& proto, const
   return state;
 }
 
+std::vector<std::vector<double>> ParameterServer::ask_servers(Control kind, double a, int tag, std::int64_t words) {
+  std::vector<RecvWorkPtr> answers;
+  std::vector<Tensor> replies;
+  for (int s = 0; s < options_.servers; ++s) {
+    replies.push_back(Tensor::empty({words}, {DType::f64}));
+    answers.push_back(comm_->irecv(replies.back(), workers_ + s, tag));
+  }
+  for (int s = 0; s < options_.servers; ++s) worker_->control(s, kind, a);
+  std::vector<std::vector<double>> out;
+  for (std::size_t s = 0; s < answers.size(); ++s) {
+    answers[s]->wait();
+    out.push_back(replies[s].to_vector<double>());
+  }
+  return out;
+}
+
 void ParameterServer::request_save(std::int64_t step) {
   check_worker("request_save");
   DTRAIN_CHECK(worker_index() == 0, "ParameterServer::request_save: only worker 0 asks for checkpoints");
-  std::vector<RecvWorkPtr> acks;
-  std::vector<Tensor> replies;
-  for (int s = 0; s < options_.servers; ++s) {
-    replies.push_back(Tensor::empty({1}, {DType::f64}));
-    acks.push_back(comm_->irecv(replies.back(), workers_ + s, ps::kSaveTag));
+  ask_servers(Control::Save, static_cast<double>(step), ps::kSaveTag, 1);
+}
+
+void ParameterServer::keep_copy(std::int64_t id) {
+  check_worker("keep_copy");
+  ask_servers(Control::Copy, static_cast<double>(id), ps::kCopyTag, 1);
+}
+
+std::optional<std::int64_t> ParameterServer::restore_copy(std::int64_t id) {
+  check_worker("restore_copy");
+  std::optional<std::int64_t> restored;
+  for (const std::vector<double>& a : ask_servers(Control::Restore, static_cast<double>(id), ps::kRestoreTag, 2)) {
+    if (a[0] != 0) restored = static_cast<std::int64_t>(a[1]);
   }
-  for (int s = 0; s < options_.servers; ++s) worker_->control(s, Control::Save, static_cast<double>(step));
-  for (const RecvWorkPtr& a : acks) a->wait();
+  // Each server answered after it restored (or found it done): its values now are those.
+  worker_->expect_values();
+  for (int s = 0; s < options_.servers; ++s) worker_->control(s, Control::Fetch);
+  worker_->take_values();
+  return restored;
 }
 
 void ParameterServer::shutdown() {

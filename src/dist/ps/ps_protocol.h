@@ -20,6 +20,9 @@
 //                     or 0 if its bound holds w}, after each push and grant; {-1, 0, 0}
 //                     when s is done, the last
 //   server -> worker 0  a checkpoint share taken (kSaveTag): f64[1]
+//   server -> worker  a copy of the shard kept (kCopyTag): f64[1]; a rollback's answer
+//                     (kRestoreTag): f64[2] = {1 if this request restored a copy, 0 if
+//                     another worker's had since the values the worker holds, the copy's id}
 // Worker w is rank w of the communicator; server s is rank workers + s.
 #pragma once
 
@@ -35,6 +38,8 @@ inline constexpr int kLeaveTag = 5;
 inline constexpr int kDroppedTag = 6;
 inline constexpr int kLostTag = 7;
 inline constexpr int kProgressTag = 8;
+inline constexpr int kCopyTag = 9;
+inline constexpr int kRestoreTag = 10;
 inline constexpr int kPieceTag = 16;
 
 inline constexpr std::int64_t kControlWords = 4;
@@ -50,6 +55,9 @@ enum class Control : std::int64_t {
   Stats,     // server 0: the staleness histogram since the last request
   Stop,      // I am done; serve() returns when every worker is
   Save,      // hand your share to the checkpoint of global step a, then answer (worker 0)
+  Copy,      // keep a copy of your shard (values, optimizer state) as copy a, then answer
+  Restore,   // return to copy a (a < 0: the older of the two latest), unless another
+             // worker's Restore did since your values were sent; answer, then Fetch
 };
 
 }  // namespace dtrain::dist::ps

@@ -41,6 +41,7 @@ class PsServer {
   struct Piece;
   struct Worker;
   struct Slot;
+  struct Copy;
   using Clock = std::chrono::steady_clock;
 
   void post(Slot& slot);
@@ -106,6 +107,17 @@ class PsServer {
   void forget(int w);
   // Hands this server's share of the checkpoint of `step` to save_, then tells worker w.
   void save_share(int w, std::int64_t step);
+  // Rollback (ps_server_copies.cpp): keeps a copy of the pieces as copy `id` (the first
+  // copy and the two latest are kept), then tells worker w.
+  void keep_copy(int w, std::int64_t id);
+  Copy take_copy(std::int64_t id) const;
+  // Returns the pieces to copy `id` (or, when not kept or id < 0, the older of the two
+  // latest) and starts a new generation, unless worker w's latest push was computed from
+  // values of an earlier generation (another worker's Restore came first); answers w.
+  void restore_copy(int w, std::int64_t id);
+  // Whether worker w's latest push was computed from values sent before the latest rollback
+  // (it is then dropped, and w goes on from the restored values).
+  bool undone(int w) const;
 
   Communicator& comm_;
   const int workers_;
@@ -117,6 +129,9 @@ class PsServer {
   std::function<optim::NamedTensors(std::size_t, const optim::NamedTensors&)> share_;
   PsSaveShare save_;
   std::int64_t version_ = 0;  // completed pushes (sync: updates)
+  // Rollback: the copies kept (the first, then the two latest), and the rollbacks so far.
+  std::vector<Copy> copies_;
+  std::int64_t generation_ = 0;
   std::int64_t waiting_order_ = 0;
   int stopped_ = 0;
   int reporters_ = 0;  // server 0: the servers whose progress reports have not ended

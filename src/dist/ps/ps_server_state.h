@@ -39,6 +39,10 @@ struct PsServer::Worker {
   // Sync: of each piece, the updates applied when its values were last sent to the worker
   // (its next gradient belongs to the update after those, or comes too late).
   std::vector<std::int64_t> piece_read;
+  // PsServer::generation_ when values were last sent to it, and of the values its latest
+  // push was computed from (taken at the push's first piece): a push, or a Restore, from
+  // values of an earlier generation (before a rollback) is dropped.
+  std::int64_t generation = 0, computed_from = 0;
   bool late = false;  // sync: a piece of its current push came too late
   // Its Join and Leave messages here: it trains stretch `joins` (1-based) of the run, and
   // has left it when leaves == joins.
@@ -54,6 +58,13 @@ struct PsServer::Worker {
     Clock::time_point at{};  // of the report
   };
   std::vector<Elsewhere> elsewhere;
+};
+
+// A copy of the server's pieces for rollback (Control::Copy): values and optimizer states.
+struct PsServer::Copy {
+  std::int64_t id = 0;
+  std::vector<Tensor> values;
+  std::vector<optim::NamedTensors> states;
 };
 
 // What a Slot's receive is for, besides a piece of this server (local >= 0).

@@ -94,7 +94,15 @@ Capabilities ParameterServerStrategy::capabilities() {
   if (!trains()) return {.server = this};
   // Lockstep sync reads fixed shards; the other modes, and backup workers, claim batches.
   const bool claims = options_.mode != PsMode::Sync || options_.backup_workers > 0;
-  return {.dispenser = claims ? this : nullptr, .epochs = this};
+  return {.dispenser = claims ? this : nullptr, .epochs = this, .remote_state = this};
+}
+
+bool ParameterServerStrategy::keeps_copies() const { return world_->rank() == 0; }
+
+void ParameterServerStrategy::keep_copy(std::int64_t id) { parameter_server().keep_copy(id); }
+
+std::optional<std::int64_t> ParameterServerStrategy::restore_copy(std::int64_t id) {
+  return parameter_server().restore_copy(id);
 }
 
 bool ParameterServerStrategy::shares_update() const { return options_.mode == PsMode::Sync; }

@@ -121,6 +121,22 @@ class EpochHooks {
   virtual EpochReport end_training() = 0;
 };
 
+// Training state that other ranks hold for this one (parameter servers' shards of the
+// parameters and of the optimizer's state): the Trainer's rollback (train::GuardOptions)
+// keeps and restores its copies there instead of on this rank.
+class RemoteState {
+ public:
+  virtual ~RemoteState() = default;
+  // Whether this rank asks the holders to keep copies (one rank asks for the job).
+  virtual bool keeps_copies() const = 0;
+  // The holders keep a copy of their state as copy `id` (the Trainer's global step).
+  virtual void keep_copy(std::int64_t id) = 0;
+  // The holders return to copy `id` (where they no longer have it, or id < 0, to an older
+  // one they keep) and this rank takes their state; nullopt when another rank's request had
+  // returned them already since this rank took its state (it now has the returned state).
+  virtual std::optional<std::int64_t> restore_copy(std::int64_t id) = 0;
+};
+
 struct Capabilities {
   ServerLoop* server = nullptr;         // set on a rank that serves instead of training
   BatchDispenser* dispenser = nullptr;  // set where batches are handed out at run time
@@ -128,6 +144,7 @@ struct Capabilities {
   // The largest |parameter - replica 0's| over the replicas (collective); empty for a
   // strategy without replicas.
   std::function<double()> replica_divergence = {};
+  RemoteState* remote_state = nullptr;  // set where other ranks hold the training state
 };
 
 // Who saves what in a checkpoint (train::Checkpointer). Every rank writes its own record

@@ -64,6 +64,9 @@ namespace dtrain::dist {
 
 struct PsLayout;
 struct PsPiece;
+namespace ps {
+enum class Control : std::int64_t;  // the workers' requests (private: ps_protocol.h)
+}
 
 enum class PsMode : std::uint8_t { Sync, Async, Ssp };
 
@@ -111,6 +114,14 @@ void parse_ps_mode(const std::string& text, PsOptions& options);
 // sync mode.
 void check_ps_options(const PsOptions& options);
 std::string ps_mode_name(const PsOptions& options);
+// The momentum to give the optimizer so that training with these workers behaves as
+// `momentum` does synchronously. Asynchrony is momentum of its own (Mitliagkas et al. 2016,
+// "Asynchrony begets momentum": W workers taking turns add an implicit momentum of about
+// 1 - 1/W), and the two compound as (1 - total) = (1 - explicit) / W_eff, so this is
+// max(0, 1 - W_eff * (1 - momentum)): 0.8 for 0.9 with 2 workers, 0.7 with 3, 0 from 10.
+// W_eff: the gradients that can be in flight at once: the workers in async mode, at most
+// K + 1 under ssp:K; sync mode returns `momentum` as it is.
+double asynchronous_momentum(double momentum, const PsOptions& options, int workers);
 
 // Staleness of the gradients applied on server 0: counts[k] gradients had staleness k,
 // the last entry counting those at least counts.size() - 1.
@@ -193,10 +204,22 @@ class ParameterServer {
   // callback; returns when all have taken their copies (in sync mode no update can come in
   // between, since worker 0 has not pushed the next step's gradient).
   void request_save(std::int64_t step);
+  // Rollback (train::GuardOptions). Every server keeps a copy of its shard (values and
+  // optimizer state) as copy `id`: the first it had and the two latest copies are kept.
+  // Returns when all have.
+  void keep_copy(std::int64_t id);
+  // Every server returns its shard to copy `id` (when no longer kept, or id < 0: the older
+  // of the two latest), unless another worker's request did since this worker's values were
+  // sent; pushes computed from values from before it are then dropped. Then this worker
+  // takes the servers' values. Returns the copy returned to, or nullopt when another
+  // worker's request had rolled the servers back already.
+  std::optional<std::int64_t> restore_copy(std::int64_t id);
 
  private:
   class Worker;
   void check_worker(const char* op) const;
+  // Sends every server `kind` (with `a`) and returns each one's answer: `words` f64 on `tag`.
+  std::vector<std::vector<double>> ask_servers(ps::Control kind, double a, int tag, std::int64_t words);
   // Async and ssp with lost_after: a receive for server 0's notice that this worker was
   // dropped, and the departure check (set_departure_check) that reads it.
   void watch_for_drop();

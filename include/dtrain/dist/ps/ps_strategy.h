@@ -26,7 +26,11 @@
 
 namespace dtrain::dist {
 
-class ParameterServerStrategy final : public Strategy, private ServerLoop, private BatchDispenser, private EpochHooks {
+class ParameterServerStrategy final : public Strategy,
+                                      private ServerLoop,
+                                      private BatchDispenser,
+                                      private EpochHooks,
+                                      private RemoteState {
  public:
   // `world`: every rank of the job (MPI), laid out as the mesh worker[dp=W] + ps[ps=S]
   // (device_mesh.h). A model on a GPU trains there; its gradients and values travel through
@@ -47,8 +51,9 @@ class ParameterServerStrategy final : public Strategy, private ServerLoop, priva
   CheckpointPlan checkpoint_plan() const override;
   StepStats train_step(std::span<const MicroBatch> micro, optim::Optimizer& optimizer,
                        const StepConfig& config) override;
-  // Servers: the server loop. Workers: epoch hooks (meeting the servers), and in async and
-  // ssp modes and sync with backup workers the batch dispenser (server 0 hands batches out).
+  // Servers: the server loop. Workers: epoch hooks (meeting the servers), the servers'
+  // copies for rollback (remote_state), and in async and ssp modes and sync with backup
+  // workers the batch dispenser (server 0 hands batches out).
   Capabilities capabilities() override;
 
   // Whether this rank is a worker (the others serve).
@@ -72,6 +77,10 @@ class ParameterServerStrategy final : public Strategy, private ServerLoop, priva
   void begin_epoch(std::int64_t epoch) override;
   EpochReport end_epoch() override;
   EpochReport end_training() override;
+  // Rollback: the chief asks the servers to keep copies; any worker may ask them to return.
+  bool keeps_copies() const override;
+  void keep_copy(std::int64_t id) override;
+  std::optional<std::int64_t> restore_copy(std::int64_t id) override;
 
   PsOptions options_;
   DeviceMesh mesh_;
