@@ -9,14 +9,20 @@
 #      - bench_ps_data -np 3 (two async workers, one server; 300 us per sample read, 4 loader
 #        threads, 3 repetitions inside): the chief worker's data wait.
 # Prints the raw lines (JSON where the binary has it), then medians per side.
-#   bench/core_ab.sh BEFORE_BUILD AFTER_BUILD > bench/results/core2_before_after.txt
+#   bench/core_ab.sh [--trainer-only] BEFORE_BUILD AFTER_BUILD > bench/results/core2_before_after.txt
 # BEFORE_BUILD needs bench_ps_data too: the file builds against 11555e7 unchanged. About 25
-# minutes on 2 vCPUs; run it on a quiet machine.
+# minutes on 2 vCPUs; run it on a quiet machine. --trainer-only: for a change to the
+# Trainer's loop alone, the main job and train_mnist (neither bench_ddp nor bench_ps_data,
+# which do not run the Trainer; only train_mnist is needed in the builds), about 8 minutes.
 set -euo pipefail
-[ $# -eq 2 ] || { echo "usage: core_ab.sh BEFORE_BUILD AFTER_BUILD" >&2; exit 2; }
+trainer_only=0
+if [ "${1:-}" = "--trainer-only" ]; then trainer_only=1; shift; fi
+[ $# -eq 2 ] || { echo "usage: core_ab.sh [--trainer-only] BEFORE_BUILD AFTER_BUILD" >&2; exit 2; }
 before=$1 after=$2
+binaries=(examples/train_mnist)
+[ "$trainer_only" = 1 ] || binaries+=(bench/bench_ddp bench/bench_ps_data)
 for b in "$before" "$after"; do
-  for t in examples/train_mnist bench/bench_ddp bench/bench_ps_data; do
+  for t in "${binaries[@]}"; do
     [ -x "$b/$t" ] || { echo "core_ab: $b/$t not found (build it)" >&2; exit 1; }
   done
 done
@@ -24,6 +30,8 @@ mpi=(mpirun --allow-run-as-root --oversubscribe)
 raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT
 describe() { git -C "$1" describe --always --dirty 2>/dev/null || echo "?"; }
+source "$(dirname "$0")/provenance.sh"
+provenance_text "" "before/after: $before ($(describe "$before")) and $after ($(describe "$after"))"
 echo "# $(date -u +%Y-%m-%dT%H:%MZ); $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cores"
 echo "# before: $before ($(describe "$before")); after: $after ($(describe "$after")); load at start $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -43,6 +51,7 @@ for rep in 1 2 3 4 5; do
              | grep -E '^epoch 1/1:')
     rate=$(sed -E 's/.* ([0-9.]+) samples\/s.*/\1/' <<< "$line")
     echo "${tag}\"bench\": \"train_mnist\", \"samples_per_s\": $rate, \"line\": \"$line\"}" | tee -a "$raw"
+    [ "$trainer_only" = 1 ] && continue
     for model in cnn mlp; do
       "${mpi[@]}" -np 2 "$build/bench/bench_ddp" --model "$model" --json | grep '"efficiency"' \
         | sed "s/^{/$tag/" | tee -a "$raw"
@@ -61,6 +70,8 @@ def figure(name, pick, key):
     out = []
     for side in ("before", "after"):
         v = [r[key] for r in rows if r["side"] == side and pick(r)]
+        if not v:
+            return
         out.append((statistics.median(v), min(v), max(v), len(v)))
     (b, bl, bh, bn), (a, al, ah, an) = out
     print(f"{name:<36} before {b:10.3f} ({bl:.3f}-{bh:.3f}, n={bn})  after {a:10.3f} ({al:.3f}-{ah:.3f}, n={an})"

@@ -33,6 +33,8 @@ class LossWatch {
   LossCheck observe(std::int64_t step, double loss);
   // The median of the window (0 while it is not full).
   double median() const;
+  // After a rollback: a run of non-finite losses starts over.
+  void after_rollback() { nonfinite_run_ = 0; }
 
  private:
   void report_progress(std::int64_t step, double median, LossCheck& check);

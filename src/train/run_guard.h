@@ -36,6 +36,7 @@ struct Trainer::Guard {
   std::int64_t remote_good = -1, remote_waiting = -1;
   std::int64_t last_snapshot = -1;   // the global step of the latest snapshot
   std::vector<double> healthy_sums;  // the epoch's sums at the last healthy check
+  std::int64_t nonfinite_seen = 0;   // the epoch's non-finite losses at the last check
   int rollbacks = 0;
   std::int64_t cooldown_until = 0;       // global step: updates up to it run at lr_factor
   std::optional<double> unscheduled_lr;  // without a schedule: the learning rate before the cooldown

@@ -6,6 +6,7 @@
 #include "dtrain/tensor/ops.h"
 
 #include <map>
+#include <set>
 #include <unordered_map>
 
 namespace dtrain::train {
@@ -34,20 +35,29 @@ void copy_into(optim::NamedTensors& into, const optim::NamedTensors& from) {
 
 }  // namespace
 
-void StateSnapshot::take(dist::Strategy& strategy, const dist::CheckpointPlan& plan, const optim::Optimizer& optimizer,
-                         const optim::LossScaler& scaler) {
+void StateSnapshot::take(dist::Strategy& strategy, const dist::CheckpointPlan& plan,
+                         const optim::Optimizer& optimizer) {
   // Every rank its own copy, whichever rank a checkpoint lets write it.
-  copy_into(model_, plan.model_share ? plan.model_share() : strategy.module().state_dict());
+  optim::NamedTensors model = plan.model_share ? plan.model_share() : strategy.module().state_dict();
+  if (plan.model_share) {
+    // A share may leave the buffers to one rank (a checkpoint joins every rank's files);
+    // a snapshot is this rank's alone, so it takes its own.
+    std::set<std::string> named;
+    for (const auto& [name, t] : model) named.insert(name);
+    for (const auto& [name, b] : strategy.module().named_buffers()) {
+      if (!named.count(name)) model.emplace_back(name, b);
+    }
+  }
+  copy_into(model_, model);
   if (plan.saves_optimizer || plan.optimizer_share) {
     copy_into(optimizer_, plan.optimizer_share ? plan.optimizer_share(optimizer) : optimizer.state_view());
   }
-  copy_into(scaler_, scaler.state());
   if (plan.rank_state) copy_into(rank_state_, plan.rank_state());
   taken_ = true;
 }
 
-void StateSnapshot::restore(dist::Strategy& strategy, const dist::CheckpointPlan& plan, optim::Optimizer& optimizer,
-                            optim::LossScaler& scaler) const {
+void StateSnapshot::restore(dist::Strategy& strategy, const dist::CheckpointPlan& plan,
+                            optim::Optimizer& optimizer) const {
   DTRAIN_CHECK(taken_, "rollback: no snapshot to restore");
   nn::Module& module = strategy.module();
   if (plan.load_model_share) {
@@ -60,7 +70,6 @@ void StateSnapshot::restore(dist::Strategy& strategy, const dist::CheckpointPlan
   } else if (plan.saves_optimizer) {
     optimizer.load_state(optimizer_);
   }
-  if (!scaler_.empty()) scaler.load_state(scaler_);
   if (plan.load_rank_state) plan.load_rank_state(rank_state_);
 }
 

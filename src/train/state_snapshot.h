@@ -1,13 +1,13 @@
 // StateSnapshot: an in-memory copy of what this rank trains, for the Trainer's rollback
 // (private to train; dtrain/train/guard.h). It holds what a checkpoint would take of this
-// rank (Strategy::checkpoint_plan): the module's state or this rank's share of it, the
-// optimizer's state or this rank's share, the loss scaler, and the rank's own exchange state
-// (error feedback), every rank its own, copied into host memory. Where other ranks hold the
-// state (parameter servers), the Trainer asks them instead (dist::RemoteState).
+// rank (Strategy::checkpoint_plan): the module's state or this rank's share of it (with the
+// buffers), the optimizer's state or this rank's share, and the rank's own exchange state
+// (error feedback), every rank its own, copied into host memory. Not the loss scaler: its
+// scale now is the one that fits (the snapshot's overflowed since). Where other ranks hold
+// the state (parameter servers), the Trainer asks them instead (dist::RemoteState).
 #pragma once
 
 #include "dtrain/dist/core/strategy.h"
-#include "dtrain/optim/loss_scaler.h"
 
 #include <cstdint>
 #include <vector>
@@ -17,11 +17,9 @@ namespace dtrain::train {
 class StateSnapshot {
  public:
   // Copies the current state (reusing this snapshot's buffers where shapes allow).
-  void take(dist::Strategy& strategy, const dist::CheckpointPlan& plan, const optim::Optimizer& optimizer,
-            const optim::LossScaler& scaler);
+  void take(dist::Strategy& strategy, const dist::CheckpointPlan& plan, const optim::Optimizer& optimizer);
   // Puts it back (collective-free: every rank restores its own copy).
-  void restore(dist::Strategy& strategy, const dist::CheckpointPlan& plan, optim::Optimizer& optimizer,
-               optim::LossScaler& scaler) const;
+  void restore(dist::Strategy& strategy, const dist::CheckpointPlan& plan, optim::Optimizer& optimizer) const;
   bool empty() const { return !taken_; }
 
   // Where it was taken: the global step after which, and the epoch and update in it.
@@ -31,7 +29,7 @@ class StateSnapshot {
 
  private:
   bool taken_ = false;
-  optim::NamedTensors model_, optimizer_, scaler_, rank_state_;
+  optim::NamedTensors model_, optimizer_, rank_state_;
 };
 
 // Entries "<parameter>[begin:end]<suffix>" (a rank's flat element range of a parameter, as

@@ -80,7 +80,7 @@ void Trainer::guard_snapshot(optim::Optimizer& optimizer, int epoch, std::int64_
   // The slot that is not the good one.
   g.waiting = g.good == 0 ? 1 : 0;
   StateSnapshot& s = g.local[static_cast<std::size_t>(g.waiting)];
-  s.take(*strategy_, g.plan, optimizer, scaler_);
+  s.take(*strategy_, g.plan, optimizer);
   s.global_step = global_step_;
   s.epoch = epoch;
   s.step_in_epoch = step_in_epoch;
@@ -98,15 +98,22 @@ void Trainer::guard_start(optim::Optimizer& optimizer, int epoch) {
 }
 
 void Trainer::guard_begin_epoch(Epoch& e) {
-  if (guard_) guard_->healthy_sums = e.sums.values();  // where a rollback before any healthy check returns
+  if (!guard_) return;
+  guard_->healthy_sums = e.sums.values();  // where a rollback before any healthy check returns
+  guard_->nonfinite_seen = e.sums.nonfinite();
 }
 
 bool Trainer::guard_update(Epoch& e, const dist::StepStats& stats, std::int64_t step) {
   Guard& g = *guard_;
   // This rank's loss, then the mean over the ranks that step together (pipeline stages
-  // without the loss add nothing); non-finite on any rank is non-finite for all.
+  // without the loss add nothing); non-finite on any rank, at this update or at one since the
+  // last check (on a GPU), is non-finite for all. A non-finite gradient norm under a loss
+  // scaler is an overflow the scaler skipped, not divergence.
   double loss = stats.loss.defined() ? stats.loss.item() : 0;
-  const bool bad_loss = !std::isfinite(loss), bad_norm = stats.grad_norm && !std::isfinite(*stats.grad_norm);
+  const std::int64_t nonfinite = e.sums.nonfinite();
+  const bool bad_loss = !std::isfinite(loss) || nonfinite > g.nonfinite_seen;
+  const bool bad_norm = !train_config_.scaler && stats.grad_norm && !std::isfinite(*stats.grad_norm);
+  g.nonfinite_seen = nonfinite;
   std::vector<double> v{bad_loss ? 0.0 : loss, stats.loss.defined() && !bad_loss ? 1.0 : 0.0, bad_loss ? 1.0 : 0.0,
                         bad_norm ? 1.0 : 0.0};
   if (g.lockstep) v = over_ranks(*strategy_, v);
@@ -171,13 +178,17 @@ void Trainer::guard_rollback(Epoch& e, const LossCheck& c, const std::string& wh
                                "earlier copy: this worker goes on from it",
                                global_step_, what));
       e.sums.restore(g.healthy_sums);
+      g.nonfinite_seen = e.sums.nonfinite();
+      g.watch.after_rollback();
       return;
     }
     to = restored.value_or(g.remote_good);  // in lockstep another rank's request was this one
     where = to < 0 ? "the servers' starting copy" : fmt::format("the servers' copy after global step {}", to);
   } else {
     const StateSnapshot& s = g.local[static_cast<std::size_t>(g.good)];
-    s.restore(*strategy_, g.plan, e.optimizer, scaler_);
+    const double lr = e.optimizer.lr();  // the snapshot's may be a cooldown's, or not one
+    s.restore(*strategy_, g.plan, e.optimizer);
+    e.optimizer.set_lr(lr);
     g.waiting = -1;
     to = s.global_step;
     where = fmt::format("the snapshot after step {} (epoch {}, update {})", to, s.epoch, s.step_in_epoch);
@@ -185,6 +196,8 @@ void Trainer::guard_rollback(Epoch& e, const LossCheck& c, const std::string& wh
   ++g.rollbacks;
   ++e.rollbacks;
   e.sums.restore(g.healthy_sums);
+  g.nonfinite_seen = e.sums.nonfinite();
+  g.watch.after_rollback();
   g.last_snapshot = global_step_;  // the next snapshot comes a whole stretch later
   if (g.options.cooldown > 0 && g.options.lr_factor < 1) g.cooldown_until = global_step_ + g.options.cooldown;
   const std::int64_t first = std::max<std::int64_t>(to + 1, 1);

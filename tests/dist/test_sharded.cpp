@@ -18,8 +18,11 @@
 #include "dtrain/dist/core/strategy_factory.h"
 #include "dtrain/dist/data_parallel/data_parallel_strategy.h"
 #include "dtrain/dist/sharded/sharded_strategy.h"
+#include "dtrain/layers/activation.h"
 #include "dtrain/layers/linear.h"
 #include "dtrain/layers/models.h"
+#include "dtrain/layers/normalization.h"
+#include "dtrain/layers/sequential.h"
 #include "dtrain/optim/adam.h"
 #include "dtrain/optim/lamb.h"
 #include "dtrain/optim/lars.h"
@@ -390,4 +393,42 @@ TEST_CASE("Sharded data parallel refuses bad stages and what stage 3 cannot gath
     CHECK_THROWS_WITH(zero3->train_step(micro, sgd, config),
                       Contains("the parameters of layer 'inner' are whole only inside those layers' forward"));
   }
+}
+
+TEST_CASE("Sharded data parallel, stage 3: a rollback returns every rank's shards and the buffers", "[dist][mpi]") {
+  auto world = dist::world();
+  // A spike at update 9 (the first of epoch 2): the snapshot after update 8 waits for a
+  // healthy loss, so the guard returns to the one after update 4.
+  auto calls = std::make_shared<int>(0);
+  const dist::LossFn spiking = [calls](const Variable& out, const Tensor& y) {
+    Variable l = cross_entropy(out, y);
+    if (!grad_enabled()) return l;
+    return ++*calls == 9 ? l * 1e4 : l;
+  };
+  auto strategy = dist::make_strategy("zero=3,gather_mb=0.0001", world, Device::cpu());
+  manual_seed(5);
+  // BatchNorm's running statistics: buffers, which a stage-3 share leaves to rank 0.
+  strategy->prepare(std::make_shared<nn::Sequential>(
+      std::initializer_list<nn::ModulePtr>{std::make_shared<nn::Linear>(5, 7), std::make_shared<nn::BatchNorm1d>(7),
+                                           std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(7, 3)}));
+  optim::Adam adam(strategy->module().parameters(), {.lr = 0.01});
+  train::Trainer trainer(strategy, {.train = test::three_class_data(), .batch_size = 8, .seed = 4},
+                         {.epochs = 2,
+                          .loss = spiking,
+                          .verbose = false,
+                          .guard = {.window = 3, .snapshot_every = 4, .stall_updates = 0}});
+  REQUIRE(trainer.updates_per_epoch() == 8);
+  const auto state = [&] {
+    std::vector<Tensor> all = whole_snapshot(*strategy);  // collective: every rank at the same update
+    for (const auto& [name, b] : strategy->module().named_buffers()) all.push_back(b.clone());
+    return all;
+  };
+  std::vector<Tensor> at4;
+  trainer.on_step_end([&](const train::StepEvent& e) {
+    if (e.global_step == 4) at4 = state();
+    if (e.global_step == 9) CHECK(relative_diff(state(), at4) == 0);
+  });
+  const train::FitResult r = trainer.fit(adam);
+  CHECK(r.epochs[0].rollbacks == 0);
+  CHECK(r.epochs[1].rollbacks == 1);
 }

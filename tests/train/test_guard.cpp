@@ -192,3 +192,45 @@ TEST_CASE("Without rollback, or past the most rollbacks, divergence ends the run
                     Catch::Contains("training diverged at step 9: non-finite loss (nan), after 0 rollback(s), the "
                                     "most allowed (--max-rollbacks): stopping"));
 }
+
+TEST_CASE("A rollback restores the parameters and momentum bit for bit and lowers the rate for the cooldown",
+          "[train][cpu]") {
+  manual_seed(5);
+  auto strategy = std::make_shared<dist::LocalStrategy>();
+  strategy->prepare(nn::mlp(2, {16}, 2));
+  optim::SGD sgd(strategy->module().parameters(), {.lr = 0.1, .momentum = 0.9});
+  train::GuardOptions guard = small_window();
+  guard.cooldown = 3;
+  train::Trainer trainer(strategy, {.train = blobs(640, 1), .batch_size = 32, .seed = 7},
+                         {.loss = corrupted(14, 1e4), .verbose = false, .guard = guard});
+  // After update 12 (the good snapshot) and after update 14 (rolled back to it): the same.
+  std::vector<Tensor> at12;
+  optim::NamedTensors state12;
+  std::vector<double> lr;  // of each update, as the step callback sees it
+  trainer.on_step_end([&](const train::StepEvent& e) {
+    lr.push_back(e.lr);
+    if (e.global_step == 12) {
+      for (const Variable& p : strategy->module().parameters()) at12.push_back(p.data().clone());
+      for (const auto& [name, t] : sgd.state()) state12.emplace_back(name, t.clone());
+    }
+    if (e.global_step != 14) return;
+    const auto params = strategy->module().parameters();
+    REQUIRE(params.size() == at12.size());
+    for (std::size_t i = 0; i < params.size(); ++i) CHECK(max_abs_diff(params[i].data(), at12[i]) == 0);
+    const optim::NamedTensors now = sgd.state();
+    REQUIRE(now.size() == state12.size());
+    for (std::size_t i = 0; i < now.size(); ++i) {
+      CAPTURE(now[i].first);
+      CHECK(now[i].first == state12[i].first);
+      if (now[i].first != "lr") CHECK(max_abs_diff(now[i].second, state12[i].second) == 0);
+    }
+  });
+  const train::FitResult r = trainer.fit(sgd);
+  CHECK(r.epochs[0].rollbacks == 1);
+  // No schedule: 0.1 throughout, but for the 3 updates after the rollback at 0.05.
+  REQUIRE(lr.size() == 20);
+  for (std::size_t i = 0; i < lr.size(); ++i) {
+    CAPTURE(i + 1);
+    CHECK(lr[i] == Approx(i + 1 >= 15 && i + 1 <= 17 ? 0.05 : 0.1));
+  }
+}

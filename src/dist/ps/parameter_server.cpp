@@ -487,14 +487,16 @@ optim::NamedTensors ParameterServer::piece_state(const ServerState& proto, const
   return state;
 }
 
-std::vector<std::vector<double>> ParameterServer::ask_servers(Control kind, double a, int tag, std::int64_t words) {
+std::vector<std::vector<double>> ParameterServer::ask_servers(Control kind, double a, int tag, std::int64_t words,
+                                                              int first, int last, double b) {
+  if (last < 0) last = options_.servers - 1;
   std::vector<RecvWorkPtr> answers;
   std::vector<Tensor> replies;
-  for (int s = 0; s < options_.servers; ++s) {
+  for (int s = first; s <= last; ++s) {
     replies.push_back(Tensor::empty({words}, {DType::f64}));
     answers.push_back(comm_->irecv(replies.back(), workers_ + s, tag));
   }
-  for (int s = 0; s < options_.servers; ++s) worker_->control(s, kind, a);
+  for (int s = first; s <= last; ++s) worker_->control(s, kind, a, b);
   std::vector<std::vector<double>> out;
   for (std::size_t s = 0; s < answers.size(); ++s) {
     answers[s]->wait();
@@ -516,9 +518,14 @@ void ParameterServer::keep_copy(std::int64_t id) {
 
 std::optional<std::int64_t> ParameterServer::restore_copy(std::int64_t id) {
   check_worker("restore_copy");
+  // Server 0 settles it: which copy, or that another worker's request came first. Then the
+  // others return to that copy by its id.
+  const std::vector<double> settled =
+      ask_servers(Control::Restore, static_cast<double>(id), ps::kRestoreTag, 2, 0, 0).front();
   std::optional<std::int64_t> restored;
-  for (const std::vector<double>& a : ask_servers(Control::Restore, static_cast<double>(id), ps::kRestoreTag, 2)) {
-    if (a[0] != 0) restored = static_cast<std::int64_t>(a[1]);
+  if (settled[0] != 0) {
+    restored = static_cast<std::int64_t>(settled[1]);
+    ask_servers(Control::Restore, static_cast<double>(*restored), ps::kRestoreTag, 2, 1, -1, 1.0);
   }
   // Each server answered after it restored (or found it done): its values now are those.
   worker_->expect_values();

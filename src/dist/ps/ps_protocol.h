@@ -56,8 +56,10 @@ enum class Control : std::int64_t {
   Stop,      // I am done; serve() returns when every worker is
   Save,      // hand your share to the checkpoint of global step a, then answer (worker 0)
   Copy,      // keep a copy of your shard (values, optimizer state) as copy a, then answer
-  Restore,   // return to copy a (a < 0: the older of the two latest), unless another
-             // worker's Restore did since your values were sent; answer, then Fetch
+  Restore,   // return to copy a (server 0: where no longer kept, or a < 0, the latest
+             // or the older of the two latest), unless another worker's Restore did since
+             // the values of your latest push; answer. Sent to server 0 first, then to the
+             // others with b = 1 and the copy it named (they follow without that check).
 };
 
 }  // namespace dtrain::dist::ps

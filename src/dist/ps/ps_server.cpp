@@ -43,6 +43,7 @@ PsServer::PsServer(Communicator& comm, int workers, int server, const PsLayout& 
   copies_.push_back(take_copy(-1));  // the start, where a rollback before any copy returns
   for (Worker& wk : workers_state_) {
     wk.piece_read.assign(pieces_.size(), 0);
+    wk.piece_generation.assign(pieces_.size(), 0);
     if (options_.delay_compensation > 0) wk.sent.resize(pieces_.size());
   }
   if (server_ > 0 && options_.mode != PsMode::Sync) {
@@ -206,7 +207,7 @@ void PsServer::on_control(int w, const std::vector<double>& message) {
     case Control::Stats: reply_stats(w); return;
     case Control::Save: save_share(w, static_cast<std::int64_t>(message[1])); return;
     case Control::Copy: keep_copy(w, static_cast<std::int64_t>(message[1])); return;
-    case Control::Restore: restore_copy(w, static_cast<std::int64_t>(message[1])); return;
+    case Control::Restore: restore_copy(w, static_cast<std::int64_t>(message[1]), message[2] != 0); return;
     case Control::Stop:
       wk.stopped = true;
       wk.state = Worker::State::Idle;
@@ -241,12 +242,17 @@ void PsServer::on_push(int w, std::size_t local, const Tensor& buffer) {
   const double lr = buffer.narrow(0, piece.length, 1).item();
   const bool skip = buffer.narrow(0, piece.length + 1, 1).item() != 0;
   wk.push_batches = static_cast<std::int64_t>(buffer.narrow(0, piece.length + 2, 1).item());
-  if (wk.pushed == 0) wk.computed_from = wk.generation;  // answers to this push may come after a rollback
-  const bool dropped = skip || undone(w);                // computed from values a rollback took back: not applied
+  if (wk.pushed == 0) {  // answers to this push may come after a rollback
+    wk.computed_from = *std::min_element(wk.piece_generation.begin(), wk.piece_generation.end());
+  }
+  // Computed from values a rollback took back: not applied, and the worker goes on from the
+  // restored values.
+  const bool taken_back = undone(w);
   if (options_.mode == PsMode::Sync) {
-    sync_push(w, local, grad, lr, dropped);
+    if (taken_back) send_piece(w, local);
+    else sync_push(w, local, grad, lr, skip);
   } else {
-    if (!dropped) stale_push(w, local, grad, lr);
+    if (!skip && !taken_back) stale_push(w, local, grad, lr);
     if (options_.mode == PsMode::Async) send_piece(w, local);  // at once: overlaps the rest of its push
   }
   if (++wk.pushed == pieces_.size()) push_complete(w, wk.push_batches);
@@ -412,7 +418,7 @@ void PsServer::send_piece(int w, std::size_t local, const Tensor& values) {
   if (wk.sends.size() >= 2 * pieces_.size()) std::erase_if(wk.sends, [](const WorkPtr& s) { return s->test(); });
   wk.sends.push_back(comm_.isend(values, w, ps::kPieceTag + static_cast<int>(pieces_[local].id)));
   wk.piece_read[local] = pieces_[local].updates;
-  wk.generation = generation_;
+  wk.piece_generation[local] = generation_;
   if (options_.delay_compensation > 0) wk.sent[local] = values;  // a copy, never written: the worker's next point
 }
 

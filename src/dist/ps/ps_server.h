@@ -111,10 +111,12 @@ class PsServer {
   // copy and the two latest are kept), then tells worker w.
   void keep_copy(int w, std::int64_t id);
   Copy take_copy(std::int64_t id) const;
-  // Returns the pieces to copy `id` (or, when not kept or id < 0, the older of the two
-  // latest) and starts a new generation, unless worker w's latest push was computed from
-  // values of an earlier generation (another worker's Restore came first); answers w.
-  void restore_copy(int w, std::int64_t id);
+  // Returns the pieces to copy `id` and starts a new generation, unless worker w's latest
+  // push was computed from values of an earlier generation (another worker's Restore came
+  // first); answers w. Server 0 settles which copy: `id` where kept, else the latest when
+  // nothing was copied since the last rollback, else the older of the two latest. The other
+  // servers follow (`named`: server 0 named `id`, which they must keep).
+  void restore_copy(int w, std::int64_t id, bool named);
   // Whether worker w's latest push was computed from values sent before the latest rollback
   // (it is then dropped, and w goes on from the restored values).
   bool undone(int w) const;
@@ -132,6 +134,7 @@ class PsServer {
   // Rollback: the copies kept (the first, then the two latest), and the rollbacks so far.
   std::vector<Copy> copies_;
   std::int64_t generation_ = 0;
+  bool copied_since_rollback_ = true;  // the latest copy is not the one a rollback returned to
   std::int64_t waiting_order_ = 0;
   int stopped_ = 0;
   int reporters_ = 0;  // server 0: the servers whose progress reports have not ended

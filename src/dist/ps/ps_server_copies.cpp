@@ -1,7 +1,9 @@
 // PsServer, rollback: copies of the server's pieces (values and optimizer state) that a
 // worker asks for as the Trainer takes its snapshots, and the return to one when a worker's
 // Trainer finds the loss diverged. Every server keeps the same copies (the worker that asks
-// waits for all of them), so the servers return their shards to the same point together.
+// waits for all of them). A worker asks server 0 first, which settles which copy (and whether
+// another worker's request came first), then the others for that copy by its id: so the
+// servers return their shards to the same point together, whatever else is in flight.
 #include "dist/ps/ps_protocol.h"
 #include "dist/ps/ps_server.h"
 #include "dist/ps/ps_server_state.h"
@@ -24,39 +26,56 @@ PsServer::Copy PsServer::take_copy(std::int64_t id) const {
 }
 
 void PsServer::keep_copy(int w, std::int64_t id) {
-  // The first copy (the start) stays: a rollback finds at least that one.
-  if (copies_.size() >= 3) copies_.erase(copies_.begin() + 1);
+  // The first copy (the start) stays: a rollback finds at least that one. Three latest: the
+  // older of two that server 0 picks is still here when one more copy comes in between.
+  if (copies_.size() >= 4) copies_.erase(copies_.begin() + 1);
   copies_.push_back(take_copy(id));
+  copied_since_rollback_ = true;
   comm_.send(Tensor::full({1}, 1.0, {DType::f64}), w, ps::kCopyTag);
 }
 
 bool PsServer::undone(int w) const { return workers_state_[static_cast<std::size_t>(w)].computed_from < generation_; }
 
-void PsServer::restore_copy(int w, std::int64_t id) {
+void PsServer::restore_copy(int w, std::int64_t id, bool named) {
   const auto answer = [&](bool restored, std::int64_t copy) {
     comm_.send(Tensor::from_vector<double>({restored ? 1.0 : 0.0, static_cast<double>(copy)}, {2}), w, ps::kRestoreTag);
   };
-  if (undone(w)) {
+  if (!named && undone(w)) {
     // Its loss (of its latest push) came from values that a rollback has since taken back:
     // that rollback answered it already.
     answer(false, -1);
     return;
   }
   auto it = std::find_if(copies_.begin(), copies_.end(), [&](const Copy& c) { return c.id == id && id >= 0; });
-  if (it == copies_.end()) it = copies_.size() >= 3 ? copies_.end() - 2 : copies_.end() - 1;
+  DTRAIN_CHECK(it != copies_.end() || !named,
+               "parameter server {}: worker {} asked for copy {}, which this server no longer keeps", server_, w, id);
+  if (it == copies_.end()) {
+    // The latest copy was taken after the last healthy loss its worker saw, maybe after the
+    // trouble began: the one before it, unless the latest is where a rollback returned.
+    it = copied_since_rollback_ && copies_.size() >= 3 ? copies_.end() - 2 : copies_.end() - 1;
+  }
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
     Piece& p = pieces_[i];
-    p.value.copy_(it->values[i]);  // in place: the optimizer's parameters are views of it
-    optim::NamedTensors state;
-    for (const auto& [name, t] : it->states[i]) state.emplace_back(name, t.clone());
-    p.optimizer->load_state(state);
+    p.value.copy_(it->values[i]);            // in place: the optimizer's parameters are views of it
+    p.optimizer->load_state(it->states[i]);  // copies what it keeps
   }
+  // The copies after it belong to the trajectory just taken back.
+  copies_.erase(it + 1, copies_.end());
+  copied_since_rollback_ = false;
   ++generation_;
+  // Sync updates still collecting gradients (backup workers) held gradients of the values
+  // taken back: their contributors go on from the restored ones.
+  for (std::size_t i = 0; i < pieces_.size(); ++i) {
+    Piece& p = pieces_[i];
+    for (int v : p.contributors) send_piece(v, i);
+    p.contributors.clear();
+    p.skip = false;
+  }
   if (server_ == 0) {
     spdlog::warn("parameter server 0: worker {} found the loss diverged; every server returns to copy {} (rollback {})",
-                 w, it->id, generation_);
+                 w, copies_.back().id, generation_);
   }
-  answer(true, it->id);
+  answer(true, copies_.back().id);
 }
 
 }  // namespace dtrain::dist

@@ -205,7 +205,7 @@ class ParameterServer {
   // between, since worker 0 has not pushed the next step's gradient).
   void request_save(std::int64_t step);
   // Rollback (train::GuardOptions). Every server keeps a copy of its shard (values and
-  // optimizer state) as copy `id`: the first it had and the two latest copies are kept.
+  // optimizer state) as copy `id`: the first it had and the three latest copies are kept.
   // Returns when all have.
   void keep_copy(std::int64_t id);
   // Every server returns its shard to copy `id` (when no longer kept, or id < 0: the older
@@ -218,8 +218,10 @@ class ParameterServer {
  private:
   class Worker;
   void check_worker(const char* op) const;
-  // Sends every server `kind` (with `a`) and returns each one's answer: `words` f64 on `tag`.
-  std::vector<std::vector<double>> ask_servers(ps::Control kind, double a, int tag, std::int64_t words);
+  // Sends `kind` (with `a` and `b`) to servers `first` to `last` (-1: the last server) and
+  // returns each one's answer: `words` f64 on `tag`.
+  std::vector<std::vector<double>> ask_servers(ps::Control kind, double a, int tag, std::int64_t words, int first = 0,
+                                               int last = -1, double b = 0);
   // Async and ssp with lost_after: a receive for server 0's notice that this worker was
   // dropped, and the departure check (set_departure_check) that reads it.
   void watch_for_drop();
