@@ -157,7 +157,8 @@ void add_guard_flags(CLI::App& app, train::GuardOptions& g) {
                "end the run when the loss diverges (non-finite, or a spike) instead of rolling back to the last "
                "good in-memory snapshot and skipping the batches since");
   app.add_option("--spike-factor", g.spike_factor,
-                 "a loss above this many times the running median of the last 50 is a spike (0: no spike check)")
+                 "a loss above this many times the running median of the last 10 checks (every 10th update) is a "
+                 "spike (0: no spike check)")
       ->check(CLI::Validator(
           [](std::string& text) { return std::stod(text) == 0 || std::stod(text) > 1 ? "" : "must be 0 or > 1"; },
           "0 or > 1"))

@@ -30,7 +30,7 @@ void check_guard_options(const GuardOptions& o) {
   DTRAIN_CHECK(o.cooldown >= 0, "guard: cooldown must be >= 0 updates, got {}", o.cooldown);
   DTRAIN_CHECK(o.nonfinite_patience >= 1, "guard: nonfinite_patience must be >= 1, got {}", o.nonfinite_patience);
   DTRAIN_CHECK(o.stall_updates >= 0, "guard: stall_updates must be >= 0 (0: off), got {}", o.stall_updates);
-  DTRAIN_CHECK(o.gpu_check_every >= 1, "guard: gpu_check_every must be >= 1, got {}", o.gpu_check_every);
+  DTRAIN_CHECK(o.check_every >= 1, "guard: check_every must be >= 1, got {}", o.check_every);
 }
 
 LossWatch::LossWatch(const GuardOptions& options, bool scaled) : options_(options), scaled_(scaled) {

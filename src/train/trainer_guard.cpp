@@ -45,7 +45,7 @@ bool Trainer::guard_checks(const Epoch& e, std::int64_t step) const {
   if (!guard_ || caps_.server) return false;
   // The same updates on every rank (ranks that step together check together): not where
   // this rank happens to read its loss.
-  return e.read_each_step || global_step_ % guard_->options.gpu_check_every == 0 || step == e.updates;
+  return global_step_ % guard_->options.check_every == 0 || step == e.updates;
 }
 
 void Trainer::set_update_lr(Epoch& e, std::int64_t position) {

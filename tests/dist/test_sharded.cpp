@@ -416,7 +416,7 @@ TEST_CASE("Sharded data parallel, stage 3: a rollback returns every rank's shard
                          {.epochs = 2,
                           .loss = spiking,
                           .verbose = false,
-                          .guard = {.window = 3, .snapshot_every = 4, .stall_updates = 0}});
+                          .guard = {.window = 3, .snapshot_every = 4, .stall_updates = 0, .check_every = 1}});
   REQUIRE(trainer.updates_per_epoch() == 8);
   const auto state = [&] {
     std::vector<Tensor> all = whole_snapshot(*strategy);  // collective: every rank at the same update

@@ -19,7 +19,8 @@ using namespace dtrain;
 
 namespace {
 
-train::GuardOptions small_window() { return {.window = 5, .snapshot_every = 4, .stall_updates = 0}; }
+// Checks at every update, so that the steps named are exact.
+train::GuardOptions small_window() { return {.window = 5, .snapshot_every = 4, .stall_updates = 0, .check_every = 1}; }
 
 using test::blobs;
 

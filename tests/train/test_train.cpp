@@ -187,14 +187,15 @@ TEST_CASE("Trainer stops on divergence and rejects batches that do not split", "
   auto strategy = local_mlp(5);
   optim::SGD sgd = make_sgd(*strategy);
   train::Trainer trainer(strategy, {.train = blobs(64, 3), .batch_size = 16},
-                         {.verbose = false, .guard = {.rollback = false}});
+                         {.verbose = false, .guard = {.rollback = false, .check_every = 1}});
   optim::ConstantLr huge(1e30);
   CHECK_THROWS_WITH(trainer.fit(sgd, &huge), Catch::Contains("training diverged at step 2: non-finite loss"));
   // With rollback (the default) updates 2, 4 and 6 each go back to the start (the update after
   // one is computed from the start's values), and 8 gives up.
   auto fresh = local_mlp(5);  // the other's parameters are NaN now
   optim::SGD fresh_sgd = make_sgd(*fresh);
-  train::Trainer healing(fresh, {.train = blobs(144, 3), .batch_size = 16}, {.verbose = false});
+  train::Trainer healing(fresh, {.train = blobs(144, 3), .batch_size = 16},
+                         {.verbose = false, .guard = {.check_every = 1}});
   CHECK_THROWS_WITH(healing.fit(fresh_sgd, &huge), Catch::Contains("training diverged at step 8: non-finite loss") &&
                                                        Catch::Contains("after 3 rollback(s), the most allowed"));
   CHECK_THROWS_WITH(train::Trainer(strategy, {.train = blobs(64, 3), .batch_size = 30}, {.accumulate = 4}),

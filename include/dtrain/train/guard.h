@@ -1,13 +1,15 @@
 // GuardOptions: what the Trainer does when training goes wrong (TrainerOptions::guard).
 //
-// The Trainer reads every update's training loss (on a GPU every gpu_check_every updates,
-// since reading waits for the device), as the mean over the ranks that step together, and
+// Every check_every updates (and at an epoch's last) the Trainer checks the update's training
+// loss, as the mean over the ranks that step together (one all-reduce of four numbers; on a
+// GPU reading it waits for the device), with the non-finite losses since the last check, and
 // finds:
 // - a non-finite loss: at once without a loss scaler (a non-finite gradient norm too); with
 //   one, after nonfinite_patience consecutive checks (the scaler skips overflowing steps and
 //   lowers its scale: a loss that stays non-finite is past what it can fix);
-// - a spike: a loss above spike_factor times the median of the last `window` finite ones
-//   (never less than a tenth of the loss's starting level: the median of the first window);
+// - a spike: a loss above spike_factor times the median of the last `window` checked ones
+//   that were finite (never less than a tenth of the loss's starting level: the median of
+//   the first window);
 // - a loss that stays at its starting level (a classifier at chance) or grows well above its
 //   best running median for stall_updates updates.
 // The first two are divergence. With rollback (the default) the Trainer returns the model
@@ -32,16 +34,16 @@
 namespace dtrain::train {
 
 struct GuardOptions {
-  bool rollback = true;               // false: divergence ends the run with a message
-  double spike_factor = 5;            // > 1; 0: no spike check
-  std::int64_t window = 50;           // finite losses in the running median (the spike check starts once it is full)
-  std::int64_t snapshot_every = 50;   // updates between in-memory snapshots
-  int max_rollbacks = 3;              // one more ends the run
-  double lr_factor = 0.5;             // in (0, 1]: the learning rate's factor after a rollback
-  std::int64_t cooldown = 50;         // updates at the lowered learning rate
-  int nonfinite_patience = 3;         // with a loss scaler: consecutive non-finite losses it may skip
-  std::int64_t stall_updates = 100;   // updates a stalled or growing loss runs before it is reported (0: never)
-  std::int64_t gpu_check_every = 10;  // updates between checks on a GPU (1 on the CPU)
+  bool rollback = true;              // false: divergence ends the run with a message
+  double spike_factor = 5;           // > 1; 0: no spike check
+  std::int64_t window = 10;          // checked losses in the running median (the spike check starts once full)
+  std::int64_t snapshot_every = 50;  // updates between in-memory snapshots
+  int max_rollbacks = 3;             // one more ends the run
+  double lr_factor = 0.5;            // in (0, 1]: the learning rate's factor after a rollback
+  std::int64_t cooldown = 50;        // updates at the lowered learning rate
+  int nonfinite_patience = 3;        // with a loss scaler: consecutive non-finite losses it may skip
+  std::int64_t stall_updates = 100;  // updates a stalled or growing loss runs before it is reported (0: never)
+  std::int64_t check_every = 10;     // updates between checks (rarer: cheaper, later)
 };
 
 // Throws naming the field and the expectation when a value is out of range.

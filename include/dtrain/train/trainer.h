@@ -256,8 +256,8 @@ class Trainer {
   bool evaluate_inside(int epoch, double fraction);
   // The guard (trainer_guard.cpp; train/guard.h). make_guard: after the step configs.
   void make_guard();
-  // Whether update `step` of the epoch is checked: each on the CPU, every gpu_check_every
-  // updates and the epoch's last on a GPU.
+  // Whether update `step` of the epoch is checked: every check_every updates, and the
+  // epoch's last.
   bool guard_checks(const Epoch& e, std::int64_t step) const;
   // The learning rate of the next update: the schedule's (or, without one, the optimizer's),
   // lowered after a rollback.
