@@ -29,7 +29,15 @@ done
 mpi=(mpirun --allow-run-as-root --oversubscribe)
 raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT
-describe() { git -C "$1" describe --always --dirty 2>/dev/null || echo "?"; }
+# The build's commit, "-dirty" when its tree differs (bench/results/ and docs/ left out, as
+# bench/provenance.sh does: this run's own output lands there).
+describe() {
+  local commit
+  commit=$(git -C "$1" rev-parse --short HEAD 2>/dev/null) || { echo "?"; return; }
+  git -C "$1" diff --quiet HEAD -- ':(top)' ':(top,exclude)bench/results' ':(top,exclude)docs' 2>/dev/null \
+    || commit="$commit-dirty"
+  echo "$commit"
+}
 source "$(dirname "$0")/provenance.sh"
 provenance_text "" "before/after: $before ($(describe "$before")) and $after ($(describe "$after"))"
 echo "# $(date -u +%Y-%m-%dT%H:%MZ); $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cores"
