@@ -5,6 +5,7 @@
 #pragma once
 
 #include "dtrain/train/trainer.h"
+#include "train/epoch_sums.h"
 #include "train/loss_watch.h"
 #include "train/state_snapshot.h"
 
@@ -40,6 +41,14 @@ struct Trainer::Guard {
   int rollbacks = 0;
   std::int64_t cooldown_until = 0;       // global step: updates up to it run at lr_factor
   std::optional<double> unscheduled_lr;  // without a schedule: the learning rate before the cooldown
+
+  // After a rollback: the epoch's sums go back to the last healthy check (the updates undone
+  // no longer count), and a run of non-finite losses starts over.
+  void forget_trouble(EpochSums& sums) {
+    sums.restore(healthy_sums);
+    nonfinite_seen = sums.nonfinite();
+    watch.after_rollback();
+  }
 };
 
 }  // namespace dtrain::train

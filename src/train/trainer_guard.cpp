@@ -37,7 +37,6 @@ std::string describe(const LossCheck& c, double spike_factor) {
 }  // namespace
 
 void Trainer::make_guard() {
-  check_guard_options(options_.guard);
   guard_ = std::make_unique<Guard>(options_.guard, train_config_.scaler != nullptr, *strategy_, caps_);
 }
 
@@ -177,9 +176,7 @@ void Trainer::guard_rollback(Epoch& e, const LossCheck& c, const std::string& wh
       guard_say(e, fmt::format("step {}: {}; another worker's rollback had already returned the servers to an "
                                "earlier copy: this worker goes on from it",
                                global_step_, what));
-      e.sums.restore(g.healthy_sums);
-      g.nonfinite_seen = e.sums.nonfinite();
-      g.watch.after_rollback();
+      g.forget_trouble(e.sums);
       return;
     }
     to = restored.value_or(g.remote_good);  // in lockstep another rank's request was this one
@@ -195,9 +192,7 @@ void Trainer::guard_rollback(Epoch& e, const LossCheck& c, const std::string& wh
   }
   ++g.rollbacks;
   ++e.rollbacks;
-  e.sums.restore(g.healthy_sums);
-  g.nonfinite_seen = e.sums.nonfinite();
-  g.watch.after_rollback();
+  g.forget_trouble(e.sums);
   g.last_snapshot = global_step_;  // the next snapshot comes a whole stretch later
   if (g.options.cooldown > 0 && g.options.lr_factor < 1) g.cooldown_until = global_step_ + g.options.cooldown;
   const std::int64_t first = std::max<std::int64_t>(to + 1, 1);
