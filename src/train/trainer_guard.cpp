@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -166,10 +167,11 @@ bool Trainer::guard_update(Epoch& e, const dist::StepStats& stats, std::int64_t 
 
 void Trainer::guard_rollback(Epoch& e, const LossCheck& c, const std::string& what) {
   Guard& g = *guard_;
-  std::int64_t to = 0;  // the global step the snapshot was taken after
+  std::int64_t undone = 0;  // this rank's updates taken back
+  std::int64_t to = 0;      // the global step the snapshot was taken after
   std::string where;
   if (g.remote) {
-    const std::optional<std::int64_t> restored = g.remote->restore_copy(g.remote_good);
+    const std::optional<dist::RemoteState::Restored> restored = g.remote->restore_copy(g.remote_good);
     g.remote_waiting = -1;
     if (!restored && !g.lockstep) {
       // Another worker's rollback came first; this worker took its values.
@@ -179,8 +181,12 @@ void Trainer::guard_rollback(Epoch& e, const LossCheck& c, const std::string& wh
       g.forget_trouble(e.sums);
       return;
     }
-    to = restored.value_or(g.remote_good);  // in lockstep another rank's request was this one
-    where = to < 0 ? "the servers' starting copy" : fmt::format("the servers' copy after global step {}", to);
+    // In lockstep another rank's request was this one, and the copy's id is this rank's step.
+    to = restored ? restored->copy : g.remote_good;
+    undone = restored && !g.lockstep ? restored->undone : global_step_ - std::max<std::int64_t>(to, 0);
+    where = to < 0              ? std::string("the servers' starting copy")
+            : g.lockstep        ? fmt::format("the servers' copy after global step {}", to)
+                                : fmt::format("the servers' copy after the chief's step {}", to);
   } else {
     const StateSnapshot& s = g.local[static_cast<std::size_t>(g.good)];
     const double lr = e.optimizer.lr();  // the snapshot's may be a cooldown's, or not one
@@ -188,6 +194,7 @@ void Trainer::guard_rollback(Epoch& e, const LossCheck& c, const std::string& wh
     e.optimizer.set_lr(lr);
     g.waiting = -1;
     to = s.global_step;
+    undone = global_step_ - to;
     where = fmt::format("the snapshot after step {} (epoch {}, update {})", to, s.epoch, s.step_in_epoch);
   }
   ++g.rollbacks;
@@ -195,11 +202,14 @@ void Trainer::guard_rollback(Epoch& e, const LossCheck& c, const std::string& wh
   g.forget_trouble(e.sums);
   g.last_snapshot = global_step_;  // the next snapshot comes a whole stretch later
   if (g.options.cooldown > 0 && g.options.lr_factor < 1) g.cooldown_until = global_step_ + g.options.cooldown;
-  const std::int64_t first = std::max<std::int64_t>(to + 1, 1);
+  undone = std::clamp<std::int64_t>(undone, 0, global_step_);
+  const std::int64_t first = global_step_ - undone + 1;
   guard_say(
-      e, fmt::format("step {}: {}; rolled back to {}: {} update(s) undone, the batches of steps {}-{} "
-                     "skipped{} (rollback {} of at most {})",
-                     global_step_, what, where, global_step_ - first + 1, first, global_step_,
+      e, fmt::format("step {}: {}; rolled back to {}: {}{} (rollback {} of at most {})",
+                     global_step_, what, where,
+                     undone == 0 ? std::string("none of this rank's updates undone")
+                                 : fmt::format("{} update(s) undone, the batches of steps {}-{} skipped", undone,
+                                               first, global_step_),
                      g.cooldown_until > global_step_ ? fmt::format(", the next {} updates at {:g}x the learning rate",
                                                                    g.options.cooldown, g.options.lr_factor)
                                                      : "",

@@ -545,3 +545,62 @@ TEST_CASE("ps sync with a backup worker: a last push that comes when the others 
   });
   check_one_batch_dropped(run, kBatches);
 }
+
+TEST_CASE("ps sync rollback: a worker whose request comes second takes every server's restored values", "[mpi][dist]") {
+  // Two workers and two servers in lockstep. Worker 0 asks for a copy after step 3; after
+  // step 5 worker 1 asks to return to it first (server 0 restores, then server 1 by its
+  // number), worker 0 second (server 0 answers that a rollback came first; worker 0 still
+  // makes sure server 1 reached that rollback before it fetches, which server 1 finds done
+  // and must not repeat). Both must hold the copy's values bit for bit, worker 1 must count
+  // its own 2 pushes since the copy as undone, and the next steps must complete (a worker
+  // holding values from before the rollback has its push dropped, and the other waits for
+  // it forever). The race this guards against, worker 0's fetch reaching server 1 before
+  // worker 1's request does, cannot be forced from here: train_mnist.np4_ps_sync_rollback
+  // hung on it about one run in ten before the second request.
+  auto world = dist::world();
+  if (world->size() != 4) {
+    SUCCEED("needs two workers and two servers (mpirun -np 4)");
+    return;
+  }
+  auto model = make_mlp();
+  auto sgd = make_sgd(*model);
+  dist::ParameterServer ps(world, model, {.mode = dist::PsMode::Sync, .servers = 2, .bucket_bytes = 64});
+  if (ps.is_server()) {
+    ps.serve(sgd);
+    return;
+  }
+  const Batch batch = make_batch(kRowsPerWorker);
+  const auto step = [&] {
+    sgd.zero_grad();
+    ps.begin_push(0.1);
+    cross_entropy((*model)(Variable(batch.x)), batch.y).backward();
+    ps.finish_push();
+  };
+  ps.join();
+  for (int s = 0; s < 3; ++s) step();
+  std::vector<Tensor> at_copy;
+  for (const Variable& p : model->parameters()) at_copy.push_back(p.data().clone());
+  if (ps.worker_index() == 0) ps.keep_copy(3);
+  ps.worker_group()->barrier();  // worker 1's fourth push comes after the copy
+  for (int s = 0; s < 2; ++s) step();
+  std::optional<dist::RemoteState::Restored> restored;
+  if (ps.worker_index() == 1) restored = ps.restore_copy(3);
+  ps.worker_group()->barrier();
+  if (ps.worker_index() == 0) restored = ps.restore_copy(3);
+  double diff = 0;
+  const auto params = model->parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) diff = std::max(diff, max_abs_diff(params[i].data(), at_copy[i]));
+  for (int s = 0; s < 2; ++s) step();
+  ps.leave();
+  ps.sync_parameters();
+  ps.shutdown();
+  INFO("worker " << ps.worker_index());
+  CHECK(diff == 0);
+  if (ps.worker_index() == 1) {
+    REQUIRE(restored.has_value());
+    CHECK(restored->copy == 3);
+    CHECK(restored->undone == 2);
+  } else {
+    CHECK_FALSE(restored.has_value());
+  }
+}

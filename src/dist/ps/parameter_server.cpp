@@ -516,17 +516,21 @@ void ParameterServer::keep_copy(std::int64_t id) {
   ask_servers(Control::Copy, static_cast<double>(id), ps::kCopyTag, 1);
 }
 
-std::optional<std::int64_t> ParameterServer::restore_copy(std::int64_t id) {
+std::optional<RemoteState::Restored> ParameterServer::restore_copy(std::int64_t id) {
   check_worker("restore_copy");
   // Server 0 settles it: which copy, or that another worker's request came first. Then the
-  // others return to that copy by its id.
+  // others return to that copy by its id, as server 0's rollback number; also when another
+  // worker's request came first, which may not have reached them yet: this worker's values
+  // must not come from before it (in lockstep that worker's next push would wait forever for
+  // this one's, which the servers would drop).
   const std::vector<double> settled =
-      ask_servers(Control::Restore, static_cast<double>(id), ps::kRestoreTag, 2, 0, 0).front();
-  std::optional<std::int64_t> restored;
+      ask_servers(Control::Restore, static_cast<double>(id), ps::kRestoreTag, 4, 0, 0).front();
+  std::optional<RemoteState::Restored> restored;
   if (settled[0] != 0) {
-    restored = static_cast<std::int64_t>(settled[1]);
-    ask_servers(Control::Restore, static_cast<double>(*restored), ps::kRestoreTag, 2, 1, -1, 1.0);
+    restored = RemoteState::Restored{.copy = static_cast<std::int64_t>(settled[1]),
+                                     .undone = static_cast<std::int64_t>(settled[2])};
   }
+  if (options_.servers > 1) ask_servers(Control::Restore, settled[1], ps::kRestoreTag, 4, 1, -1, settled[3]);
   // Each server answered after it restored (or found it done): its values now are those.
   worker_->expect_values();
   for (int s = 0; s < options_.servers; ++s) worker_->control(s, Control::Fetch);

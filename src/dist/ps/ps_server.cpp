@@ -207,7 +207,9 @@ void PsServer::on_control(int w, const std::vector<double>& message) {
     case Control::Stats: reply_stats(w); return;
     case Control::Save: save_share(w, static_cast<std::int64_t>(message[1])); return;
     case Control::Copy: keep_copy(w, static_cast<std::int64_t>(message[1])); return;
-    case Control::Restore: restore_copy(w, static_cast<std::int64_t>(message[1]), message[2] != 0); return;
+    case Control::Restore:
+      restore_copy(w, static_cast<std::int64_t>(message[1]), static_cast<std::int64_t>(message[2]));
+      return;
     case Control::Stop:
       wk.stopped = true;
       wk.state = Worker::State::Idle;

@@ -111,12 +111,14 @@ class PsServer {
   // copy and the two latest are kept), then tells worker w.
   void keep_copy(int w, std::int64_t id);
   Copy take_copy(std::int64_t id) const;
-  // Returns the pieces to copy `id` and starts a new generation, unless worker w's latest
-  // push was computed from values of an earlier generation (another worker's Restore came
-  // first); answers w. Server 0 settles which copy: `id` where kept, else the latest when
-  // nothing was copied since the last rollback, else the older of the two latest. The other
-  // servers follow (`named`: server 0 named `id`, which they must keep).
-  void restore_copy(int w, std::int64_t id, bool named);
+  // Returns the pieces to copy `id` and starts a new generation; answers w (whether it did,
+  // the copy, w's pushes since it, the generation). Server 0 (generation 0: it settles)
+  // does not when worker w's latest push was computed from values of an earlier generation
+  // (another worker's Restore came first); it picks `id` where kept, else the latest when
+  // nothing was copied since the last rollback, else the older of the two latest. The others
+  // follow server 0's answer: to copy `id` as `generation`, unless they are there already
+  // (every worker that asked server 0 asks them, so none fetches values from before it).
+  void restore_copy(int w, std::int64_t id, std::int64_t generation);
   // Whether worker w's latest push was computed from values sent before the latest rollback
   // (it is then dropped, and w goes on from the restored values).
   bool undone(int w) const;
@@ -134,6 +136,7 @@ class PsServer {
   // Rollback: the copies kept (the first, then the two latest), and the rollbacks so far.
   std::vector<Copy> copies_;
   std::int64_t generation_ = 0;
+  std::int64_t restored_to_ = -1;      // the copy of the latest rollback
   bool copied_since_rollback_ = true;  // the latest copy is not the one a rollback returned to
   std::int64_t waiting_order_ = 0;
   int stopped_ = 0;

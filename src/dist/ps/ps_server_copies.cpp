@@ -15,7 +15,8 @@
 namespace dtrain::dist {
 
 PsServer::Copy PsServer::take_copy(std::int64_t id) const {
-  Copy c{.id = id, .values = {}, .states = {}};
+  Copy c{.id = id, .values = {}, .states = {}, .pushes = {}};
+  for (const Worker& wk : workers_state_) c.pushes.push_back(wk.pushes);
   for (const Piece& p : pieces_) {
     c.values.push_back(p.value.clone());
     optim::NamedTensors state;
@@ -36,24 +37,36 @@ void PsServer::keep_copy(int w, std::int64_t id) {
 
 bool PsServer::undone(int w) const { return workers_state_[static_cast<std::size_t>(w)].computed_from < generation_; }
 
-void PsServer::restore_copy(int w, std::int64_t id, bool named) {
-  const auto answer = [&](bool restored, std::int64_t copy) {
-    comm_.send(Tensor::from_vector<double>({restored ? 1.0 : 0.0, static_cast<double>(copy)}, {2}), w, ps::kRestoreTag);
+void PsServer::restore_copy(int w, std::int64_t id, std::int64_t generation) {
+  // Whether it restored, the copy, the worker's pushes since the copy (which the worker
+  // counts its undone updates by: the copy's id counts the chief's steps), and the
+  // generation the servers are to reach.
+  const auto answer = [&](bool restored, std::int64_t undone_pushes) {
+    comm_.send(Tensor::from_vector<double>({restored ? 1.0 : 0.0, static_cast<double>(restored_to_),
+                                            static_cast<double>(undone_pushes), static_cast<double>(generation_)},
+                                           {4}),
+               w, ps::kRestoreTag);
   };
-  if (!named && undone(w)) {
-    // Its loss (of its latest push) came from values that a rollback has since taken back:
-    // that rollback answered it already.
-    answer(false, -1);
+  if (generation > 0 ? generation_ >= generation : undone(w)) {
+    // Server 0: its loss (of its latest push) came from values that a rollback has since
+    // taken back, which the worker now makes sure every server has reached. Another server:
+    // another worker's request brought it there (or past) already.
+    answer(false, 0);
     return;
   }
-  auto it = std::find_if(copies_.begin(), copies_.end(), [&](const Copy& c) { return c.id == id && id >= 0; });
-  DTRAIN_CHECK(it != copies_.end() || !named,
-               "parameter server {}: worker {} asked for copy {}, which this server no longer keeps", server_, w, id);
-  if (it == copies_.end()) {
-    // The latest copy was taken after the last healthy loss its worker saw, maybe after the
-    // trouble began: the one before it, unless the latest is where a rollback returned.
-    it = copied_since_rollback_ && copies_.size() >= 3 ? copies_.end() - 2 : copies_.end() - 1;
+  auto it = copies_.end();
+  if (generation > 0) {
+    it = std::find_if(copies_.begin(), copies_.end(), [&](const Copy& c) { return c.id == id; });
+    DTRAIN_CHECK(it != copies_.end(), "parameter server {}: worker {} asked for copy {}, which this server no longer keeps",
+                 server_, w, id);
+  } else {
+    it = std::find_if(copies_.begin(), copies_.end(), [&](const Copy& c) { return c.id == id && id >= 0; });
+    // Not named: the latest copy was taken after the last healthy loss its worker saw, maybe
+    // after the trouble began: the one before it, unless the latest is where a rollback returned.
+    if (it == copies_.end()) it = copied_since_rollback_ && copies_.size() >= 3 ? copies_.end() - 2 : copies_.end() - 1;
   }
+  const std::size_t wi = static_cast<std::size_t>(w);
+  const std::int64_t since = workers_state_[wi].pushes - it->pushes[wi];
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
     Piece& p = pieces_[i];
     p.value.copy_(it->values[i]);            // in place: the optimizer's parameters are views of it
@@ -62,7 +75,10 @@ void PsServer::restore_copy(int w, std::int64_t id, bool named) {
   // The copies after it belong to the trajectory just taken back.
   copies_.erase(it + 1, copies_.end());
   copied_since_rollback_ = false;
-  ++generation_;
+  restored_to_ = copies_.back().id;
+  // Server 0 numbers the rollbacks; the others take its number (requests for an earlier one,
+  // still in flight, then find it reached).
+  generation_ = generation > 0 ? generation : generation_ + 1;
   // Sync updates still collecting gradients (backup workers) held gradients of the values
   // taken back: their contributors go on from the restored ones.
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
@@ -73,9 +89,9 @@ void PsServer::restore_copy(int w, std::int64_t id, bool named) {
   }
   if (server_ == 0) {
     spdlog::warn("parameter server 0: worker {} found the loss diverged; every server returns to copy {} (rollback {})",
-                 w, copies_.back().id, generation_);
+                 w, restored_to_, generation_);
   }
-  answer(true, copies_.back().id);
+  answer(true, since);
 }
 
 }  // namespace dtrain::dist

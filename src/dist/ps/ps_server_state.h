@@ -66,6 +66,7 @@ struct PsServer::Copy {
   std::int64_t id = 0;
   std::vector<Tensor> values;
   std::vector<optim::NamedTensors> states;
+  std::vector<std::int64_t> pushes;  // each worker's completed pushes here when it was taken
 };
 
 // What a Slot's receive is for, besides a piece of this server (local >= 0).

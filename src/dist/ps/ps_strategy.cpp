@@ -101,7 +101,7 @@ bool ParameterServerStrategy::keeps_copies() const { return world_->rank() == 0;
 
 void ParameterServerStrategy::keep_copy(std::int64_t id) { parameter_server().keep_copy(id); }
 
-std::optional<std::int64_t> ParameterServerStrategy::restore_copy(std::int64_t id) {
+std::optional<RemoteState::Restored> ParameterServerStrategy::restore_copy(std::int64_t id) {
   return parameter_server().restore_copy(id);
 }
 

@@ -131,10 +131,17 @@ class RemoteState {
   virtual bool keeps_copies() const = 0;
   // The holders keep a copy of their state as copy `id` (the Trainer's global step).
   virtual void keep_copy(std::int64_t id) = 0;
+  // The copy the holders returned to, and how many of this rank's updates that took back
+  // (its pushes the holders took in since the copy: where ranks do not step together the
+  // copy's id counts another rank's steps).
+  struct Restored {
+    std::int64_t copy = -1;
+    std::int64_t undone = 0;
+  };
   // The holders return to copy `id` (where they no longer have it, or id < 0, to an older
   // one they keep) and this rank takes their state; nullopt when another rank's request had
   // returned them already since this rank took its state (it now has the returned state).
-  virtual std::optional<std::int64_t> restore_copy(std::int64_t id) = 0;
+  virtual std::optional<Restored> restore_copy(std::int64_t id) = 0;
 };
 
 struct Capabilities {

@@ -80,7 +80,7 @@ class ParameterServerStrategy final : public Strategy,
   // Rollback: the chief asks the servers to keep copies; any worker may ask them to return.
   bool keeps_copies() const override;
   void keep_copy(std::int64_t id) override;
-  std::optional<std::int64_t> restore_copy(std::int64_t id) override;
+  std::optional<Restored> restore_copy(std::int64_t id) override;
 
   PsOptions options_;
   DeviceMesh mesh_;
