@@ -184,9 +184,9 @@ void Trainer::guard_rollback(Epoch& e, const LossCheck& c, const std::string& wh
     // In lockstep another rank's request was this one, and the copy's id is this rank's step.
     to = restored ? restored->copy : g.remote_good;
     undone = restored && !g.lockstep ? restored->undone : global_step_ - std::max<std::int64_t>(to, 0);
-    where = to < 0              ? std::string("the servers' starting copy")
-            : g.lockstep        ? fmt::format("the servers' copy after global step {}", to)
-                                : fmt::format("the servers' copy after the chief's step {}", to);
+    where = to < 0       ? std::string("the servers' starting copy")
+            : g.lockstep ? fmt::format("the servers' copy after global step {}", to)
+                         : fmt::format("the servers' copy after the chief's step {}", to);
   } else {
     const StateSnapshot& s = g.local[static_cast<std::size_t>(g.good)];
     const double lr = e.optimizer.lr();  // the snapshot's may be a cooldown's, or not one
@@ -205,11 +205,10 @@ void Trainer::guard_rollback(Epoch& e, const LossCheck& c, const std::string& wh
   undone = std::clamp<std::int64_t>(undone, 0, global_step_);
   const std::int64_t first = global_step_ - undone + 1;
   guard_say(
-      e, fmt::format("step {}: {}; rolled back to {}: {}{} (rollback {} of at most {})",
-                     global_step_, what, where,
+      e, fmt::format("step {}: {}; rolled back to {}: {}{} (rollback {} of at most {})", global_step_, what, where,
                      undone == 0 ? std::string("none of this rank's updates undone")
-                                 : fmt::format("{} update(s) undone, the batches of steps {}-{} skipped", undone,
-                                               first, global_step_),
+                                 : fmt::format("{} update(s) undone, the batches of steps {}-{} skipped", undone, first,
+                                               global_step_),
                      g.cooldown_until > global_step_ ? fmt::format(", the next {} updates at {:g}x the learning rate",
                                                                    g.options.cooldown, g.options.lr_factor)
                                                      : "",

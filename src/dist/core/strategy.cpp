@@ -23,8 +23,23 @@ std::pair<Variable, Variable> output_and_loss(nn::Module& module, const MicroBat
 
 }  // namespace
 
-Strategy::Strategy(Device device, CommunicatorPtr world) : device_(device), world_(std::move(world)) {
-  DTRAIN_CHECK(world_ != nullptr, "strategy: no communicator given");
+Strategy::Strategy(std::string name, Device device, CommunicatorPtr world)
+    : device_(device), world_(std::move(world)), name_(std::move(name)) {
+  DTRAIN_CHECK(world_ != nullptr, "{} strategy: no communicator given", name_);
+  placement_ = {.shard = {world_->rank(), world_->size()}, .reports = world_->rank() == 0, .sums = world_};
+}
+
+void Strategy::place(Placement placement) {
+  DTRAIN_CHECK(placement.shard.count >= 1 && placement.shard.index >= 0 &&
+                   placement.shard.index < placement.shard.count && placement.shard.splits >= 1,
+               "{} strategy: rank {} placed at data shard {} of {} (split {} ways)", name_, rank(),
+               placement.shard.index, placement.shard.count, placement.shard.splits);
+  placement_ = std::move(placement);
+}
+
+void Strategy::reduce_sums(Tensor& sums) {
+  DTRAIN_CHECK(placement_.sums != nullptr, "{} strategy: rank {} holds no evaluation shard to add up", name_, rank());
+  placement_.sums->all_reduce(sums, ReduceOp::Sum);
 }
 
 Strategy::~Strategy() = default;
@@ -92,7 +107,7 @@ void Strategy::forward_backward(const MicroBatch& batch, double weight, bool las
 
 void Strategy::update(optim::Optimizer& optimizer, const StepConfig& config, StepStats& stats) {
   trace::Span span("optimizer", trace::Phase::Optimizer);
-  const CommunicatorPtr parts = model_parts();
+  const CommunicatorPtr& parts = model_parts_;
   const bool spread = parts != nullptr && parts->size() > 1;
   // With the gradients spread over ranks, a scaler's inf/NaN must be seen by all of them:
   // the summed norm carries it. Where the optimizer steps elsewhere, the norm is the only
@@ -141,7 +156,7 @@ EvalSums Strategy::eval_step(const MicroBatch& batch, const StepConfig& config) 
   return sums;
 }
 
-LocalStrategy::LocalStrategy(Device device) : Strategy(device, std::make_shared<LocalCommunicator>()) {}
+LocalStrategy::LocalStrategy(Device device) : Strategy("local", device, std::make_shared<LocalCommunicator>()) {}
 
 std::shared_ptr<nn::Module> LocalStrategy::prepare(std::shared_ptr<nn::Module> model) {
   DTRAIN_CHECK(model != nullptr, "local strategy: prepare() needs a model");

@@ -6,7 +6,7 @@
 namespace dtrain::dist {
 
 DataParallelStrategy::DataParallelStrategy(CommunicatorPtr comm, Device device, DataParallelStrategyOptions options)
-    : Strategy(device, comm), comm_(std::move(comm)), options_(std::move(options)) {}
+    : Strategy("data_parallel", device, comm), comm_(std::move(comm)), options_(std::move(options)) {}
 
 std::shared_ptr<nn::Module> DataParallelStrategy::prepare(std::shared_ptr<nn::Module> model) {
   DTRAIN_CHECK(model != nullptr, "data_parallel strategy: prepare() needs a model");
@@ -36,8 +36,6 @@ void DataParallelStrategy::forward_backward(const MicroBatch& batch, double weig
 }
 
 void DataParallelStrategy::exchange_gradients() { data_parallel().finish_gradient_sync(); }
-
-void DataParallelStrategy::reduce_sums(Tensor& sums) { comm_->all_reduce(sums, ReduceOp::Sum); }
 
 Capabilities DataParallelStrategy::capabilities() {
   return {.replica_divergence = [this] { return data_parallel().check_replicas(); }};

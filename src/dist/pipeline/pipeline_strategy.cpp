@@ -73,7 +73,9 @@ PipelineStrategy::PipelineStrategy(CommunicatorPtr world, Device device, Pipelin
     : PipelineStrategy(pipeline_mesh(world, options.stages), device, std::move(options)) {}
 
 PipelineStrategy::PipelineStrategy(std::shared_ptr<const DeviceMesh> mesh, Device device, PipelineOptions options)
-    : Strategy(device, mesh ? mesh->world() : nullptr), mesh_(std::move(mesh)), options_(std::move(options)) {
+    : Strategy("pipeline", device, mesh ? mesh->world() : nullptr),
+      mesh_(std::move(mesh)),
+      options_(std::move(options)) {
   DTRAIN_CHECK(mesh_->role_group() == mesh_->world(),
                "pipeline strategy: the mesh {} has several roles; a pipeline "
                "takes every rank",
@@ -92,6 +94,12 @@ PipelineStrategy::PipelineStrategy(std::shared_ptr<const DeviceMesh> mesh, Devic
   }
   DTRAIN_CHECK(replicas_ * K == world_->size(), "pipeline strategy: the mesh {} has dimensions besides dp and pp",
                mesh_->describe());
+  place({.shard = {replica_, replicas_, options_.micro_batches},
+         .reports = replica_ == 0 && stage_ == loss_stage(),
+         .sums = world_});
+  // The model's gradients are spread over the stages (a stage's replicas hold the same
+  // averaged ones); over every rank once the replicas shard the optimizer (prepare()).
+  set_model_parts(pipe_);
   for (int s : options_.recompute_stages) {
     DTRAIN_CHECK(s >= 0 && s < K, "pipeline strategy: recompute_stages names stage {}; the stages are 0 to {}", s,
                  K - 1);
@@ -307,6 +315,7 @@ std::shared_ptr<nn::Module> PipelineStrategy::build_stage(std::map<int, nn::Modu
       check_every_rank_owns_elements(*exchange_, replicas_);
       flat_ = flatten_buckets(*stage, *exchange_, device_);
       shards_ = std::make_unique<OptimizerShards>(replicas_comm_, *exchange_, own_chunks(flat_, replica_, replicas_));
+      set_model_parts(world_);  // each rank holds a slice of its stage's
     }
   }
   // The chunks, from the stage's children (after any SyncBatchNorm conversion replaced
@@ -432,11 +441,6 @@ optim::Optimizer& PipelineStrategy::stepped_optimizer(optim::Optimizer& given) {
 void PipelineStrategy::apply_update(optim::Optimizer& optimizer, const StepConfig& config, bool nonfinite) {
   Strategy::apply_update(optimizer, config, nonfinite);
   if (shards_) all_gather_chunks(*ddp_->tensor_communicator(), flat_);
-}
-
-void PipelineStrategy::reduce_sums(Tensor& sums) {
-  // Only last stages hold sums; the others add zeros.
-  world_->all_reduce(sums, ReduceOp::Sum);
 }
 
 Capabilities PipelineStrategy::capabilities() {

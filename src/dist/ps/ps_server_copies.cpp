@@ -57,8 +57,8 @@ void PsServer::restore_copy(int w, std::int64_t id, std::int64_t generation) {
   auto it = copies_.end();
   if (generation > 0) {
     it = std::find_if(copies_.begin(), copies_.end(), [&](const Copy& c) { return c.id == id; });
-    DTRAIN_CHECK(it != copies_.end(), "parameter server {}: worker {} asked for copy {}, which this server no longer keeps",
-                 server_, w, id);
+    DTRAIN_CHECK(it != copies_.end(),
+                 "parameter server {}: worker {} asked for copy {}, which this server no longer keeps", server_, w, id);
   } else {
     it = std::find_if(copies_.begin(), copies_.end(), [&](const Copy& c) { return c.id == id && id >= 0; });
     // Not named: the latest copy was taken after the last healthy loss its worker saw, maybe

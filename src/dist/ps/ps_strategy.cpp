@@ -22,8 +22,9 @@ DeviceMesh ps_mesh(const CommunicatorPtr& world, const PsOptions& options) {
 }  // namespace
 
 ParameterServerStrategy::ParameterServerStrategy(CommunicatorPtr world, Device device, PsOptions options)
-    : Strategy(device, world), options_(options), mesh_(ps_mesh(world, options_)) {
+    : Strategy("parameter_server", device, world), options_(options), mesh_(ps_mesh(world, options_)) {
   steps_optimizer_here_ = false;  // the servers step it
+  place_among_workers();
 }
 
 ParameterServerStrategy::~ParameterServerStrategy() = default;
@@ -34,6 +35,7 @@ std::shared_ptr<nn::Module> ParameterServerStrategy::prepare(std::shared_ptr<nn:
   model->to(device_);
   ps_ = std::make_unique<ParameterServer>(world_, model, options_);
   module_ = std::move(model);
+  place_among_workers();
   return module_;
 }
 
@@ -42,20 +44,14 @@ ParameterServer& ParameterServerStrategy::parameter_server() {
   return *ps_;
 }
 
-Strategy::Shard ParameterServerStrategy::data_shard() const {
+void ParameterServerStrategy::place_among_workers() {
+  // The servers' group is null: they evaluate nothing.
+  const CommunicatorPtr group = ps_ != nullptr ? ps_->worker_group() : nullptr;
+  Shard shard{trains() ? mesh_.coordinate("dp") : 0, mesh_.role_size("worker")};
   // After a loss, the group of the workers left (their training batches come from server
   // 0's claims; this splits the test set among them).
-  if (ps_ != nullptr && trains() && !ps_->lost_workers().empty()) {
-    const CommunicatorPtr& group = ps_->worker_group();
-    return {group->rank(), group->size()};
-  }
-  return {trains() ? mesh_.coordinate("dp") : 0, mesh_.role_size("worker")};
-}
-
-void ParameterServerStrategy::reduce_sums(Tensor& sums) {
-  const CommunicatorPtr& group = parameter_server().worker_group();
-  DTRAIN_CHECK(group != nullptr, "parameter server strategy: reduce_sums on server rank {}", world_->rank());
-  group->all_reduce(sums, ReduceOp::Sum);
+  if (group != nullptr && !ps_->lost_workers().empty()) shard = {group->rank(), group->size()};
+  place({.shard = shard, .reports = world_->rank() == 0, .sums = group});
 }
 
 StepStats ParameterServerStrategy::train_step(std::span<const MicroBatch> micro, optim::Optimizer& optimizer,
@@ -168,6 +164,7 @@ EpochReport ParameterServerStrategy::end_epoch() {
   ParameterServer& ps = parameter_server();
   ps.leave();
   ps.sync_parameters();
+  place_among_workers();  // the workers lost so far are known here
   if (ps.worker_index() != 0) return {};
   const StalenessStats more = ps.staleness();
   add_to(staleness_, more);

@@ -16,7 +16,7 @@ namespace dtrain::dist {
 
 ShardedDataParallelStrategy::ShardedDataParallelStrategy(CommunicatorPtr comm, Device device,
                                                          ShardedDataParallelOptions options)
-    : Strategy(device, comm), comm_(std::move(comm)), options_(options) {
+    : Strategy("sharded_data_parallel", device, comm), comm_(std::move(comm)), options_(options) {
   DTRAIN_CHECK(options_.stage >= 1 && options_.stage <= 3,
                "sharded data parallel: stage {} is not a ZeRO stage (1: the optimizer state sharded, 2: the "
                "gradients too, 3: the parameters too)",
@@ -35,6 +35,7 @@ ShardedDataParallelStrategy::ShardedDataParallelStrategy(CommunicatorPtr comm, D
     shard_comm_ = mesh.group("shard");
     replica_comm_ = mesh.group("replica");
   }
+  set_model_parts(shard_comm_);
 }
 
 ShardedDataParallelStrategy::~ShardedDataParallelStrategy() = default;
@@ -132,8 +133,6 @@ void ShardedDataParallelStrategy::apply_update(optim::Optimizer& optimizer, cons
     all_gather_chunks(*data_parallel().tensor_communicator(),
                       flat_);  // stage 3: the next forward gathers the updated chunks
 }
-
-void ShardedDataParallelStrategy::reduce_sums(Tensor& sums) { comm_->all_reduce(sums, ReduceOp::Sum); }
 
 Capabilities ShardedDataParallelStrategy::capabilities() {
   if (gatherer_) return {};  // stage 3 keeps no replica of the parameters to compare

@@ -18,10 +18,13 @@
 // and 2, sharded_strategy.h); dist::make_strategy builds any of them from a spec
 // (strategy_factory.h).
 //
-// The shape: a small core every strategy has (nine public virtuals below, and four hooks
+// The shape: a small core every strategy has (five public virtuals below, and four hooks
 // for the parts of the base train_step), plus optional capabilities (a server loop, a
-// batch dispenser, epoch hooks, a replica check) that a strategy returns from
-// capabilities(). Adding a strategy: docs/ARCHITECTURE.md, "Adding a strategy".
+// batch dispenser, epoch hooks, a replica check, state held remotely) that a strategy
+// returns from capabilities(). Where a rank stands among those that read data (its shard,
+// whether it reports, which ranks add up evaluation sums) is not a virtual: each strategy
+// places the rank from its mesh (place()), and the base class answers from that. Adding a
+// strategy: docs/ARCHITECTURE.md, "Adding a strategy".
 #pragma once
 
 #include "dtrain/dist/comm/communicator.h"
@@ -200,13 +203,16 @@ struct CheckpointPlan {
 
 class Strategy {
  public:
-  // `world`: the job's ranks (the strategy's mesh is laid over it).
-  Strategy(Device device, CommunicatorPtr world);
+  // `name`: "local", "data_parallel", "pipeline", ... (the checkpoint's manifest records
+  // it). `world`: the job's ranks (the strategy's mesh is laid over it). Until the strategy
+  // places it otherwise, rank r reads shard r of the world's size, rank 0 reports, and
+  // evaluation sums add up over the world.
+  Strategy(std::string name, Device device, CommunicatorPtr world);
   virtual ~Strategy();
   Strategy(const Strategy&) = delete;
   Strategy& operator=(const Strategy&) = delete;
 
-  virtual std::string name() const = 0;  // "local", "data_parallel", "pipeline", ...
+  const std::string& name() const { return name_; }
 
   // Places, wraps or cuts `model` for this rank and returns the module this rank trains.
   // Call it once, before building the optimizer over the returned module's parameters
@@ -231,9 +237,9 @@ class Strategy {
     int count = 1;
     int splits = 1;
   };
-  virtual Shard data_shard() const = 0;
+  Shard data_shard() const { return placement_.shard; }
   // Whether this rank prints progress and writes metrics (one rank per job).
-  virtual bool reports() const = 0;
+  bool reports() const { return placement_.reports; }
 
   // One optimizer update from this rank's micro-batches (at least one; more is gradient
   // accumulation): forward and loss of each, weighted by its share of the update's samples
@@ -247,14 +253,30 @@ class Strategy {
   // mode and NoGradGuard).
   virtual EvalSums eval_step(const MicroBatch& batch, const StepConfig& config);
   // Adds up `sums` (a CPU f64 tensor) in place over the ranks holding evaluation shards,
-  // so that every rank gets the totals. Collective.
-  virtual void reduce_sums(Tensor& sums) = 0;
+  // so that every rank gets the totals. Collective over placement's `sums` group.
+  void reduce_sums(Tensor& sums);
   // What a checkpoint holds from this rank.
   virtual CheckpointPlan checkpoint_plan() const { return {.rank = rank(), .ranks = ranks()}; }
   // What this strategy does beyond the core (the pointers live as long as the strategy).
   virtual Capabilities capabilities() { return {}; }
 
  protected:
+  // Where this rank stands among the ranks that read data, from the strategy's mesh.
+  struct Placement {
+    Shard shard;
+    bool reports = false;
+    // The ranks whose evaluation sums add up (ranks without an evaluation shard add
+    // zeros); null on a rank that evaluates nothing (a parameter server).
+    CommunicatorPtr sums;
+  };
+  // Sets what data_shard(), reports() and reduce_sums() answer; a strategy may place the
+  // rank again as training goes (parameter servers that lost a worker).
+  void place(Placement placement);
+  // The ranks that hold the other parts of the model's gradients (a pipeline's stages, a
+  // shard group), or null when this rank holds all of them: the norm for clipping is summed
+  // over them, and an inf/NaN found by one rank's loss scaler skips the step on all of them.
+  void set_model_parts(CommunicatorPtr parts) { model_parts_ = std::move(parts); }
+
   // ---- the step's parts, for strategies that run the base train_step ----
   // Forward, loss (times `weight`, scaled by the config's scaler) and backward of one
   // micro-batch; adds its loss and correct count to `stats`. `last`: the update's last
@@ -267,10 +289,6 @@ class Strategy {
   // that shards the optimizer's state (sharded data parallelism) returns its own over this
   // rank's slices, following the given one's learning rate.
   virtual optim::Optimizer& stepped_optimizer(optim::Optimizer& given) { return given; }
-  // The ranks that hold the other parts of the model's gradients (a pipeline's stages), or
-  // null when this rank holds all of them: the norm for clipping is summed over them, and
-  // an inf/NaN found by one rank's loss scaler skips the step on all of them.
-  virtual CommunicatorPtr model_parts() const { return nullptr; }
   // Applies the checked gradients: by default the optimizer's step (through the scaler
   // when there is one, which skips a step with inf/NaN gradients) and the scaler's
   // update. `nonfinite`: the norm was checked and is inf or NaN.
@@ -295,17 +313,18 @@ class Strategy {
   // False where the optimizer is stepped elsewhere (parameter servers): update() then
   // checks the gradients' finiteness whenever a scaler is set, and never stops early.
   bool steps_optimizer_here_ = true;
+
+ private:
+  std::string name_;
+  Placement placement_;
+  CommunicatorPtr model_parts_;
 };
 
 // One process: the model on `device`, no communication.
 class LocalStrategy final : public Strategy {
  public:
   explicit LocalStrategy(Device device = Device::cpu());
-  std::string name() const override { return "local"; }
   std::shared_ptr<nn::Module> prepare(std::shared_ptr<nn::Module> model) override;
-  Shard data_shard() const override { return {}; }
-  bool reports() const override { return true; }
-  void reduce_sums(Tensor&) override {}
 };
 
 // LocalStrategy for a group of one, DataParallelStrategy over `world` otherwise.

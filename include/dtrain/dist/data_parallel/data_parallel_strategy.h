@@ -28,11 +28,9 @@ class DataParallelStrategy final : public Strategy {
   // an NCCL communicator over it for the gradients.
   DataParallelStrategy(CommunicatorPtr comm, Device device, DataParallelStrategyOptions options = {});
 
-  std::string name() const override { return "data_parallel"; }
+  // Placed as the base class's default over `comm`: replica r reads shard r, replica 0
+  // reports, evaluation sums add up over the replicas.
   std::shared_ptr<nn::Module> prepare(std::shared_ptr<nn::Module> model) override;
-  Shard data_shard() const override { return {comm_->rank(), comm_->size()}; }
-  bool reports() const override { return comm_->rank() == 0; }
-  void reduce_sums(Tensor& sums) override;
   // Rank 0 writes the model and the optimizer state; every replica holds the same.
   CheckpointPlan checkpoint_plan() const override;
   Capabilities capabilities() override;  // the replica check

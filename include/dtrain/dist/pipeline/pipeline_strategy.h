@@ -99,7 +99,6 @@ class PipelineStrategy final : public Strategy {
   PipelineStrategy(std::shared_ptr<const DeviceMesh> mesh, Device device, PipelineOptions options);
   ~PipelineStrategy() override;
 
-  std::string name() const override { return "pipeline"; }
   // `model` must be a Sequential (throws otherwise). Keeps this rank's layers (their state
   // dict names stay those of the whole model, e.g. "7.weight") and drops the others;
   // returns the stage, whose forward() is not to be called directly (train_step runs it).
@@ -114,17 +113,15 @@ class PipelineStrategy final : public Strategy {
   // time needs prepare(). Collective over the world.
   using LayerFactory = std::function<nn::ModulePtr(int index)>;
   std::shared_ptr<nn::Module> prepare_layers(int layers, const LayerFactory& layer, std::uint64_t seed);
-  // The replica's shard; each micro-batch is split into the options' micro-batches.
-  Shard data_shard() const override { return {replica_, replicas_, options_.micro_batches}; }
-  // The loss stage of replica 0: the only rank that sees the loss.
-  bool reports() const override { return replica_ == 0 && stage_ == loss_stage(); }
+  // Placed from the mesh: the replica's shard (each micro-batch split into the options'
+  // micro-batches); the loss stage of replica 0 reports (the only rank that sees the loss);
+  // evaluation sums add up over the world (only loss stages hold any).
   // The stage whose chunk ends the model and computes the loss: the last (K-1), or the
   // first under ZB-V, whose chunks run down the ranks and back up.
   int loss_stage() const;
   StepStats train_step(std::span<const MicroBatch> micro, optim::Optimizer& optimizer,
                        const StepConfig& config) override;
   EvalSums eval_step(const MicroBatch& batch, const StepConfig& config) override;
-  void reduce_sums(Tensor& sums) override;
   // The replica check over every stage's replicas (none without data-parallel replicas).
   Capabilities capabilities() override;
   // Replica 0 of each stage writes "stage<k>", its layers under their indices in the whole
@@ -163,9 +160,6 @@ class PipelineStrategy final : public Strategy {
   Timing last_timing() const { return timing_; }
 
  protected:
-  // The pipeline's stages (a stage's replicas hold the same averaged gradients), or every
-  // rank when the replicas shard the optimizer (each holds a slice of its stage's).
-  CommunicatorPtr model_parts() const override { return shards_ ? world_ : pipe_; }
   optim::Optimizer& stepped_optimizer(optim::Optimizer& given) override;
   // The optimizer's step, then (sharded optimizer) the all-gather of the updated chunks.
   void apply_update(optim::Optimizer& optimizer, const StepConfig& config, bool nonfinite) override;

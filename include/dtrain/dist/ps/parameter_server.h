@@ -212,9 +212,9 @@ class ParameterServer {
   // Every server returns its shard to copy `id` (when no longer kept, or id < 0: the older
   // of the two latest), unless another worker's request did since this worker's values were
   // sent (this worker then waits until every server has); pushes computed from values from
-  // before it are then dropped. Then this worker takes the servers' values. Returns the copy returned to and how many of this worker's
-  // pushes server 0 had applied since it, or nullopt when another worker's request had
-  // rolled the servers back already.
+  // before it are then dropped. Then this worker takes the servers' values. Returns the copy returned to and how many
+  // of this worker's pushes server 0 had applied since it, or nullopt when another worker's request had rolled the
+  // servers back already.
   std::optional<RemoteState::Restored> restore_copy(std::int64_t id);
 
  private:

@@ -38,12 +38,11 @@ class ParameterServerStrategy final : public Strategy,
   ParameterServerStrategy(CommunicatorPtr world, Device device, PsOptions options);
   ~ParameterServerStrategy() override;
 
-  std::string name() const override { return "parameter_server"; }
+  // Placed from the mesh: worker w reads shard w of the workers' (servers read nothing:
+  // index 0, for the record), the chief reports, evaluation sums add up over the workers
+  // (from prepare(); after a worker is lost, over the survivors, who then share the test
+  // set).
   std::shared_ptr<nn::Module> prepare(std::shared_ptr<nn::Module> model) override;
-  // Workers: shard `worker` of `workers`; servers read nothing (index 0, for the record).
-  Shard data_shard() const override;
-  bool reports() const override { return world_->rank() == 0; }
-  void reduce_sums(Tensor& sums) override;  // over the workers
   // The chief writes the model (its values are the servers' after each sync step and at
   // every epoch's end), each server its share of the optimizer state (by parameter name
   // and element range, so that it loads onto another number of servers). In async and ssp
@@ -81,6 +80,8 @@ class ParameterServerStrategy final : public Strategy,
   bool keeps_copies() const override;
   void keep_copy(std::int64_t id) override;
   std::optional<Restored> restore_copy(std::int64_t id) override;
+  // Places this rank among the workers (after prepare(): the live ones).
+  void place_among_workers();
 
   PsOptions options_;
   DeviceMesh mesh_;

@@ -96,15 +96,11 @@ class ShardedDataParallelStrategy final : public Strategy {
   ShardedDataParallelStrategy(CommunicatorPtr comm, Device device, ShardedDataParallelOptions options = {});
   ~ShardedDataParallelStrategy() override;
 
-  std::string name() const override { return "sharded_data_parallel"; }
   // Broadcasts rank 0's state (DataParallel), then moves each bucket's parameters into one
   // flat buffer (the parameters become views of it) and makes this rank's slices; at stage
   // 3, keeps only this rank's chunk of each buffer. Throws, naming it, for a layer stage 3
   // cannot gather (layer_gatherer.h's plan_units).
   std::shared_ptr<nn::Module> prepare(std::shared_ptr<nn::Module> model) override;
-  Shard data_shard() const override { return {comm_->rank(), comm_->size()}; }
-  bool reports() const override { return comm_->rank() == 0; }
-  void reduce_sums(Tensor& sums) override;
   CheckpointPlan checkpoint_plan() const override;
   Capabilities capabilities() override;  // the replica check
 
@@ -137,7 +133,6 @@ class ShardedDataParallelStrategy final : public Strategy {
                         StepStats& stats) override;
   void exchange_gradients() override;
   optim::Optimizer& stepped_optimizer(optim::Optimizer& given) override;
-  CommunicatorPtr model_parts() const override { return shard_comm_; }
   // The optimizer's step on the slices, then the all-gather of the updated chunks.
   void apply_update(optim::Optimizer& optimizer, const StepConfig& config, bool nonfinite) override;
 

@@ -1,0 +1,2 @@
+// Names no kind: a comment may say PipelineStrategy.
+int layout_stages = 1;
