@@ -4,6 +4,7 @@
 #include "dtrain/data/tensor_dataset.h"
 #include "dtrain/dist/pipeline/pipeline_strategy.h"
 #include "dtrain/dist/ps/ps_strategy.h"
+#include "dtrain/dist/core/parallel_dims.h"
 #include "dtrain/dist/core/strategy_factory.h"
 #include "dtrain/layers/models.h"
 #include "dtrain/optim/sgd.h"
@@ -50,6 +51,79 @@ TEST_CASE("strategy spec: items, flags and numbers, and malformed specs", "[cpu]
   CHECK_THROWS_WITH(dist::StrategySpec::parse("pp="), Contains("'pp=' has no value"));
   auto bad = dist::StrategySpec::parse("pp=two");
   CHECK_THROWS_WITH(bad.integer("pp", 1), Contains("strategy spec 'pp=two': pp=two must be an integer >= 1"));
+}
+
+namespace {
+
+// The dimensions of `text` for a job of `world` ranks whose hosts hold `per_host` each;
+// throws as make_strategy would, before any strategy is built.
+dist::ParallelDims dims(const std::string& text, int world, int per_host = 2) {
+  auto spec = dist::StrategySpec::parse(text);
+  return dist::parse_parallel_dims(spec, world, [&] { return per_host; });
+}
+
+}  // namespace
+
+TEST_CASE("parallel dims: one grammar, sizes inferred, the product the world's size", "[cpu][dist]") {
+  struct Case {
+    std::string spec;
+    int world, pp, dp_replicate, dp_shard, zero;
+  };
+  for (const Case& c : std::vector<Case>{{"", 4, 1, 4, 1, 0},
+                                         {"dp=4", 4, 1, 4, 1, 0},
+                                         {"pp=2", 4, 2, 2, 1, 0},
+                                         {"pp=2,dp=2", 4, 2, 2, 1, 0},
+                                         {"pp=2,zero=1", 4, 2, 1, 2, 1},
+                                         {"zero", 2, 1, 1, 2, 1},
+                                         {"zero=3", 3, 1, 1, 3, 3},
+                                         {"zero=2,shard=2", 4, 1, 2, 2, 2},
+                                         {"zero=2,hybrid", 6, 1, 3, 2, 2}}) {
+    INFO(c.spec << " on " << c.world << " ranks");
+    const dist::ParallelDims d = dims(c.spec, c.world);
+    CHECK(d.pp == c.pp);
+    CHECK(d.dp_replicate == c.dp_replicate);
+    CHECK(d.dp_shard == c.dp_shard);
+    CHECK(d.zero == c.zero);
+    CHECK(d.size() == c.world);
+  }
+  const dist::ParallelDims hybrid = dims("zero=2,shard=2", 4);
+  CHECK(hybrid.describe() == "pp=1 x dp=4 (zero=2 over 2)");
+  const std::vector<dist::MeshDim> mesh = hybrid.mesh_dims();
+  REQUIRE(mesh.size() == 3);
+  CHECK((mesh[0].name == "dp_replicate" && mesh[0].size == 2));
+  CHECK((mesh[1].name == "dp_shard" && mesh[1].size == 2));
+  CHECK((mesh[2].name == "pp" && mesh[2].size == 1));
+}
+
+TEST_CASE("parallel dims: what does not fit or is not offered is refused when parsed, naming the keys", "[cpu][dist]") {
+  const auto refused = [](const std::string& text, int world, const std::string& message) {
+    INFO(text << " on " << world << " ranks");
+    CHECK_THROWS_WITH(dims(text, world), Contains(fmt::format("strategy spec '{}': {}", text, message)));
+  };
+  refused("tp=2", 4, "tp (tensor parallelism) is not offered yet");
+  refused("dp=2,cp=2", 4, "cp (context parallelism) is not offered yet");
+  refused("pp=3", 4, "4 ranks is not a multiple of the 3 stages");
+  refused("pp=2,dp=3", 4, "pp=2 x dp=3 is 6 ranks, the job has 4");
+  refused("dp=3", 4, "dp=3 but the job has 4 ranks");
+  refused("pp", 4, "pp needs the number of stages (pp=K)");
+  refused("zero=4", 4, "zero=4 must be a ZeRO stage, 1, 2 or 3");
+  refused("shard=2", 4, "shard sets the ranks a ZeRO shard spans: give zero=1, 2 or 3 with it");
+  refused("hybrid", 4, "hybrid sets the ranks a ZeRO shard spans");
+  refused("zero=1,shard=2,hybrid", 4,
+          "hybrid (shard inside each host) and shard=N (inside N ranks) exclude each other");
+  refused("zero=2,shard=3", 4, "shard groups of 3 rank(s) do not divide the 4 ranks");
+  refused("pp=2,zero=2", 4, "under a pipeline (pp=2) only zero=1 over all of a stage's replicas is offered");
+  refused("pp=2,zero=1,shard=1", 4, "under a pipeline (pp=2) only zero=1");
+  refused("pp=2,zero=1", 2, "zero=1 under a pipeline shards each stage's optimizer state over the stage's");
+}
+
+TEST_CASE("make_strategy: parameter servers refuse other dimensions before any communication", "[cpu][dist]") {
+  auto world = dist::world();
+  // On every rank count, before the servers' mesh (a collective) is built.
+  CHECK_THROWS_WITH(dist::make_strategy("ps=1,pp=2", world, Device::cpu()),
+                    Contains("strategy spec 'ps=1,pp=2': parameter servers do not combine with pp"));
+  CHECK_THROWS_WITH(dist::make_strategy("ps=1,zero=1", world, Device::cpu()),
+                    Contains("parameter servers do not combine with zero"));
 }
 
 TEST_CASE("make_strategy: data parallel by default, local on one rank", "[cpu][dist]") {

@@ -1,5 +1,6 @@
 #include "dtrain/dist/core/device_mesh.h"
 
+#include "dist/comm/mpi_entry.h"
 #include "dtrain/core/error.h"
 
 #include <fmt/format.h>
@@ -130,5 +131,22 @@ int DeviceMesh::coordinate(std::string_view dim) const { return coordinates_[ind
 const CommunicatorPtr& DeviceMesh::group(std::string_view dim) const { return groups_[index(dim)]; }
 
 std::string DeviceMesh::describe() const { return describe_blocks(blocks_); }
+
+int ranks_per_host(Communicator& world) {
+  const int local = detail::mpi_host_rank();
+  if (local < 0) return world.size();
+  Tensor mine = Tensor::full({1}, static_cast<double>(local), {DType::f64});
+  Tensor all = Tensor::empty({world.size(), 1}, {DType::f64});
+  world.all_gather(mine, all);
+  const std::vector<double> locals = all.to_vector<double>();
+  const int per_host = static_cast<int>(*std::max_element(locals.begin(), locals.end())) + 1;
+  bool consecutive = world.size() % per_host == 0;
+  for (int r = 0; r < world.size(); ++r) consecutive = consecutive && locals[r] == r % per_host;
+  DTRAIN_CHECK(consecutive,
+               "hybrid sharding: the hosts do not hold equal runs of consecutive ranks (up to {} per host among {}); "
+               "start as many ranks on every host, placed by slot (mpirun --map-by slot), or set DTRAIN_HOST_ID",
+               per_host, world.size());
+  return per_host;
+}
 
 }  // namespace dtrain::dist

@@ -1,6 +1,7 @@
 #include "dtrain/dist/core/strategy_factory.h"
 
 #include "dtrain/core/error.h"
+#include "dtrain/dist/core/parallel_dims.h"
 #include "dtrain/dist/data_parallel/data_parallel_strategy.h"
 #include "dtrain/dist/pipeline/pipeline_strategy.h"
 #include "dtrain/dist/ps/ps_strategy.h"
@@ -120,11 +121,14 @@ std::shared_ptr<Strategy> make_local(StrategySpec& spec, const CommunicatorPtr& 
   return std::make_shared<LocalStrategy>(device);
 }
 
+// The spec's dimensions (parallel_dims.h); `hybrid` asks the world for its hosts.
+ParallelDims dims_of(StrategySpec& spec, const CommunicatorPtr& world) {
+  return parse_parallel_dims(spec, world->size(), [&] { return ranks_per_host(*world); });
+}
+
 std::shared_ptr<Strategy> make_data_parallel(StrategySpec& spec, const CommunicatorPtr& world, Device device,
                                              const StrategyHints&) {
-  const int dp = spec.integer("dp", world->size());
-  DTRAIN_CHECK(dp == world->size(), "strategy spec '{}': dp={} but the job has {} ranks", spec.text(), dp,
-               world->size());
+  dims_of(spec, world);  // dp (the kind is chosen only when no pp or zero is given)
   const DataParallelStrategyOptions options = data_parallel_options(spec);
   if (world->size() == 1) return std::make_shared<LocalStrategy>(device);
   return std::make_shared<DataParallelStrategy>(world, device, options);
@@ -132,14 +136,11 @@ std::shared_ptr<Strategy> make_data_parallel(StrategySpec& spec, const Communica
 
 std::shared_ptr<Strategy> make_pipeline(StrategySpec& spec, const CommunicatorPtr& world, Device device,
                                         const StrategyHints& hints) {
+  const ParallelDims dims = dims_of(spec, world);
   PipelineOptions o;
-  o.stages = spec.integer("pp", 0);
-  DTRAIN_CHECK(o.stages >= 1, "strategy spec '{}': pp needs the number of stages (pp=K)", spec.text());
-  DTRAIN_CHECK(world->size() % o.stages == 0, "strategy spec '{}': {} ranks is not a multiple of the {} stages",
-               spec.text(), world->size(), o.stages);
-  const int dp = spec.integer("dp", world->size() / o.stages);
-  DTRAIN_CHECK(dp * o.stages == world->size(), "strategy spec '{}': pp={} x dp={} is {} ranks, the job has {}",
-               spec.text(), o.stages, dp, dp * o.stages, world->size());
+  o.stages = dims.pp;
+  const int dp = dims.dp();
+  o.shard_optimizer = dims.zero == 1;  // over all of a stage's replicas (the only zero under pp)
   o.micro_batches = spec.integer("micro", o.micro_batches);
   o.schedule = parse_schedule(spec.text_of("schedule").value_or("1f1b"));
   o.virtual_stages =
@@ -164,20 +165,19 @@ std::shared_ptr<Strategy> make_pipeline(StrategySpec& spec, const CommunicatorPt
   o.recompute = spec.flag("recompute");
   if (spec.has("recompute_stages")) o.recompute_stages = index_list(spec, "recompute_stages", "stage indices");
   o.data_parallel = data_parallel_options(spec);
-  if (spec.has("zero")) {
-    const int stage = spec.integer("zero", 1);
-    DTRAIN_CHECK(stage == 1,
-                 "strategy spec '{}': under a pipeline zero={} is not offered: zero=1 shards each stage's optimizer "
-                 "state over its replicas (stages 2 and 3 are sharded data parallelism's, without pp)",
-                 spec.text(), stage);
-    o.shard_optimizer = true;
-  }
   auto mesh = std::make_shared<DeviceMesh>(world, std::vector<MeshDim>{{"dp", dp}, {"pp", o.stages}});
   return std::make_shared<PipelineStrategy>(std::move(mesh), device, std::move(o));
 }
 
 std::shared_ptr<Strategy> make_parameter_server(StrategySpec& spec, const CommunicatorPtr& world, Device device,
                                                 const StrategyHints& hints) {
+  // Refused before the servers' mesh is built (a collective), naming the key.
+  for (const char* key : {"pp", "dp", "zero", "shard", "hybrid", "tp", "cp"}) {
+    DTRAIN_CHECK(!spec.has(key),
+                 "strategy spec '{}': parameter servers do not combine with {} (their mesh is the workers and the "
+                 "servers: ps=S sets the servers, the other ranks are workers)",
+                 spec.text(), key);
+  }
   PsOptions o;
   o.servers = spec.integer("ps", 1);
   parse_ps_mode(spec.text_of("mode").value_or("async"), o);
@@ -195,6 +195,35 @@ std::shared_ptr<Strategy> make_parameter_server(StrategySpec& spec, const Commun
                "with mpirun -np {} or more",
                spec.text(), o.servers, o.servers + 1);
   return std::make_shared<ParameterServerStrategy>(world, device, o);
+}
+
+std::shared_ptr<Strategy> make_sharded_data_parallel(StrategySpec& spec, const CommunicatorPtr& world, Device device,
+                                                     const StrategyHints&) {
+  const ParallelDims dims = dims_of(spec, world);
+  ShardedDataParallelOptions o;
+  o.stage = dims.zero;
+  o.shard_ranks = dims.dp_shard;
+  if (o.stage == 3) {
+    DTRAIN_CHECK(!spec.has("bucket_mb"),
+                 "strategy spec '{}': at zero=3 the gradient buckets are the gather units; size them with gather_mb, "
+                 "not bucket_mb",
+                 spec.text());
+    // 0: every layer a unit of its own.
+    o.unit_bytes = static_cast<std::size_t>(spec.number("gather_mb", 4.0, /*zero_allowed=*/true) * (1 << 20));
+  } else {
+    DTRAIN_CHECK(!spec.has("gather_mb"),
+                 "strategy spec '{}': gather_mb sizes stage 3's gather units, and zero={} gathers no layers",
+                 spec.text(), o.stage);
+    o.bucket_bytes = static_cast<std::size_t>(spec.number("bucket_mb", 4.0) * (1 << 20));
+  }
+  o.overlap = spec.flag("overlap", true);
+  const std::string exchange = spec.text_of("exchange").value_or("none");
+  DTRAIN_CHECK(exchange == "none" || exchange == "fp16" || exchange == "bf16",
+               "strategy spec '{}': zero= reduce-scatters its buckets and takes exchange=fp16 or bf16 (16-bit "
+               "shares), got exchange={} (PowerSGD needs whole gradients: use dp)",
+               spec.text(), exchange);
+  if (exchange != "none") o.wire = exchange == "fp16" ? DType::f16 : DType::bf16;
+  return std::make_shared<ShardedDataParallelStrategy>(world, device, o);
 }
 
 struct Registry {

@@ -1,6 +1,5 @@
 #include "dtrain/dist/sharded/sharded_strategy.h"
 
-#include "dist/comm/mpi_entry.h"
 #include "dist/sharded/layer_gatherer.h"
 #include "dist/sharded/optimizer_shards.h"
 #include "dist/sharded/reduce_scatter_exchange.h"
@@ -170,68 +169,6 @@ CheckpointPlan ShardedDataParallelStrategy::checkpoint_plan() const {
   // Each rank's chunks of the optimizer state, as element ranges of whole parameters.
   shards_->share_through(plan);
   return plan;
-}
-
-namespace {
-
-// The ranks of each host, when every host has as many and holds consecutive ranks (as
-// mpirun places them by slot); collective. Hosts: MPI's shared-memory split, or
-// DTRAIN_HOST_ID (communicator.h); one process without MPI is one host.
-int ranks_per_host(Communicator& world) {
-  const int local = detail::mpi_host_rank();
-  if (local < 0) return world.size();
-  Tensor mine = Tensor::full({1}, static_cast<double>(local), {DType::f64});
-  Tensor all = Tensor::empty({world.size(), 1}, {DType::f64});
-  world.all_gather(mine, all);
-  const std::vector<double> locals = all.to_vector<double>();
-  const int per_host = static_cast<int>(*std::max_element(locals.begin(), locals.end())) + 1;
-  bool consecutive = world.size() % per_host == 0;
-  for (int r = 0; r < world.size(); ++r) consecutive = consecutive && locals[r] == r % per_host;
-  DTRAIN_CHECK(consecutive,
-               "sharded data parallel, hybrid: the hosts do not hold equal runs of consecutive ranks (up to {} per "
-               "host among {}); start as many ranks on every host, placed by slot (mpirun --map-by slot), or set "
-               "DTRAIN_HOST_ID",
-               per_host, world.size());
-  return per_host;
-}
-
-}  // namespace
-
-std::shared_ptr<Strategy> make_sharded_data_parallel(StrategySpec& spec, const CommunicatorPtr& world, Device device,
-                                                     const StrategyHints&) {
-  ShardedDataParallelOptions o;
-  o.stage = spec.integer("zero", 1);
-  DTRAIN_CHECK(o.stage >= 1 && o.stage <= 3, "strategy spec '{}': zero={} must be a ZeRO stage, 1, 2 or 3", spec.text(),
-               o.stage);
-  const int dp = spec.integer("dp", world->size());
-  DTRAIN_CHECK(dp == world->size(), "strategy spec '{}': dp={} but the job has {} ranks", spec.text(), dp,
-               world->size());
-  if (o.stage == 3) {
-    DTRAIN_CHECK(!spec.has("bucket_mb"),
-                 "strategy spec '{}': at zero=3 the gradient buckets are the gather units; size them with gather_mb, "
-                 "not bucket_mb",
-                 spec.text());
-    // 0: every layer a unit of its own.
-    o.unit_bytes = static_cast<std::size_t>(spec.number("gather_mb", 4.0, /*zero_allowed=*/true) * (1 << 20));
-  } else {
-    DTRAIN_CHECK(!spec.has("gather_mb"),
-                 "strategy spec '{}': gather_mb sizes stage 3's gather units, and zero={} gathers no layers",
-                 spec.text(), o.stage);
-    o.bucket_bytes = static_cast<std::size_t>(spec.number("bucket_mb", 4.0) * (1 << 20));
-  }
-  o.overlap = spec.flag("overlap", true);
-  DTRAIN_CHECK(!(spec.has("hybrid") && spec.has("shard")),
-               "strategy spec '{}': hybrid (shard inside each host) and shard=N (inside N ranks) exclude each other",
-               spec.text());
-  if (spec.flag("hybrid", false)) o.shard_ranks = ranks_per_host(*world);
-  o.shard_ranks = spec.integer("shard", o.shard_ranks);
-  const std::string exchange = spec.text_of("exchange").value_or("none");
-  DTRAIN_CHECK(exchange == "none" || exchange == "fp16" || exchange == "bf16",
-               "strategy spec '{}': zero= reduce-scatters its buckets and takes exchange=fp16 or bf16 (16-bit "
-               "shares), got exchange={} (PowerSGD needs whole gradients: use dp)",
-               spec.text(), exchange);
-  if (exchange != "none") o.wire = exchange == "fp16" ? DType::f16 : DType::bf16;
-  return std::make_shared<ShardedDataParallelStrategy>(world, device, o);
 }
 
 }  // namespace dtrain::dist

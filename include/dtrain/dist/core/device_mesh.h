@@ -79,4 +79,10 @@ class DeviceMesh {
   std::vector<CommunicatorPtr> groups_;  // one per dim of this block
 };
 
+// The ranks of each host, when every host has as many and holds consecutive ranks (as
+// mpirun places them by slot; throws otherwise, naming the remedy); collective over `world`.
+// Hosts: MPI's shared-memory split, or DTRAIN_HOST_ID (communicator.h); one process
+// without MPI is one host.
+int ranks_per_host(Communicator& world);
+
 }  // namespace dtrain::dist

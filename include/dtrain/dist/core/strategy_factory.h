@@ -9,8 +9,11 @@
 // data-parallel replicas when the world holds several pipelines), then `zero` (sharded data
 // parallelism), then `dp` or `local`; a
 // kind registered by the program outranks the built-in ones. "" is `dp` (`local` on one
-// rank). Every key must be used by the chosen kind; an unknown key, a bad value or a shape
-// that does not fit the world is an error naming the spec and the key.
+// rank). The dimensions (`pp`, `dp`, `zero` with `shard` or `hybrid`) are one grammar for
+// every kind but `ps`, read and checked by parse_parallel_dims (parallel_dims.h) before a
+// strategy is built; `ps` refuses them. Every key must be used by the chosen kind; an
+// unknown key, a bad value, a shape that does not fit the world or a combination no kind
+// offers is an error naming the spec and the key.
 //
 // | spec (examples)                       | strategy                                              |
 // |---------------------------------------|-------------------------------------------------------|
@@ -32,7 +35,7 @@
 // ssp: PsOptions::staleness_lr, delay_compensation), `backup=B` (sync: backup_workers),
 // `lost=SECONDS` (async and ssp: lost_after; 0: never; default half of StrategyHints::timeout). zero:
 // `zero=STAGE` (1, 2 or 3), `dp=N`, `bucket_mb=MB` (stages 1 and 2), `gather_mb=MB` (stage 3's
-// gather units; 0: a layer each), `overlap=0|1`, `hybrid` or `shard=N`.
+// gather units; 0: a layer each), `overlap=0|1`, `hybrid` or `shard=N`, `exchange=fp16|bf16`.
 // Later capabilities take keys of their kind (`exchange=` for compression) or a kind of
 // their own, registered below.
 #pragma once

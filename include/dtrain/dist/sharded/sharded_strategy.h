@@ -150,8 +150,4 @@ class ShardedDataParallelStrategy final : public Strategy {
   std::unique_ptr<LayerGatherer> gatherer_;    // stage 3 (declared after ddp_: it goes first)
 };
 
-// The factory for the spec key `zero` (strategy_factory.cpp's table).
-std::shared_ptr<Strategy> make_sharded_data_parallel(StrategySpec& spec, const CommunicatorPtr& world, Device device,
-                                                     const StrategyHints& hints);
-
 }  // namespace dtrain::dist
