@@ -84,6 +84,7 @@
 #include "dtrain/dist/data_parallel/data_parallel.h"
 #include "dtrain/dist/data_parallel/data_parallel_strategy.h"
 #include "dtrain/dist/core/device_mesh.h"
+#include "dtrain/dist/core/parallel_dims.h"
 #include "dtrain/dist/data_parallel/gradient_exchange.h"
 #include "dtrain/dist/comm/nccl.h"
 #include "dtrain/dist/ps/parameter_server.h"

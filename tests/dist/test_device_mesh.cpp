@@ -102,3 +102,28 @@ TEST_CASE("device mesh: shapes that do not fit are refused with the shape", "[cp
   world->all_reduce(t);
   CHECK(t.item() == n);
 }
+
+TEST_CASE("device mesh: a flattened dimension joins others, row-major, beside them", "[cpu][dist]") {
+  // dp_replicate x dp_shard x pp with dp = dp_replicate * dp_shard: at 4 ranks 2 x 2 x 1
+  // (the shard groups {0,1} and {2,3}), at 2 ranks 1 x 1 x 2 (dp is each rank alone), at 1
+  // rank 1 x 1 x 1.
+  auto world = dist::world();
+  const int n = world->size(), r = world->rank();
+  const int replicate = n == 4 ? 2 : 1, shard = n == 4 ? 2 : 1, pp = n / (replicate * shard);
+  dist::DeviceMesh mesh(world, {{"dp_replicate", replicate}, {"dp_shard", shard}, {"pp", pp}},
+                        {{"dp", {"dp_replicate", "dp_shard"}}});
+  CHECK(mesh.size("dp") == replicate * shard);
+  CHECK(mesh.coordinate("dp") == r / pp);
+  CHECK(mesh.group("dp")->rank() == mesh.coordinate("dp"));
+  CHECK(mesh.describe() == fmt::format("dp_replicate={} x dp_shard={} x pp={}", replicate, shard, pp));
+  std::vector<std::int64_t> dp;  // the ranks of this rank's stage, in replica order
+  for (int q = r % pp; q < n; q += pp) dp.push_back(q);
+  CHECK(members(mesh.group("dp"), r) == dp);
+  if (n == 4) CHECK(members(mesh.group("dp_shard"), r) == std::vector<std::int64_t>{r / 2 * 2, r / 2 * 2 + 1});
+  CHECK_THROWS_WITH(dist::DeviceMesh(world, {{"dp_replicate", replicate}, {"dp_shard", shard}, {"pp", pp}},
+                                     {{"dp", {"dp_shard", "dp_replicate"}}}),
+                    Contains("flattened dimension 'dp' must join distinct dimensions of the mesh in its order"));
+  CHECK_THROWS_WITH(
+      dist::DeviceMesh(world, {{"dp_replicate", replicate}, {"dp_shard", shard}, {"pp", pp}}, {{"pp", {"dp_shard"}}}),
+      Contains("flattened dimension 'pp' must be a new lowercase word"));
+}

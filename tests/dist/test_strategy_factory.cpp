@@ -2,8 +2,10 @@
 // which mesh, the errors for specs that cannot run, and a strategy defined by this test
 // alone (one class and one registration line) that the Trainer runs unchanged.
 #include "dtrain/data/tensor_dataset.h"
+#include "dtrain/dist/data_parallel/data_parallel_strategy.h"
 #include "dtrain/dist/pipeline/pipeline_strategy.h"
 #include "dtrain/dist/ps/ps_strategy.h"
+#include "dtrain/dist/sharded/sharded_strategy.h"
 #include "dtrain/dist/core/parallel_dims.h"
 #include "dtrain/dist/core/strategy_factory.h"
 #include "dtrain/layers/models.h"
@@ -142,6 +144,28 @@ TEST_CASE("make_strategy: data parallel by default, local on one rank", "[cpu][d
   }
 }
 
+TEST_CASE("make_strategy: data parallelism and ZeRO take their groups from the job's mesh", "[cpu][dist]") {
+  auto world = dist::world();
+  const int n = world->size();
+  if (n == 1) {
+    SUCCEED("one rank trains locally, without a mesh");
+    return;
+  }
+  auto dp = std::dynamic_pointer_cast<dist::DataParallelStrategy>(dist::make_strategy("dp", world, Device::cpu()));
+  REQUIRE(dp != nullptr);
+  CHECK(dp->mesh().describe() == fmt::format("dp_replicate={} x dp_shard=1 x pp=1", n));
+  CHECK(dp->communicator() == world);  // the dimension spans the world: no copy of it
+  const std::string hybrid = n == 4 ? "zero=2,shard=2" : "zero=2";
+  auto zero =
+      std::dynamic_pointer_cast<dist::ShardedDataParallelStrategy>(dist::make_strategy(hybrid, world, Device::cpu()));
+  REQUIRE(zero != nullptr);
+  const int shard = n == 4 ? 2 : n;
+  CHECK(zero->mesh().describe() == fmt::format("dp_replicate={} x dp_shard={} x pp=1", n / shard, shard));
+  CHECK(zero->options().shard_ranks == shard);
+  CHECK(zero->mesh().group("dp_shard")->rank() == world->rank() % shard);
+  CHECK(zero->mesh().coordinate("dp") == world->rank());
+}
+
 TEST_CASE("make_strategy: a pipeline on the dp x pp mesh", "[cpu][dist]") {
   auto world = dist::world();
   if (world->size() % 2 != 0) {
@@ -154,7 +178,8 @@ TEST_CASE("make_strategy: a pipeline on the dp x pp mesh", "[cpu][dist]") {
   CHECK(pipeline->stage() == world->rank() % 2);
   CHECK(pipeline->replica() == world->rank() / 2);
   CHECK(pipeline->replicas() == world->size() / 2);
-  CHECK(pipeline->mesh().describe() == fmt::format("dp={} x pp=2", world->size() / 2));
+  CHECK(pipeline->mesh().describe() == fmt::format("dp_replicate={} x dp_shard=1 x pp=2", world->size() / 2));
+  CHECK(pipeline->mesh().size("dp") == world->size() / 2);
   CHECK_THROWS_WITH(dist::make_strategy(fmt::format("pp=2,dp={}", world->size()), world, Device::cpu()),
                     Contains(fmt::format("pp=2 x dp={} is {} ranks", world->size(), 2 * world->size())));
   CHECK_THROWS_WITH(dist::make_strategy("pp=2,balance=time", world, Device::cpu()),

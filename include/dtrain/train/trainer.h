@@ -5,7 +5,7 @@
 // target accuracy, and callbacks at step and epoch boundaries (where checkpoints and
 // TensorBoard hook in). How a step is distributed is the strategy's business.
 //
-//   auto strategy = dist::default_strategy(dist::world(), device);
+//   auto strategy = dist::make_strategy("", dist::world(), device);  // strategy_factory.h
 //   auto model = strategy->prepare(nn::lenet_cnn());
 //   optim::SGD sgd(model->parameters(), {.lr = 0.05, .momentum = 0.9});
 //   train::Trainer trainer(strategy, {.train = train_set, .test = test_set, .batch_size = 64},

@@ -67,8 +67,39 @@ void check_shape(const std::vector<MeshBlock>& blocks, int world_size) {
 
 }  // namespace
 
-DeviceMesh::DeviceMesh(CommunicatorPtr world, std::vector<MeshDim> dims)
-    : DeviceMesh(std::move(world), std::vector<MeshBlock>{{"train", std::move(dims)}}) {}
+DeviceMesh::DeviceMesh(CommunicatorPtr world, std::vector<MeshDim> dims, std::vector<MeshFlat> flat)
+    : DeviceMesh(std::move(world), std::vector<MeshBlock>{{"train", std::move(dims)}}) {
+  // Each flattened dimension: the ranks that share the coordinates along the others (the
+  // color), ordered by their row-major index along its own.
+  const std::size_t block_dims = blocks_[block_].dims.size();
+  for (const MeshFlat& f : flat) {
+    DTRAIN_CHECK(valid_name(f.name) && !has(f.name),
+                 "device mesh {}: flattened dimension '{}' must be a new lowercase word", describe(), f.name);
+    DTRAIN_CHECK(!f.dims.empty(), "device mesh {}: flattened dimension '{}' joins no dimensions", describe(), f.name);
+    std::vector<bool> joined(block_dims, false);
+    std::size_t last = 0;
+    for (std::size_t i = 0; i < f.dims.size(); ++i) {
+      const std::size_t k = index(f.dims[i]);
+      DTRAIN_CHECK(k < block_dims && !joined[k] && (i == 0 || k > last),
+                   "device mesh {}: flattened dimension '{}' must join distinct dimensions of the mesh in its order",
+                   describe(), f.name);
+      joined[k] = true;
+      last = k;
+    }
+    int color = 0, coordinate = 0, size = 1;
+    for (std::size_t k = 0; k < block_dims; ++k) {
+      if (joined[k]) {
+        coordinate = coordinate * dims_[k].size + coordinates_[k];
+        size *= dims_[k].size;
+      } else {
+        color = color * dims_[k].size + coordinates_[k];
+      }
+    }
+    dims_.push_back({f.name, size});
+    coordinates_.push_back(coordinate);
+    groups_.push_back(size == block_comm_->size() ? block_comm_ : block_comm_->split(color, coordinate));
+  }
+}
 
 DeviceMesh::DeviceMesh(CommunicatorPtr world, std::vector<MeshBlock> blocks)
     : world_(std::move(world)), blocks_(std::move(blocks)) {
@@ -81,6 +112,7 @@ DeviceMesh::DeviceMesh(CommunicatorPtr world, std::vector<MeshBlock> blocks)
   block_comm_ = blocks_.size() == 1 ? world_ : world_->split(static_cast<int>(block_), local);
 
   const std::vector<MeshDim>& dims = blocks_[block_].dims;
+  dims_ = dims;
   coordinates_.resize(dims.size());
   int rest = local;
   for (std::size_t k = dims.size(); k-- > 0;) {
@@ -93,7 +125,8 @@ DeviceMesh::DeviceMesh(CommunicatorPtr world, std::vector<MeshBlock> blocks)
     for (std::size_t j = 0; j < dims.size(); ++j) {
       if (j != k) color = color * dims[j].size + coordinates_[j];
     }
-    groups_.push_back(block_comm_->split(color, coordinates_[k]));
+    // A dimension that spans the block is the block's communicator, not a copy of it.
+    groups_.push_back(dims[k].size == block_comm_->size() ? block_comm_ : block_comm_->split(color, coordinates_[k]));
   }
 }
 
@@ -114,19 +147,17 @@ int DeviceMesh::role_first_rank(std::string_view role) const {
 }
 
 bool DeviceMesh::has(std::string_view dim) const {
-  const auto& dims = blocks_[block_].dims;
-  return std::any_of(dims.begin(), dims.end(), [&](const MeshDim& d) { return d.name == dim; });
+  return std::any_of(dims_.begin(), dims_.end(), [&](const MeshDim& d) { return d.name == dim; });
 }
 
 std::size_t DeviceMesh::index(std::string_view dim) const {
-  const auto& dims = blocks_[block_].dims;
-  for (std::size_t k = 0; k < dims.size(); ++k) {
-    if (dims[k].name == dim) return k;
+  for (std::size_t k = 0; k < dims_.size(); ++k) {
+    if (dims_[k].name == dim) return k;
   }
   DTRAIN_FAIL("device mesh {}: role '{}' has no dimension '{}'", describe(), role(), dim);
 }
 
-int DeviceMesh::size(std::string_view dim) const { return blocks_[block_].dims[index(dim)].size; }
+int DeviceMesh::size(std::string_view dim) const { return dims_[index(dim)].size; }
 int DeviceMesh::coordinate(std::string_view dim) const { return coordinates_[index(dim)]; }
 const CommunicatorPtr& DeviceMesh::group(std::string_view dim) const { return groups_[index(dim)]; }
 

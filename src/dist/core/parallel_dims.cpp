@@ -11,6 +11,10 @@ std::vector<MeshDim> ParallelDims::mesh_dims() const {
   return {{"dp_replicate", dp_replicate}, {"dp_shard", dp_shard}, {"pp", pp}};
 }
 
+std::shared_ptr<const DeviceMesh> ParallelDims::mesh(const CommunicatorPtr& world) const {
+  return std::make_shared<DeviceMesh>(world, mesh_dims(), std::vector<MeshFlat>{{"dp", {"dp_replicate", "dp_shard"}}});
+}
+
 std::string ParallelDims::describe() const {
   std::string out = fmt::format("pp={} x dp={}", pp, dp());
   if (zero > 0) out += fmt::format(" (zero={} over {})", zero, dp_shard);

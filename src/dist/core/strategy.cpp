@@ -3,7 +3,6 @@
 #include "dtrain/autograd/autocast.h"
 #include "dist/comm/local_communicator.h"
 #include "dtrain/core/trace.h"
-#include "dtrain/dist/data_parallel/data_parallel_strategy.h"
 #include "dtrain/optim/clip_grad.h"
 
 #include <cmath>
@@ -163,12 +162,6 @@ std::shared_ptr<nn::Module> LocalStrategy::prepare(std::shared_ptr<nn::Module> m
   model->to(device_);
   module_ = std::move(model);
   return module_;
-}
-
-std::shared_ptr<Strategy> default_strategy(const CommunicatorPtr& world, Device device) {
-  DTRAIN_CHECK(world != nullptr, "default_strategy: no communicator given");
-  if (world->size() == 1) return std::make_shared<LocalStrategy>(device);
-  return std::make_shared<DataParallelStrategy>(world, device);
 }
 
 }  // namespace dtrain::dist

@@ -128,10 +128,10 @@ ParallelDims dims_of(StrategySpec& spec, const CommunicatorPtr& world) {
 
 std::shared_ptr<Strategy> make_data_parallel(StrategySpec& spec, const CommunicatorPtr& world, Device device,
                                              const StrategyHints&) {
-  dims_of(spec, world);  // dp (the kind is chosen only when no pp or zero is given)
+  const ParallelDims dims = dims_of(spec, world);  // dp (the kind is chosen only when no pp or zero is given)
   const DataParallelStrategyOptions options = data_parallel_options(spec);
   if (world->size() == 1) return std::make_shared<LocalStrategy>(device);
-  return std::make_shared<DataParallelStrategy>(world, device, options);
+  return std::make_shared<DataParallelStrategy>(dims.mesh(world), device, options);
 }
 
 std::shared_ptr<Strategy> make_pipeline(StrategySpec& spec, const CommunicatorPtr& world, Device device,
@@ -165,8 +165,7 @@ std::shared_ptr<Strategy> make_pipeline(StrategySpec& spec, const CommunicatorPt
   o.recompute = spec.flag("recompute");
   if (spec.has("recompute_stages")) o.recompute_stages = index_list(spec, "recompute_stages", "stage indices");
   o.data_parallel = data_parallel_options(spec);
-  auto mesh = std::make_shared<DeviceMesh>(world, std::vector<MeshDim>{{"dp", dp}, {"pp", o.stages}});
-  return std::make_shared<PipelineStrategy>(std::move(mesh), device, std::move(o));
+  return std::make_shared<PipelineStrategy>(dims.mesh(world), device, std::move(o));
 }
 
 std::shared_ptr<Strategy> make_parameter_server(StrategySpec& spec, const CommunicatorPtr& world, Device device,
@@ -223,7 +222,7 @@ std::shared_ptr<Strategy> make_sharded_data_parallel(StrategySpec& spec, const C
                "shares), got exchange={} (PowerSGD needs whole gradients: use dp)",
                spec.text(), exchange);
   if (exchange != "none") o.wire = exchange == "fp16" ? DType::f16 : DType::bf16;
-  return std::make_shared<ShardedDataParallelStrategy>(world, device, o);
+  return std::make_shared<ShardedDataParallelStrategy>(dims.mesh(world), device, o);
 }
 
 struct Registry {

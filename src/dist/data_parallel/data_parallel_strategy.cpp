@@ -5,8 +5,28 @@
 
 namespace dtrain::dist {
 
+namespace {
+
+std::shared_ptr<const DeviceMesh> replicas_mesh(const CommunicatorPtr& comm) {
+  DTRAIN_CHECK(comm != nullptr, "data_parallel strategy: no communicator given");
+  return std::make_shared<DeviceMesh>(comm, std::vector<MeshDim>{{"dp", comm->size()}});
+}
+
+}  // namespace
+
 DataParallelStrategy::DataParallelStrategy(CommunicatorPtr comm, Device device, DataParallelStrategyOptions options)
-    : Strategy("data_parallel", device, comm), comm_(std::move(comm)), options_(std::move(options)) {}
+    : DataParallelStrategy(replicas_mesh(comm), device, std::move(options)) {}
+
+DataParallelStrategy::DataParallelStrategy(std::shared_ptr<const DeviceMesh> mesh, Device device,
+                                           DataParallelStrategyOptions options)
+    : Strategy("data_parallel", device, mesh ? mesh->world() : nullptr),
+      mesh_(std::move(mesh)),
+      options_(std::move(options)) {
+  DTRAIN_CHECK(mesh_->size("dp") == mesh_->world()->size(),
+               "data_parallel strategy: the mesh {} has dimensions besides dp of more than one rank",
+               mesh_->describe());
+  comm_ = mesh_->group("dp");  // the world itself (the dimension spans it)
+}
 
 std::shared_ptr<nn::Module> DataParallelStrategy::prepare(std::shared_ptr<nn::Module> model) {
   DTRAIN_CHECK(model != nullptr, "data_parallel strategy: prepare() needs a model");

@@ -4,6 +4,7 @@
 #include "dist/pipeline/pipeline_executor.h"
 #include "dist/sharded/optimizer_shards.h"
 #include "dtrain/dist/comm/nccl.h"
+#include "dtrain/dist/core/parallel_dims.h"
 #include "dtrain/dist/pipeline/pipeline_partition.h"
 #include "dtrain/dist/data_parallel/sync_batch_norm.h"
 
@@ -56,7 +57,8 @@ void check_same_everywhere(const CommunicatorPtr& world, const std::vector<std::
 
 namespace {
 
-// dp=(size / stages) x pp=stages over `world`, after checking that it divides.
+// The factory's mesh for pp=stages over `world` (parallel_dims.h), after checking that it
+// divides.
 std::shared_ptr<const DeviceMesh> pipeline_mesh(const CommunicatorPtr& world, int stages) {
   DTRAIN_CHECK(world != nullptr, "pipeline strategy: no communicator given");
   DTRAIN_CHECK(stages >= 1, "pipeline strategy: stages must be >= 1, got {}", stages);
@@ -64,7 +66,7 @@ std::shared_ptr<const DeviceMesh> pipeline_mesh(const CommunicatorPtr& world, in
                "pipeline strategy: {} ranks is not a multiple of the {} stages (ranks = stages x data-parallel "
                "replicas)",
                world->size(), stages);
-  return std::make_shared<DeviceMesh>(world, std::vector<MeshDim>{{"dp", world->size() / stages}, {"pp", stages}});
+  return ParallelDims{.pp = stages, .dp_replicate = world->size() / stages}.mesh(world);
 }
 
 }  // namespace

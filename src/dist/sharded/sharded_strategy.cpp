@@ -13,27 +13,49 @@
 
 namespace dtrain::dist {
 
-ShardedDataParallelStrategy::ShardedDataParallelStrategy(CommunicatorPtr comm, Device device,
-                                                         ShardedDataParallelOptions options)
-    : Strategy("sharded_data_parallel", device, comm), comm_(std::move(comm)), options_(options) {
-  DTRAIN_CHECK(options_.stage >= 1 && options_.stage <= 3,
+namespace {
+
+void check_options(const ShardedDataParallelOptions& o) {
+  DTRAIN_CHECK(o.stage >= 1 && o.stage <= 3,
                "sharded data parallel: stage {} is not a ZeRO stage (1: the optimizer state sharded, 2: the "
                "gradients too, 3: the parameters too)",
-               options_.stage);
-  DTRAIN_CHECK(options_.bucket_bytes > 0, "sharded data parallel: bucket_bytes must be positive");
-  const int ranks = comm_->size(), group = options_.shard_ranks == 0 ? ranks : options_.shard_ranks;
+               o.stage);
+  DTRAIN_CHECK(o.bucket_bytes > 0, "sharded data parallel: bucket_bytes must be positive");
+}
+
+// dp_replicate x dp_shard over `comm`, row-major: groups of shard_ranks consecutive ranks
+// shard the model; the dp_replicate groups link the ranks that hold the same chunks.
+std::shared_ptr<const DeviceMesh> shard_mesh(const CommunicatorPtr& comm, const ShardedDataParallelOptions& o) {
+  DTRAIN_CHECK(comm != nullptr, "sharded data parallel: no communicator given");
+  check_options(o);
+  const int ranks = comm->size(), group = o.shard_ranks == 0 ? ranks : o.shard_ranks;
   DTRAIN_CHECK(group >= 1 && ranks % group == 0,
                "sharded data parallel: shard groups of {} rank(s) do not divide the {} ranks (hybrid sharding needs "
                "as many ranks on every host)",
-               options_.shard_ranks, ranks);
-  shard_comm_ = comm_;
-  if (group < ranks) {
-    // Row-major: groups of consecutive ranks shard the model; the "replica" groups link the
-    // ranks that hold the same chunks.
-    const DeviceMesh mesh(comm_, {{"replica", ranks / group}, {"shard", group}});
-    shard_comm_ = mesh.group("shard");
-    replica_comm_ = mesh.group("replica");
-  }
+               o.shard_ranks, ranks);
+  return std::make_shared<DeviceMesh>(comm, std::vector<MeshDim>{{"dp_replicate", ranks / group}, {"dp_shard", group}});
+}
+
+}  // namespace
+
+ShardedDataParallelStrategy::ShardedDataParallelStrategy(CommunicatorPtr comm, Device device,
+                                                         ShardedDataParallelOptions options)
+    : ShardedDataParallelStrategy(shard_mesh(comm, options), device, options) {}
+
+ShardedDataParallelStrategy::ShardedDataParallelStrategy(std::shared_ptr<const DeviceMesh> mesh, Device device,
+                                                         ShardedDataParallelOptions options)
+    : Strategy("sharded_data_parallel", device, mesh ? mesh->world() : nullptr),
+      mesh_(std::move(mesh)),
+      comm_(world_),
+      options_(options) {
+  check_options(options_);
+  DTRAIN_CHECK(mesh_->size("dp_replicate") * mesh_->size("dp_shard") == comm_->size(),
+               "sharded data parallel: the mesh {} has dimensions besides dp_replicate and dp_shard of more than one "
+               "rank",
+               mesh_->describe());
+  options_.shard_ranks = mesh_->size("dp_shard");
+  shard_comm_ = mesh_->group("dp_shard");  // the world itself when a shard spans it
+  if (mesh_->size("dp_replicate") > 1) replica_comm_ = mesh_->group("dp_replicate");
   set_model_parts(shard_comm_);
 }
 

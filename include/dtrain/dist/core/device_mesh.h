@@ -18,10 +18,20 @@
 // group(d) holds the ranks of this rank's block whose coordinates differ from this rank's
 // only along d, ordered by their coordinate along d (so group(d)->rank() ==
 // coordinate(d)). Names are lowercase words ("dp", "pp", "ps", "tp", "dp_shard"...); a
-// dimension of size 1 is allowed (its group is this rank alone).
+// dimension of size 1 is allowed (its group is this rank alone). A dimension that spans
+// the block has the block's communicator as its group (the world's for one block), not a
+// copy: no second communicator, and messages name it as the world.
+//
+// A flattened dimension joins several into one, as torchtitan flattens dp_replicate and
+// dp_shard into dp: its size is their product, its group the ranks that differ only along
+// them, its coordinate their row-major index.
+//
+//   dist::DeviceMesh mesh(world, {{"dp_replicate", 2}, {"dp_shard", 2}, {"pp", 1}},
+//                         {{"dp", {"dp_replicate", "dp_shard"}}});
+//   mesh.group("dp");  // all four replicas; group("dp_shard") the two of this shard group
 //
 // Construction is collective over the world: one split into blocks (none for a single
-// block), then one split per dimension inside the block. Every rank must pass the same
+// block), then one split per dimension inside the block that does not span it. Every rank must pass the same
 // shape; the block sizes must add up to the world's size (an error names the shape).
 #pragma once
 
@@ -43,10 +53,15 @@ struct MeshBlock {
   std::vector<MeshDim> dims;
 };
 
+struct MeshFlat {
+  std::string name;
+  std::vector<std::string> dims;  // of the block, in the block's order
+};
+
 class DeviceMesh {
  public:
-  // One block, role "train", over every rank of `world`.
-  DeviceMesh(CommunicatorPtr world, std::vector<MeshDim> dims);
+  // One block, role "train", over every rank of `world`, with `flat` dimensions besides.
+  DeviceMesh(CommunicatorPtr world, std::vector<MeshDim> dims, std::vector<MeshFlat> flat = {});
   // Blocks of consecutive ranks, in order.
   DeviceMesh(CommunicatorPtr world, std::vector<MeshBlock> blocks);
 
@@ -65,7 +80,8 @@ class DeviceMesh {
   int coordinate(std::string_view dim) const;
   const CommunicatorPtr& group(std::string_view dim) const;
 
-  // "dp=2 x pp=2", or "worker[dp=3] + ps[ps=1]" for several blocks.
+  // "dp=2 x pp=2", or "worker[dp=3] + ps[ps=1]" for several blocks (flattened dimensions
+  // are not shown).
   std::string describe() const;
 
  private:
@@ -75,8 +91,11 @@ class DeviceMesh {
   std::vector<MeshBlock> blocks_;
   std::size_t block_ = 0;
   CommunicatorPtr block_comm_;
-  std::vector<int> coordinates_;         // along this block's dims
-  std::vector<CommunicatorPtr> groups_;  // one per dim of this block
+  // This block's dims, then the flattened ones (their sizes the products), with this
+  // rank's coordinate and group along each.
+  std::vector<MeshDim> dims_;
+  std::vector<int> coordinates_;
+  std::vector<CommunicatorPtr> groups_;
 };
 
 // The ranks of each host, when every host has as many and holds consecutive ranks (as

@@ -23,6 +23,7 @@
 #include "dtrain/dist/core/device_mesh.h"
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,10 @@ struct ParallelDims {
   // The mesh's dimensions in the fixed order (dimensions of size 1 are kept: every mesh has
   // the same names).
   std::vector<MeshDim> mesh_dims() const;
+  // The job's mesh over `world` (collective): mesh_dims(), and "dp" flattened from
+  // dp_replicate and dp_shard. Every strategy of the factory but parameter servers takes
+  // its groups from it.
+  std::shared_ptr<const DeviceMesh> mesh(const CommunicatorPtr& world) const;
   // "pp=2 x dp=2 (zero=1 over 2)", for messages and the layout line.
   std::string describe() const;
 };

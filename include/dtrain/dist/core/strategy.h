@@ -5,7 +5,7 @@
 // (train::Trainer) is the same whichever strategy runs it, as tf.distribute's `model.fit`
 // is the same under every tf.distribute.Strategy.
 //
-//   auto strategy = dist::default_strategy(dist::world(), device);  // Local or DataParallel
+//   auto strategy = dist::make_strategy("", dist::world(), device);  // Local or DataParallel
 //   auto model = strategy->prepare(nn::lenet_cnn());                 // then the optimizer
 //   optim::SGD sgd(model->parameters(), {...});
 //   dist::StepStats s = strategy->train_step(micro_batches, sgd, config);
@@ -326,8 +326,5 @@ class LocalStrategy final : public Strategy {
   explicit LocalStrategy(Device device = Device::cpu());
   std::shared_ptr<nn::Module> prepare(std::shared_ptr<nn::Module> model) override;
 };
-
-// LocalStrategy for a group of one, DataParallelStrategy over `world` otherwise.
-std::shared_ptr<Strategy> default_strategy(const CommunicatorPtr& world, Device device);
 
 }  // namespace dtrain::dist

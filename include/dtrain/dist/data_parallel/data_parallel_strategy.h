@@ -11,8 +11,9 @@
 // broadcast_buffers=false: rank 0's are the ones a checkpoint saves.
 #pragma once
 
-#include "dtrain/dist/data_parallel/data_parallel.h"
+#include "dtrain/dist/core/device_mesh.h"
 #include "dtrain/dist/core/strategy.h"
+#include "dtrain/dist/data_parallel/data_parallel.h"
 
 namespace dtrain::dist {
 
@@ -24,8 +25,11 @@ struct DataParallelStrategyOptions {
 
 class DataParallelStrategy final : public Strategy {
  public:
-  // `comm`: the replicas (normally dist::world()). For a model on CUDA, DataParallel builds
-  // an NCCL communicator over it for the gradients.
+  // On a mesh built by the caller (dist::make_strategy): the replicas are its "dp"
+  // dimension, which must span the mesh (a dp_shard or pp of size 1 is fine). For a model
+  // on CUDA, DataParallel builds an NCCL communicator over them for the gradients.
+  DataParallelStrategy(std::shared_ptr<const DeviceMesh> mesh, Device device, DataParallelStrategyOptions options = {});
+  // `comm`: the replicas (normally dist::world()), laid out as the mesh dp=size.
   DataParallelStrategy(CommunicatorPtr comm, Device device, DataParallelStrategyOptions options = {});
 
   // Placed as the base class's default over `comm`: replica r reads shard r, replica 0
@@ -38,6 +42,7 @@ class DataParallelStrategy final : public Strategy {
   // The wrapper, after prepare().
   DataParallel& data_parallel();
   const CommunicatorPtr& communicator() const { return comm_; }
+  const DeviceMesh& mesh() const { return *mesh_; }
   const DataParallelStrategyOptions& options() const { return options_; }
 
  protected:
@@ -46,6 +51,7 @@ class DataParallelStrategy final : public Strategy {
   void exchange_gradients() override;
 
  private:
+  std::shared_ptr<const DeviceMesh> mesh_;
   CommunicatorPtr comm_;
   DataParallelStrategyOptions options_;
   std::unique_ptr<DataParallel> ddp_;

@@ -94,6 +94,11 @@ class ShardedDataParallelStrategy final : public Strategy {
   // through an NCCL communicator built over it. Throws naming the stage for one out of 1-3,
   // and naming shard_ranks when it does not divide the ranks (collective: the mesh).
   ShardedDataParallelStrategy(CommunicatorPtr comm, Device device, ShardedDataParallelOptions options = {});
+  // On a mesh built by the caller (dist::make_strategy): its "dp_shard" dimension holds the
+  // ranks a shard spans and "dp_replicate" the groups that replicate each other
+  // (options.shard_ranks is the mesh's); together they must span the mesh.
+  ShardedDataParallelStrategy(std::shared_ptr<const DeviceMesh> mesh, Device device,
+                              ShardedDataParallelOptions options = {});
   ~ShardedDataParallelStrategy() override;
 
   // Broadcasts rank 0's state (DataParallel), then moves each bucket's parameters into one
@@ -105,6 +110,7 @@ class ShardedDataParallelStrategy final : public Strategy {
   Capabilities capabilities() override;  // the replica check
 
   const ShardedDataParallelOptions& options() const { return options_; }
+  const DeviceMesh& mesh() const { return *mesh_; }
   // Elements of the flat parameter vector this rank updates (and holds optimizer state for).
   std::int64_t shard_elements() const;
   // The optimizer over this rank's slices (null before the first step).
@@ -139,6 +145,7 @@ class ShardedDataParallelStrategy final : public Strategy {
  private:
   DataParallel& data_parallel() const;
 
+  std::shared_ptr<const DeviceMesh> mesh_;
   CommunicatorPtr comm_;          // every rank
   CommunicatorPtr shard_comm_;    // the ranks that share the model out (all of comm_ unless hybrid)
   CommunicatorPtr replica_comm_;  // the ranks holding the same chunks in the other groups (hybrid)
