@@ -360,3 +360,48 @@ TEST_CASE("algorithm names round-trip and unknown names are rejected", "[cpu][di
   for (AllReduceAlgorithm a : kAlgorithms) CHECK(dist::parse_algorithm(dist::algorithm_name(a)) == a);
   CHECK_THROWS_WITH(dist::parse_algorithm("tree"), Contains("unknown all-reduce algorithm 'tree'"));
 }
+
+namespace {
+
+// A work that finishes when told to, or fails with `error` on every wait.
+class ScriptedWork final : public dist::Work {
+ public:
+  explicit ScriptedWork(std::string error = "") : error_(std::move(error)) {}
+  void wait() override {
+    ++waits;
+    if (!error_.empty()) throw std::runtime_error(error_);
+  }
+  int waits = 0;
+
+ private:
+  std::string error_;
+};
+
+}  // namespace
+
+TEST_CASE("then runs its continuation once, after the work, and releases what it holds", "[cpu][dist]") {
+  auto work = std::make_shared<ScriptedWork>();
+  auto held = std::make_shared<int>(7);
+  int runs = 0;
+  dist::WorkPtr chained = dist::then(work, [&runs, held] { runs += *held; });
+  CHECK(held.use_count() == 2);  // the continuation holds it until it has run
+  CHECK(runs == 0);              // nothing runs before a wait
+  chained->wait();
+  chained->wait();
+  CHECK(runs == 7);
+  CHECK(work->waits == 2);       // the work is waited on each time (a failure would rethrow)
+  CHECK(held.use_count() == 1);  // released once run
+
+  auto failing = std::make_shared<ScriptedWork>("the sum failed");
+  bool ran = false;
+  dist::WorkPtr after_failure = dist::then(failing, [&ran] { ran = true; });
+  CHECK_THROWS_WITH(after_failure->wait(), Contains("the sum failed"));
+  CHECK_THROWS_WITH(after_failure->wait(), Contains("the sum failed"));  // on every wait
+  CHECK_FALSE(ran);
+
+  auto first = std::make_shared<ScriptedWork>(), second = std::make_shared<ScriptedWork>();
+  dist::when_all({first, second})->wait();
+  CHECK((first->waits == 1 && second->waits == 1));
+  CHECK_THROWS_WITH(dist::when_all({first, std::make_shared<ScriptedWork>("a send failed")})->wait(),
+                    Contains("a send failed"));
+}

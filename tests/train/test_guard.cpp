@@ -105,14 +105,25 @@ TEST_CASE("LossWatch finds non-finite losses, spikes, a stalled and a growing lo
     }
     CHECK(reported == std::vector<std::int64_t>{25, 45});  // the level is set at update 5
   }
-  SECTION("a loss that falls and then grows past 1.5x its best is reported as growing") {
+  SECTION("a loss that falls and then grows past 1.5x its best, halfway back to its start, is reported as growing") {
     train::LossWatch w({.spike_factor = 0, .window = 5, .stall_updates = 10}, false);
     std::string report;
     for (int i = 1; i <= 40 && report.empty(); ++i) {                       // the median of 5 bottoms out at 0.9, at 16
       const double loss = i <= 15 ? 2.3 - 0.1 * i : 0.8 + 0.05 * (i - 15);  // down to 0.8, then up
       report = w.observe(i, loss).report;
     }
-    CHECK_THAT(report, Catch::Contains("the loss has grown") && Catch::Contains("its best (0.9 at update 16)"));
+    CHECK_THAT(report, Catch::Contains("the loss has grown") && Catch::Contains("its best (0.9 at update 16)") &&
+                           Catch::Contains("of the way to its starting level 2"));
+  }
+  SECTION("a small loss that wanders 1.5x above its best, far below its start, is not reported") {
+    // The main job's pattern: from 2.3 down to about 0.2, then a running median of 0.31.
+    train::LossWatch w({.spike_factor = 0, .window = 5, .stall_updates = 10}, false);
+    // (The old rule, 1.5x the best alone, reported it at update 33.)
+    for (int i = 1; i <= 70; ++i) {
+      const double loss = i <= 20 ? 2.3 - 0.105 * i : i <= 30 ? 0.2 : (i % 2 == 0 ? 0.31 : 0.33);
+      INFO("update " << i);
+      CHECK(w.observe(i, loss).report.empty());
+    }
   }
   CHECK_THROWS_WITH(train::check_guard_options({.spike_factor = 1}),
                     Catch::Contains("guard: spike_factor must be > 1 (0: off), got 1"));

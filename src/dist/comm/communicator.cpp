@@ -222,4 +222,42 @@ int run_program(const char* program, const std::function<int(const CommunicatorP
   return 1;
 }
 
+namespace {
+
+class Then final : public Work {
+ public:
+  Then(WorkPtr work, std::function<void()> next) : work_(std::move(work)), next_(std::move(next)) {}
+  void wait() override {
+    work_->wait();  // rethrows its failure on every call
+    if (!next_) return;
+    const std::function<void()> next = std::move(next_);
+    next_ = nullptr;  // run once, even if it throws; what it holds goes with it
+    next();
+  }
+
+ private:
+  WorkPtr work_;
+  std::function<void()> next_;
+};
+
+class WhenAll final : public Work {
+ public:
+  explicit WhenAll(std::vector<WorkPtr> works) : works_(std::move(works)) {}
+  void wait() override {
+    for (const WorkPtr& w : works_) w->wait();
+  }
+
+ private:
+  std::vector<WorkPtr> works_;
+};
+
+}  // namespace
+
+WorkPtr then(WorkPtr work, std::function<void()> next) {
+  DTRAIN_CHECK(work != nullptr && next != nullptr, "then: a work and a continuation are needed");
+  return std::make_shared<Then>(std::move(work), std::move(next));
+}
+
+WorkPtr when_all(std::vector<WorkPtr> works) { return std::make_shared<WhenAll>(std::move(works)); }
+
 }  // namespace dtrain::dist

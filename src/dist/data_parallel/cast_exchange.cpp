@@ -8,24 +8,6 @@
 namespace dtrain::dist {
 namespace {
 
-// Waits for the 16-bit sum and casts it back into the bucket.
-class CastBack final : public Work {
- public:
-  CastBack(WorkPtr sum, Tensor wire, Tensor bucket)
-      : sum_(std::move(sum)), wire_(std::move(wire)), bucket_(std::move(bucket)) {}
-  void wait() override {
-    sum_->wait();  // rethrows its failure on every call
-    if (done_) return;
-    bucket_.copy_(wire_);
-    done_ = true;
-  }
-
- private:
-  WorkPtr sum_;
-  Tensor wire_, bucket_;
-  bool done_ = false;
-};
-
 class CastAllReduce final : public GradientExchange {
  public:
   CastAllReduce(CommunicatorPtr replicas, DType wire) : replicas_(std::move(replicas)), wire_dtype_(wire) {}
@@ -49,7 +31,8 @@ class CastAllReduce final : public GradientExchange {
     }
     binary_out(BinaryOp::Mul, flat, share_, flat);  // in place: no bucket-sized temporary
     wire.copy_(flat);
-    return std::make_shared<CastBack>(replicas_->all_reduce_async(wire, ReduceOp::Sum), wire, flat);
+    // Once summed, cast back into the bucket.
+    return then(replicas_->all_reduce_async(wire, ReduceOp::Sum), [wire, flat]() mutable { flat.copy_(wire); });
   }
 
  private:

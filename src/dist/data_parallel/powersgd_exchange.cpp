@@ -49,23 +49,6 @@ Tensor matrix_view(const Tensor& flat, std::int64_t offset, std::int64_t rows, s
   return flat.narrow(0, offset, rows * cols).view({rows, cols});
 }
 
-class PowerSgd;
-
-// The rest of a compressed bucket's exchange, run by the reducer's wait.
-class SecondHalf final : public Work {
- public:
-  SecondHalf(PowerSgd& owner, std::size_t index, Tensor bucket, WorkPtr p_sum)
-      : owner_(owner), index_(index), bucket_(std::move(bucket)), p_sum_(std::move(p_sum)) {}
-  void wait() override;
-
- private:
-  PowerSgd& owner_;
-  std::size_t index_;
-  Tensor bucket_;
-  WorkPtr p_sum_;
-  bool done_ = false;
-};
-
 class PowerSgd final : public GradientExchange {
  public:
   PowerSgd(CommunicatorPtr replicas, PowerSgdOptions options) : replicas_(std::move(replicas)), options_(options) {}
@@ -117,7 +100,9 @@ class PowerSgd final : public GradientExchange {
     }
     for (const Plain& plain : s.plain)
       s.p.narrow(0, plain.packed, plain.numel).copy_(flat.narrow(0, plain.offset, plain.numel));
-    return std::make_shared<SecondHalf>(*this, index, flat, replicas_->all_reduce_async(s.p, ReduceOp::Sum));
+    // The rest of the bucket's exchange, run by the reducer's wait.
+    return then(replicas_->all_reduce_async(s.p, ReduceOp::Sum),
+                [this, index, bucket = Tensor(flat)]() mutable { finish(index, bucket); });
   }
 
   // Per bucket "bucket<b>.steps"; per compressed matrix, once compressing has begun,
@@ -207,13 +192,6 @@ class PowerSgd final : public GradientExchange {
   PowerSgdOptions options_;
   std::vector<BucketState> buckets_;
 };
-
-void SecondHalf::wait() {
-  p_sum_->wait();  // rethrows its failure on every call
-  if (done_) return;
-  done_ = true;  // a failure below is not retried
-  owner_.finish(index_, bucket_);
-}
 
 }  // namespace
 

@@ -6,21 +6,6 @@
 #include <map>
 
 namespace dtrain::dist {
-namespace {
-
-// Every send of one bucket.
-class Sends final : public Work {
- public:
-  explicit Sends(std::vector<WorkPtr> sends) : sends_(std::move(sends)) {}
-  void wait() override {
-    for (const WorkPtr& s : sends_) s->wait();
-  }
-
- private:
-  std::vector<WorkPtr> sends_;
-};
-
-}  // namespace
 
 PsPushExchange::PsPushExchange(Communicator& comm, int workers, const PsLayout& layout, std::vector<std::string> names,
                                DType dtype)
@@ -61,7 +46,7 @@ WorkPtr PsPushExchange::start(std::size_t index, Tensor& buffer) {
     push.narrow(0, piece.length + 2, 1).fill_(static_cast<double>(batches_));
     sends.push_back(comm_.isend(push, workers_ + piece.server, ps::kPieceTag + static_cast<int>(i)));
   }
-  return std::make_shared<Sends>(std::move(sends));
+  return when_all(std::move(sends));  // every send of the bucket
 }
 
 }  // namespace dtrain::dist

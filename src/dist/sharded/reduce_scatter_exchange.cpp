@@ -3,62 +3,6 @@
 #include "dtrain/core/error.h"
 
 namespace dtrain::dist {
-namespace {
-
-// A collective's work that keeps its padded input alive until it has been waited on (on a
-// GPU the collective reads it on its own stream).
-class KeepInput final : public Work {
- public:
-  KeepInput(WorkPtr work, Tensor input) : work_(std::move(work)), input_(std::move(input)) {}
-  void wait() override {
-    work_->wait();
-    input_ = Tensor();
-  }
-
- private:
-  WorkPtr work_;
-  Tensor input_;
-};
-
-// A 16-bit reduce-scatter: once done, its chunk cast back into the bucket's f32 chunk.
-class CastChunkBack final : public Work {
- public:
-  CastChunkBack(WorkPtr work, Tensor wire_chunk, Tensor chunk)
-      : work_(std::move(work)), wire_chunk_(std::move(wire_chunk)), chunk_(std::move(chunk)) {}
-  void wait() override {
-    work_->wait();  // rethrows its failure on every call
-    if (done_) return;
-    chunk_.copy_(wire_chunk_);
-    done_ = true;
-  }
-
- private:
-  WorkPtr work_;
-  Tensor wire_chunk_, chunk_;
-  bool done_ = false;
-};
-
-// Hybrid sharding: once the reduce-scatter inside the group is done, the mean of the chunk
-// across the groups (every rank waits on its buckets in the same order, so these pair up).
-class ThenAcross final : public Work {
- public:
-  ThenAcross(WorkPtr work, CommunicatorPtr across, Tensor chunk)
-      : work_(std::move(work)), across_(std::move(across)), chunk_(std::move(chunk)) {}
-  void wait() override {
-    if (!work_) return;
-    work_->wait();
-    work_.reset();
-    across_->all_reduce(chunk_, ReduceOp::Mean);
-  }
-
- private:
-  WorkPtr work_;
-  CommunicatorPtr across_;
-  Tensor chunk_;
-};
-
-}  // namespace
-
 ReduceScatterExchange::ReduceScatterExchange(CommunicatorPtr replicas, Device device, CommunicatorPtr across,
                                              DType wire)
     : replicas_(std::move(replicas)), device_(device), across_(std::move(across)), wire_(wire) {
@@ -95,7 +39,8 @@ WorkPtr ReduceScatterExchange::start(std::size_t index, Tensor& buffer) {
     wire_inputs_[index].narrow(0, 0, s.numel).copy_(mul(buffer.view({s.numel}), 1.0 / static_cast<double>(ranks)));
     work =
         replicas_->reduce_scatter_async(wire_inputs_[index].view({ranks, s.chunk}), wire_chunks_[index], ReduceOp::Sum);
-    work = std::make_shared<CastChunkBack>(std::move(work), wire_chunks_[index], chunks_[index]);
+    // Once done, its chunk cast back into the bucket's f32 chunk.
+    work = then(std::move(work), [wire = wire_chunks_[index], chunk = chunks_[index]]() mutable { chunk.copy_(wire); });
   } else if (s.padded == s.numel) {
     work = replicas_->reduce_scatter_async(buffer.view({ranks, s.chunk}), chunks_[index], ReduceOp::Mean);
   } else {
@@ -103,9 +48,15 @@ WorkPtr ReduceScatterExchange::start(std::size_t index, Tensor& buffer) {
     padded.narrow(0, 0, s.numel).copy_(buffer);
     padded.narrow(0, s.numel, s.padded - s.numel).zero_();
     work = replicas_->reduce_scatter_async(padded.view({ranks, s.chunk}), chunks_[index], ReduceOp::Mean);
-    work = std::make_shared<KeepInput>(std::move(work), std::move(padded));
+    // The padded input lives until the collective is done (on a GPU its stream reads it).
+    work = then(std::move(work), [padded = std::move(padded)] {});
   }
-  if (across_ && across_->size() > 1) work = std::make_shared<ThenAcross>(std::move(work), across_, chunks_[index]);
+  if (across_ && across_->size() > 1) {
+    // Hybrid sharding: the chunk's mean across the groups once the group's reduce-scatter is
+    // done (every rank waits on its buckets in the same order, so these pair up).
+    work = then(std::move(work),
+                [across = across_, chunk = chunks_[index]]() mutable { across->all_reduce(chunk, ReduceOp::Mean); });
+  }
   return work;
 }
 

@@ -155,6 +155,14 @@ class Work {
 };
 using WorkPtr = std::shared_ptr<Work>;
 
+// Work that, once `work` has finished, runs `next` once on the thread that waits (a 16-bit
+// result cast back, a second collective after the first): wait() rethrows `work`'s failure
+// on every call, and a failure of `next` is not retried. `next`, with what it holds (a
+// buffer the transport reads until then), is released once it has run.
+WorkPtr then(WorkPtr work, std::function<void()> next);
+// Work that waits for each of `works`, in order.
+WorkPtr when_all(std::vector<WorkPtr> works);
+
 // A receive in flight: after wait() has returned, who sent the message and with which tag
 // (what a receive from kAnySource or with kAnyTag needs to answer).
 class RecvWork : public Work {
