@@ -1,6 +1,7 @@
 #include "dtrain/dist/data_parallel/data_parallel_strategy.h"
 
 #include "dtrain/dist/comm/nccl.h"
+#include "dtrain/dist/core/parallel_dims.h"
 #include "dtrain/dist/data_parallel/sync_batch_norm.h"
 
 namespace dtrain::dist {
@@ -9,7 +10,7 @@ namespace {
 
 std::shared_ptr<const DeviceMesh> replicas_mesh(const CommunicatorPtr& comm) {
   DTRAIN_CHECK(comm != nullptr, "data_parallel strategy: no communicator given");
-  return std::make_shared<DeviceMesh>(comm, std::vector<MeshDim>{{"dp", comm->size()}});
+  return ParallelDims{.dp_replicate = comm->size()}.mesh(comm);  // the factory's layout
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "dist/sharded/optimizer_shards.h"
 #include "dist/sharded/reduce_scatter_exchange.h"
 #include "dtrain/core/trace.h"
+#include "dtrain/dist/core/parallel_dims.h"
 #include "dtrain/dist/comm/nccl.h"
 
 #include <fmt/format.h>
@@ -23,8 +24,9 @@ void check_options(const ShardedDataParallelOptions& o) {
   DTRAIN_CHECK(o.bucket_bytes > 0, "sharded data parallel: bucket_bytes must be positive");
 }
 
-// dp_replicate x dp_shard over `comm`, row-major: groups of shard_ranks consecutive ranks
-// shard the model; the dp_replicate groups link the ranks that hold the same chunks.
+// The factory's mesh over `comm` (parallel_dims.h), row-major: groups of shard_ranks
+// consecutive ranks shard the model; the dp_replicate groups link the ranks that hold the
+// same chunks.
 std::shared_ptr<const DeviceMesh> shard_mesh(const CommunicatorPtr& comm, const ShardedDataParallelOptions& o) {
   DTRAIN_CHECK(comm != nullptr, "sharded data parallel: no communicator given");
   check_options(o);
@@ -33,7 +35,7 @@ std::shared_ptr<const DeviceMesh> shard_mesh(const CommunicatorPtr& comm, const 
                "sharded data parallel: shard groups of {} rank(s) do not divide the {} ranks (hybrid sharding needs "
                "as many ranks on every host)",
                o.shard_ranks, ranks);
-  return std::make_shared<DeviceMesh>(comm, std::vector<MeshDim>{{"dp_replicate", ranks / group}, {"dp_shard", group}});
+  return ParallelDims{.dp_replicate = ranks / group, .dp_shard = group, .zero = o.stage}.mesh(comm);
 }
 
 }  // namespace

@@ -1,0 +1,31 @@
+// What the Checkpointer's saving (checkpointer.cpp) and restoring (checkpointer_restore.cpp)
+// agree on (private to train): the files' names and the joining of element ranges.
+#pragma once
+
+#include "dtrain/checkpoint/safetensors.h"
+#include "dtrain/layers/module.h"
+
+#include <fmt/format.h>
+
+#include <string>
+
+namespace dtrain::train {
+
+// The loss scaler's entries in the optimizer files.
+inline constexpr const char* kScalerPrefix = "loss_scaler/";
+
+// The part name of what one rank saves of its own (CheckpointPlan::rank_state).
+inline std::string rank_part(int rank) { return fmt::format("rank{}", rank); }
+
+inline std::string part_file(const char* kind, const std::string& part) {
+  // A whole model is "model.safetensors", the name Python users expect.
+  return part == "model" ? fmt::format("{}.safetensors", kind) : fmt::format("{}-{}.safetensors", kind, part);
+}
+
+// Entries named "<parameter>[begin:end]<suffix>" (a flat element range, as ranks that
+// hold shares of a parameter save them) joined into "<parameter><suffix>" of the parameter's
+// shape; the ranges must cover it exactly. Other entries pass through.
+checkpoint::NamedTensors join_ranges(const checkpoint::NamedTensors& tensors, const nn::Module& module,
+                                     const std::string& origin);
+
+}  // namespace dtrain::train
