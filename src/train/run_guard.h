@@ -36,6 +36,7 @@ struct Trainer::Guard {
   int good = -1, waiting = -1;
   std::int64_t remote_good = -1, remote_waiting = -1;
   std::int64_t last_snapshot = -1;   // the global step of the latest snapshot
+  std::int64_t last_check = 0;       // the global step of the latest check
   std::vector<double> healthy_sums;  // the epoch's sums at the last healthy check
   std::int64_t nonfinite_seen = 0;   // the epoch's non-finite losses at the last check
   int rollbacks = 0;

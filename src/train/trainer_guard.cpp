@@ -91,6 +91,7 @@ void Trainer::guard_start(optim::Optimizer& optimizer, int epoch) {
   // The state the run starts from is good by definition: nothing has trained it yet.
   guard_snapshot(optimizer, epoch, resume_step_);
   Guard& g = *guard_;
+  g.last_check = global_step_;
   g.good = g.waiting;
   g.waiting = -1;
   g.remote_good = g.remote_waiting;
@@ -105,6 +106,8 @@ void Trainer::guard_begin_epoch(Epoch& e) {
 
 bool Trainer::guard_update(Epoch& e, const dist::StepStats& stats, std::int64_t step) {
   Guard& g = *guard_;
+  const std::int64_t window = std::max<std::int64_t>(global_step_ - g.last_check, 1);  // the updates this check covers
+  g.last_check = global_step_;
   // This rank's loss, then the mean over the ranks that step together (pipeline stages
   // without the loss add nothing); non-finite on any rank, at this update or at one since the
   // last check (on a GPU), is non-finite for all. A non-finite gradient norm under a loss
@@ -161,17 +164,17 @@ bool Trainer::guard_update(Epoch& e, const dist::StepStats& stats, std::int64_t 
                "training diverged at step {}: {}, after {} rollback(s), the most allowed (--max-rollbacks): "
                "stopping (lower the learning rate?)",
                global_step_, what, g.rollbacks);
-  guard_rollback(e, c, what);
+  guard_rollback(e, c, what, window);
   return true;
 }
 
-void Trainer::guard_rollback(Epoch& e, const LossCheck& c, const std::string& what) {
+void Trainer::guard_rollback(Epoch& e, const LossCheck& c, const std::string& what, std::int64_t window) {
   Guard& g = *guard_;
   std::int64_t undone = 0;  // this rank's updates taken back
   std::int64_t to = 0;      // the global step the snapshot was taken after
   std::string where;
   if (g.remote) {
-    const std::optional<dist::RemoteState::Restored> restored = g.remote->restore_copy(g.remote_good);
+    const std::optional<dist::RemoteState::Restored> restored = g.remote->restore_copy(g.remote_good, window);
     g.remote_waiting = -1;
     if (!restored && !g.lockstep) {
       // Another worker's rollback came first; this worker took its values.

@@ -546,6 +546,44 @@ TEST_CASE("ps sync with a backup worker: a last push that comes when the others 
   check_one_batch_dropped(run, kBatches);
 }
 
+// Two workers and two servers (mpirun -np 4) over make_mlp, for the rollback tests: the
+// servers serve in the constructor; a worker has joined. step(): one push of a fixed batch.
+struct RollbackRig {
+  explicit RollbackRig(dist::PsMode mode) : batch(make_batch(kRowsPerWorker)) {
+    if (world->size() != 4) {
+      SUCCEED("needs two workers and two servers (mpirun -np 4)");
+      return;
+    }
+    ps = std::make_unique<dist::ParameterServer>(world, model,
+                                                 dist::PsOptions{.mode = mode, .servers = 2, .bucket_bytes = 64});
+    if (ps->is_server()) {
+      ps->serve(sgd);
+      ps.reset();
+      return;
+    }
+    ps->join();
+  }
+  bool on_worker() const { return ps != nullptr; }
+  void step() {
+    sgd.zero_grad();
+    ps->begin_push(0.1);
+    cross_entropy((*model)(Variable(batch.x)), batch.y).backward();
+    ps->finish_push();
+  }
+  void finish() {
+    ps->leave();
+    ps->sync_parameters();
+    ps->shutdown();
+  }
+
+  // Its world lives as long as the test: the last reference's release is collective.
+  dist::CommunicatorPtr world = dist::world();
+  std::shared_ptr<nn::Module> model = make_mlp();
+  optim::SGD sgd = make_sgd(*model);
+  const Batch batch;
+  std::unique_ptr<dist::ParameterServer> ps;
+};
+
 TEST_CASE("ps sync rollback: a worker whose request comes second takes every server's restored values", "[mpi][dist]") {
   // Two workers and two servers in lockstep. Worker 0 asks for a copy after step 3; after
   // step 5 worker 1 asks to return to it first (server 0 restores, then server 1 by its
@@ -557,43 +595,25 @@ TEST_CASE("ps sync rollback: a worker whose request comes second takes every ser
   // it forever). The race this guards against, worker 0's fetch reaching server 1 before
   // worker 1's request does, cannot be forced from here: train_mnist.np4_ps_sync_rollback
   // hung on it about one run in ten before the second request.
-  auto world = dist::world();
-  if (world->size() != 4) {
-    SUCCEED("needs two workers and two servers (mpirun -np 4)");
-    return;
-  }
-  auto model = make_mlp();
-  auto sgd = make_sgd(*model);
-  dist::ParameterServer ps(world, model, {.mode = dist::PsMode::Sync, .servers = 2, .bucket_bytes = 64});
-  if (ps.is_server()) {
-    ps.serve(sgd);
-    return;
-  }
-  const Batch batch = make_batch(kRowsPerWorker);
-  const auto step = [&] {
-    sgd.zero_grad();
-    ps.begin_push(0.1);
-    cross_entropy((*model)(Variable(batch.x)), batch.y).backward();
-    ps.finish_push();
-  };
-  ps.join();
+  RollbackRig rig(dist::PsMode::Sync);
+  if (!rig.on_worker()) return;
+  dist::ParameterServer& ps = *rig.ps;
+  const auto step = [&] { rig.step(); };
   for (int s = 0; s < 3; ++s) step();
   std::vector<Tensor> at_copy;
-  for (const Variable& p : model->parameters()) at_copy.push_back(p.data().clone());
+  for (const Variable& p : rig.model->parameters()) at_copy.push_back(p.data().clone());
   if (ps.worker_index() == 0) ps.keep_copy(3);
   ps.worker_group()->barrier();  // worker 1's fourth push comes after the copy
   for (int s = 0; s < 2; ++s) step();
   std::optional<dist::RemoteState::Restored> restored;
-  if (ps.worker_index() == 1) restored = ps.restore_copy(3);
+  if (ps.worker_index() == 1) restored = ps.restore_copy(3, 1);
   ps.worker_group()->barrier();
-  if (ps.worker_index() == 0) restored = ps.restore_copy(3);
+  if (ps.worker_index() == 0) restored = ps.restore_copy(3, 1);
   double diff = 0;
-  const auto params = model->parameters();
+  const auto params = rig.model->parameters();
   for (std::size_t i = 0; i < params.size(); ++i) diff = std::max(diff, max_abs_diff(params[i].data(), at_copy[i]));
   for (int s = 0; s < 2; ++s) step();
-  ps.leave();
-  ps.sync_parameters();
-  ps.shutdown();
+  rig.finish();
   INFO("worker " << ps.worker_index());
   CHECK(diff == 0);
   if (ps.worker_index() == 1) {
@@ -602,5 +622,50 @@ TEST_CASE("ps sync rollback: a worker whose request comes second takes every ser
     CHECK(restored->undone == 2);
   } else {
     CHECK_FALSE(restored.has_value());
+  }
+}
+
+TEST_CASE("ps async rollback: losses from values a rollback took back do not roll back again", "[mpi][dist]") {
+  // Two workers and two servers, async. After a copy at step 3 and two more steps each,
+  // worker 1 returns the servers to the copy. Worker 0 then takes two steps: the first from
+  // values it took before that rollback (the servers drop that push), the second from the
+  // restored ones. A check over both steps that found trouble may have found the old values':
+  // restore_copy with a window of 2 is told another worker's rollback came first (the
+  // servers once judged by the latest push alone and rolled back a second time, undoing
+  // worker 1's progress since). A window of just the latest step is trouble of the restored
+  // values: a real rollback, which counts worker 0's 2 pushes since the first one as undone
+  // (not its pushes since the copy was taken, which the first rollback undid already).
+  RollbackRig rig(dist::PsMode::Async);
+  if (!rig.on_worker()) return;
+  dist::ParameterServer& ps = *rig.ps;
+  const auto step = [&] { rig.step(); };
+  for (int s = 0; s < 3; ++s) step();
+  ps.worker_group()->barrier();
+  if (ps.worker_index() == 0) ps.keep_copy(3);
+  ps.worker_group()->barrier();
+  for (int s = 0; s < 2; ++s) step();
+  ps.worker_group()->barrier();
+  std::optional<dist::RemoteState::Restored> first;
+  if (ps.worker_index() == 1) first = ps.restore_copy(3, 1);
+  ps.worker_group()->barrier();  // worker 0's next push comes after the rollback
+  std::optional<dist::RemoteState::Restored> window_of_two, window_of_one;
+  if (ps.worker_index() == 0) {
+    for (int s = 0; s < 2; ++s) step();
+    window_of_two = ps.restore_copy(3, 2);
+    window_of_one = ps.restore_copy(3, 1);
+  }
+  ps.worker_group()->barrier();
+  step();
+  rig.finish();
+  INFO("worker " << ps.worker_index());
+  if (ps.worker_index() == 1) {
+    REQUIRE(first.has_value());
+    CHECK(first->copy == 3);
+    CHECK(first->undone == 2);
+  } else {
+    CHECK_FALSE(window_of_two.has_value());
+    REQUIRE(window_of_one.has_value());
+    CHECK(window_of_one->copy == 3);
+    CHECK(window_of_one->undone == 2);
   }
 }

@@ -270,7 +270,8 @@ class Trainer {
   // divergence must end the run, naming the step and the loss).
   bool guard_update(Epoch& e, const dist::StepStats& stats, std::int64_t step);
   void guard_snapshot(optim::Optimizer& optimizer, int epoch, std::int64_t step_in_epoch);
-  void guard_rollback(Epoch& e, const LossCheck& check, const std::string& what);
+  // `window`: the updates since the previous check, whose losses this check covered.
+  void guard_rollback(Epoch& e, const LossCheck& check, const std::string& what, std::int64_t window);
   void guard_say(Epoch& e, const std::string& text);
   void report(const EpochSummary& summary) const;
   // The per-epoch breakdown of where the time went, after the last epoch.

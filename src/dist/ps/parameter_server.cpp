@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <unordered_map>
 
@@ -105,15 +106,16 @@ class ParameterServer::Worker {
       names.push_back(name);
       params_.push_back(p);
     }
-    for (const PsPiece& piece : layout_.pieces) values_.push_back(Tensor::empty({piece.length}, {dtype}));
+    for (const PsPiece& piece : layout_.pieces)
+      values_.push_back(Tensor::empty({piece.length + ps::kValuesTrailer}, {dtype}));
     auto exchange = std::make_unique<PsPushExchange>(comm_, workers_, layout_, std::move(names), dtype);
     push_ = exchange.get();
     reducer_ = std::make_unique<GradientReducer>(std::move(named), std::move(exchange),
                                                  ReducerOptions{.bucket_bytes = bucket_bytes}, hooks_on_);
   }
 
-  void control(int server, Control kind, double a = 0, double b = 0) {
-    comm_.send(Tensor::from_vector<double>({static_cast<double>(kind), a, b, 0}, {ps::kControlWords}),
+  void control(int server, Control kind, double a = 0, double b = 0, double c = 0) {
+    comm_.send(Tensor::from_vector<double>({static_cast<double>(kind), a, b, c}, {ps::kControlWords}),
                workers_ + server, ps::kControlTag);
   }
   int servers() const { return static_cast<int>(layout_.server_pieces.size()); }
@@ -126,23 +128,39 @@ class ParameterServer::Worker {
           comm_.irecv(values_[i], workers_ + layout_.pieces[i].server, ps::kPieceTag + static_cast<int>(i)));
     }
   }
-  // Waits for them and copies them into the parameters.
+  // Waits for them and copies them into the parameters; the oldest rollback generation
+  // among them is what the next push says it was computed from (with several servers, one
+  // may send values from before a rollback that another has already made).
   void take_values() {
     NoGradGuard no_grad;
+    std::int64_t generation = std::numeric_limits<std::int64_t>::max();
     for (std::size_t i = 0; i < receives_.size(); ++i) {
       receives_[i]->wait();
+      const std::int64_t length = layout_.pieces[i].length;
+      generation = std::min(generation, static_cast<std::int64_t>(values_[i].narrow(0, length, 1).item()));
       for (const PsSegment& s : layout_.pieces[i].segments) {
         Tensor flat = params_[s.param].data().view({params_[s.param].numel()});
         flat.narrow(0, s.offset, s.length).copy_(values_[i].narrow(0, s.at, s.length));
       }
     }
+    if (!receives_.empty() && generation != generation_) {
+      previous_generation_ = generation_;
+      changed_after_ = pushes_;
+      generation_ = generation;
+    }
     receives_.clear();
+  }
+
+  // The oldest rollback generation of the values that its latest `pushes` pushes were
+  // computed from (push k computes from the values taken after push k - 1).
+  std::int64_t generation_of_latest(std::int64_t pushes) const {
+    return changed_after_ > pushes_ - pushes ? previous_generation_ : generation_;
   }
 
   void begin_push(double lr, bool deferred, std::int64_t batches) {
     DTRAIN_CHECK(!armed_, "ParameterServer: begin_push twice without finish_push");
     expect_values();
-    push_->set_push(lr, false, batches);
+    push_->set_push(lr, false, batches, generation_);
     lr_ = lr;
     batches_ = batches;
     deferred_ = deferred;
@@ -157,8 +175,9 @@ class ParameterServer::Worker {
                  "check)");
     armed_ = false;
     hooks_on_ = false;
-    push_->set_push(lr_, skip, batches_);
+    push_->set_push(lr_, skip, batches_, generation_);
     reducer_->finish();  // the buckets backward did not send, then every send done
+    ++pushes_;
     take_values();
   }
 
@@ -167,7 +186,11 @@ class ParameterServer::Worker {
   const int workers_;
   const PsLayout layout_;
   std::vector<Variable> params_;
-  std::vector<Tensor> values_;  // per piece
+  std::vector<Tensor> values_;  // per piece, then its server's rollback generation
+  // The oldest rollback generation of the values it holds; the one before, and the pushes
+  // made when it changed (those computed from the earlier values).
+  std::int64_t generation_ = 0, previous_generation_ = 0, changed_after_ = -1;
+  std::int64_t pushes_ = 0;
   std::vector<RecvWorkPtr> receives_;
   bool hooks_on_ = false;  // the reducer's hooks push while a push is armed and not deferred
   PsPushExchange* push_ = nullptr;
@@ -488,7 +511,7 @@ optim::NamedTensors ParameterServer::piece_state(const ServerState& proto, const
 }
 
 std::vector<std::vector<double>> ParameterServer::ask_servers(Control kind, double a, int tag, std::int64_t words,
-                                                              int first, int last, double b) {
+                                                              int first, int last, double b, double c) {
   if (last < 0) last = options_.servers - 1;
   std::vector<RecvWorkPtr> answers;
   std::vector<Tensor> replies;
@@ -496,7 +519,7 @@ std::vector<std::vector<double>> ParameterServer::ask_servers(Control kind, doub
     replies.push_back(Tensor::empty({words}, {DType::f64}));
     answers.push_back(comm_->irecv(replies.back(), workers_ + s, tag));
   }
-  for (int s = first; s <= last; ++s) worker_->control(s, kind, a, b);
+  for (int s = first; s <= last; ++s) worker_->control(s, kind, a, b, c);
   std::vector<std::vector<double>> out;
   for (std::size_t s = 0; s < answers.size(); ++s) {
     answers[s]->wait();
@@ -516,15 +539,18 @@ void ParameterServer::keep_copy(std::int64_t id) {
   ask_servers(Control::Copy, static_cast<double>(id), ps::kCopyTag, 1);
 }
 
-std::optional<RemoteState::Restored> ParameterServer::restore_copy(std::int64_t id) {
+std::optional<RemoteState::Restored> ParameterServer::restore_copy(std::int64_t id, std::int64_t window) {
   check_worker("restore_copy");
-  // Server 0 settles it: which copy, or that another worker's request came first. Then the
+  DTRAIN_CHECK(window >= 1, "ParameterServer::restore_copy: the window must be at least one push, got {}", window);
+  // Server 0 settles it: which copy, or that another worker's request came first (since the
+  // oldest values the window's pushes were computed from: the trouble may be theirs). Then the
   // others return to that copy by its id, as server 0's rollback number; also when another
   // worker's request came first, which may not have reached them yet: this worker's values
   // must not come from before it (in lockstep that worker's next push would wait forever for
   // this one's, which the servers would drop).
-  const std::vector<double> settled =
-      ask_servers(Control::Restore, static_cast<double>(id), ps::kRestoreTag, 4, 0, 0).front();
+  const std::vector<double> settled = ask_servers(Control::Restore, static_cast<double>(id), ps::kRestoreTag, 4, 0, 0,
+                                                  0, static_cast<double>(worker_->generation_of_latest(window)))
+                                          .front();
   std::optional<RemoteState::Restored> restored;
   if (settled[0] != 0) {
     restored = RemoteState::Restored{.copy = static_cast<std::int64_t>(settled[1]),

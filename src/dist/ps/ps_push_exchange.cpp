@@ -44,6 +44,7 @@ WorkPtr PsPushExchange::start(std::size_t index, Tensor& buffer) {
     push.narrow(0, piece.length, 1).fill_(lr_);
     push.narrow(0, piece.length + 1, 1).fill_(skip_ ? 1 : 0);
     push.narrow(0, piece.length + 2, 1).fill_(static_cast<double>(batches_));
+    push.narrow(0, piece.length + 3, 1).fill_(static_cast<double>(generation_));
     sends.push_back(comm_.isend(push, workers_ + piece.server, ps::kPieceTag + static_cast<int>(i)));
   }
   return when_all(std::move(sends));  // every send of the bucket

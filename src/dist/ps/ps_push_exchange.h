@@ -1,7 +1,8 @@
 // The parameter-server worker's gradient exchange (private to dist): the same reducer as
 // DataParallel's fills the buckets during backward, and a full bucket, instead of being
 // all-reduced, is cut into its pieces (ps_layout.h), each copied into a host buffer with
-// the learning rate, the skip flag and the number of claimed batches it trains appended, and sent to the server that
+// the learning rate, the skip flag, the number of claimed batches it trains and the
+// rollback generation of the values it came from appended, and sent to the server that
 // owns it. The servers' answers (the fresh values) are the worker's to receive.
 #pragma once
 
@@ -29,11 +30,13 @@ class PsPushExchange final : public GradientExchange {
   // What the next pushes carry: the learning rate to apply them at, whether the servers
   // are to skip them (inf/NaN under a loss scaler) yet answer as for any push, and how
   // many claimed batches they train (async and ssp: server 0 hands out again the batches
-  // a lost worker claimed and did not push).
-  void set_push(double lr, bool skip, std::int64_t batches) {
+  // a lost worker claimed and did not push), and the oldest rollback generation among the
+  // values the gradient was computed from (the servers drop a push from before a rollback).
+  void set_push(double lr, bool skip, std::int64_t batches, std::int64_t generation) {
     lr_ = lr;
     skip_ = skip;
     batches_ = batches;
+    generation_ = generation;
   }
 
  private:
@@ -46,6 +49,7 @@ class PsPushExchange final : public GradientExchange {
   double lr_ = 0;
   bool skip_ = false;
   std::int64_t batches_ = 0;
+  std::int64_t generation_ = 0;
 };
 
 }  // namespace dtrain::dist

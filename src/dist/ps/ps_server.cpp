@@ -43,7 +43,6 @@ PsServer::PsServer(Communicator& comm, int workers, int server, const PsLayout& 
   copies_.push_back(take_copy(-1));  // the start, where a rollback before any copy returns
   for (Worker& wk : workers_state_) {
     wk.piece_read.assign(pieces_.size(), 0);
-    wk.piece_generation.assign(pieces_.size(), 0);
     if (options_.delay_compensation > 0) wk.sent.resize(pieces_.size());
   }
   if (server_ > 0 && options_.mode != PsMode::Sync) {
@@ -208,7 +207,8 @@ void PsServer::on_control(int w, const std::vector<double>& message) {
     case Control::Save: save_share(w, static_cast<std::int64_t>(message[1])); return;
     case Control::Copy: keep_copy(w, static_cast<std::int64_t>(message[1])); return;
     case Control::Restore:
-      restore_copy(w, static_cast<std::int64_t>(message[1]), static_cast<std::int64_t>(message[2]));
+      restore_copy(w, static_cast<std::int64_t>(message[1]), static_cast<std::int64_t>(message[2]),
+                   static_cast<std::int64_t>(message[3]));
       return;
     case Control::Stop:
       wk.stopped = true;
@@ -244,9 +244,7 @@ void PsServer::on_push(int w, std::size_t local, const Tensor& buffer) {
   const double lr = buffer.narrow(0, piece.length, 1).item();
   const bool skip = buffer.narrow(0, piece.length + 1, 1).item() != 0;
   wk.push_batches = static_cast<std::int64_t>(buffer.narrow(0, piece.length + 2, 1).item());
-  if (wk.pushed == 0) {  // answers to this push may come after a rollback
-    wk.computed_from = *std::min_element(wk.piece_generation.begin(), wk.piece_generation.end());
-  }
+  if (wk.pushed == 0) wk.computed_from = static_cast<std::int64_t>(buffer.narrow(0, piece.length + 3, 1).item());
   // Computed from values a rollback took back: not applied, and the worker goes on from the
   // restored values.
   const bool taken_back = undone(w);
@@ -308,8 +306,8 @@ void PsServer::complete_update(std::size_t local) {
   }
   ++piece.updates;
   piece.skip = false;
-  const Tensor values = piece.value.clone();  // one copy for every worker
-  for (int v : piece.contributors) send_piece(v, local, values);
+  const Tensor message = values_message(local);  // one copy for every worker
+  for (int v : piece.contributors) send_piece(v, local, message);
   piece.contributors.clear();
 }
 
@@ -411,17 +409,26 @@ void PsServer::grant_waiting() {
   }
 }
 
-void PsServer::send_piece(int w, std::size_t local) { send_piece(w, local, pieces_[local].value.clone()); }
+Tensor PsServer::values_message(std::size_t local) const {
+  const Piece& piece = pieces_[local];
+  Tensor message = Tensor::empty({piece.length + ps::kValuesTrailer}, {piece.value.dtype()});
+  message.narrow(0, 0, piece.length).copy_(piece.value);
+  message.narrow(0, piece.length, 1).fill_(static_cast<double>(generation_));
+  return message;
+}
 
-void PsServer::send_piece(int w, std::size_t local, const Tensor& values) {
+void PsServer::send_piece(int w, std::size_t local) { send_piece(w, local, values_message(local)); }
+
+void PsServer::send_piece(int w, std::size_t local, const Tensor& message) {
   Worker& wk = workers_state_[static_cast<std::size_t>(w)];
   // The worker has received what was sent before its last push, so these are done, or
   // nearly: never waited for, since a worker may be lost.
   if (wk.sends.size() >= 2 * pieces_.size()) std::erase_if(wk.sends, [](const WorkPtr& s) { return s->test(); });
-  wk.sends.push_back(comm_.isend(values, w, ps::kPieceTag + static_cast<int>(pieces_[local].id)));
+  wk.sends.push_back(comm_.isend(message, w, ps::kPieceTag + static_cast<int>(pieces_[local].id)));
   wk.piece_read[local] = pieces_[local].updates;
-  wk.piece_generation[local] = generation_;
-  if (options_.delay_compensation > 0) wk.sent[local] = values;  // a copy, never written: the worker's next point
+  if (options_.delay_compensation > 0) {
+    wk.sent[local] = message.narrow(0, 0, pieces_[local].length);  // never written: the worker's next point
+  }
 }
 
 void PsServer::send_all(int w) {

@@ -77,10 +77,12 @@ class PsServer {
   // Server 0: its last push or grant here, or report from another server (its silence
   // starts there; the step times server 0 averages stay those of its own pushes).
   static Clock::time_point last_heard(const Worker& wk);
-  // Sends a copy of the piece's values (they change with the next push while the message
-  // may still be in flight), or `values`, a copy already made.
+  // A copy of the piece's values (they change with the next push while the message may
+  // still be in flight) and the rollback generation, as a values message.
+  Tensor values_message(std::size_t local) const;
+  // Sends the piece's values_message, or `message`, one already made.
   void send_piece(int w, std::size_t local);
-  void send_piece(int w, std::size_t local, const Tensor& values);
+  void send_piece(int w, std::size_t local, const Tensor& message);
   void send_all(int w);
   void reply_claim(int w, std::int64_t epoch, std::int64_t batches);
   // Hands `batch` to worker w (it holds it until a push trains it).
@@ -113,12 +115,13 @@ class PsServer {
   Copy take_copy(std::int64_t id) const;
   // Returns the pieces to copy `id` and starts a new generation; answers w (whether it did,
   // the copy, w's pushes since it, the generation). Server 0 (generation 0: it settles)
-  // does not when worker w's latest push was computed from values of an earlier generation
-  // (another worker's Restore came first); it picks `id` where kept, else the latest when
+  // does not when the pushes whose losses found the trouble were computed from values of an
+  // earlier generation than the current one, `computed_from` (another worker's Restore came
+  // first, and took back what may have caused it); it picks `id` where kept, else the latest when
   // nothing was copied since the last rollback, else the older of the two latest. The others
   // follow server 0's answer: to copy `id` as `generation`, unless they are there already
   // (every worker that asked server 0 asks them, so none fetches values from before it).
-  void restore_copy(int w, std::int64_t id, std::int64_t generation);
+  void restore_copy(int w, std::int64_t id, std::int64_t generation, std::int64_t computed_from);
   // Whether worker w's latest push was computed from values sent before the latest rollback
   // (it is then dropped, and w goes on from the restored values).
   bool undone(int w) const;

@@ -37,7 +37,7 @@ void PsServer::keep_copy(int w, std::int64_t id) {
 
 bool PsServer::undone(int w) const { return workers_state_[static_cast<std::size_t>(w)].computed_from < generation_; }
 
-void PsServer::restore_copy(int w, std::int64_t id, std::int64_t generation) {
+void PsServer::restore_copy(int w, std::int64_t id, std::int64_t generation, std::int64_t computed_from) {
   // Whether it restored, the copy, the worker's pushes since the copy (which the worker
   // counts its undone updates by: the copy's id counts the chief's steps), and the
   // generation the servers are to reach.
@@ -47,9 +47,9 @@ void PsServer::restore_copy(int w, std::int64_t id, std::int64_t generation) {
                                            {4}),
                w, ps::kRestoreTag);
   };
-  if (generation > 0 ? generation_ >= generation : undone(w)) {
-    // Server 0: its loss (of its latest push) came from values that a rollback has since
-    // taken back, which the worker now makes sure every server has reached. Another server:
+  if (generation > 0 ? generation_ >= generation : computed_from < generation_) {
+    // Server 0: its losses came (some of them) from values that a rollback has since taken
+    // back, which the worker now makes sure every server has reached. Another server:
     // another worker's request brought it there (or past) already.
     answer(false, 0);
     return;
@@ -72,8 +72,10 @@ void PsServer::restore_copy(int w, std::int64_t id, std::int64_t generation) {
     p.value.copy_(it->values[i]);            // in place: the optimizer's parameters are views of it
     p.optimizer->load_state(it->states[i]);  // copies what it keeps
   }
-  // The copies after it belong to the trajectory just taken back.
+  // The copies after it belong to the trajectory just taken back; the pushes up to now are
+  // undone, so that another return to it counts only those after this one.
   copies_.erase(it + 1, copies_.end());
+  for (std::size_t v = 0; v < workers_state_.size(); ++v) it->pushes[v] = workers_state_[v].pushes;
   copied_since_rollback_ = false;
   restored_to_ = copies_.back().id;
   // Server 0 numbers the rollbacks; the others take its number (requests for an earlier one,

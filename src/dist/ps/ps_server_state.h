@@ -39,10 +39,9 @@ struct PsServer::Worker {
   // Sync: of each piece, the updates applied when its values were last sent to the worker
   // (its next gradient belongs to the update after those, or comes too late).
   std::vector<std::int64_t> piece_read;
-  // PsServer::generation_ when each piece's values were last sent to it, and the oldest of
-  // those when its latest push came in (the values it computed from): a push, or a Restore,
-  // from values of an earlier generation (before a rollback) is dropped.
-  std::vector<std::int64_t> piece_generation;
+  // The rollback generation of the values its latest push was computed from (the oldest
+  // over every server's pieces, which the push carries): a push, or a Restore, from values
+  // of an earlier generation (before a rollback) is dropped.
   std::int64_t computed_from = 0;
   bool late = false;  // sync: a piece of its current push came too late
   // Its Join and Leave messages here: it trains stretch `joins` (1-based) of the run, and

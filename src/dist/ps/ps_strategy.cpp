@@ -97,8 +97,8 @@ bool ParameterServerStrategy::keeps_copies() const { return world_->rank() == 0;
 
 void ParameterServerStrategy::keep_copy(std::int64_t id) { parameter_server().keep_copy(id); }
 
-std::optional<RemoteState::Restored> ParameterServerStrategy::restore_copy(std::int64_t id) {
-  return parameter_server().restore_copy(id);
+std::optional<RemoteState::Restored> ParameterServerStrategy::restore_copy(std::int64_t id, std::int64_t window) {
+  return parameter_server().restore_copy(id, window);
 }
 
 bool ParameterServerStrategy::shares_update() const { return options_.mode == PsMode::Sync; }

@@ -143,8 +143,10 @@ class RemoteState {
   };
   // The holders return to copy `id` (where they no longer have it, or id < 0, to an older
   // one they keep) and this rank takes their state; nullopt when another rank's request had
-  // returned them already since this rank took its state (it now has the returned state).
-  virtual std::optional<Restored> restore_copy(std::int64_t id) = 0;
+  // returned them already since the state this rank's latest `window` updates (those whose
+  // losses found the trouble) were computed from: the trouble may be what it took back, and
+  // this rank now has the returned state.
+  virtual std::optional<Restored> restore_copy(std::int64_t id, std::int64_t window) = 0;
 };
 
 struct Capabilities {

@@ -210,20 +210,21 @@ class ParameterServer {
   // Returns when all have.
   void keep_copy(std::int64_t id);
   // Every server returns its shard to copy `id` (when no longer kept, or id < 0: the older
-  // of the two latest), unless another worker's request did since this worker's values were
-  // sent (this worker then waits until every server has); pushes computed from values from
-  // before it are then dropped. Then this worker takes the servers' values. Returns the copy returned to and how many
-  // of this worker's pushes server 0 had applied since it, or nullopt when another worker's request had rolled the
-  // servers back already.
-  std::optional<RemoteState::Restored> restore_copy(std::int64_t id);
+  // of the two latest), unless another worker's request did since the values that this
+  // worker's latest `window` pushes were computed from (the pushes whose losses found the
+  // trouble; this worker then waits until every server has); pushes computed from values
+  // from before it are then dropped. Then this worker takes the servers' values. Returns the
+  // copy returned to and how many of this worker's pushes server 0 had applied since it, or
+  // nullopt when another worker's request had rolled the servers back already.
+  std::optional<RemoteState::Restored> restore_copy(std::int64_t id, std::int64_t window);
 
  private:
   class Worker;
   void check_worker(const char* op) const;
-  // Sends `kind` (with `a` and `b`) to servers `first` to `last` (-1: the last server) and
-  // returns each one's answer: `words` f64 on `tag`.
+  // Sends `kind` (with `a`, `b` and `c`) to servers `first` to `last` (-1: the last server)
+  // and returns each one's answer: `words` f64 on `tag`.
   std::vector<std::vector<double>> ask_servers(ps::Control kind, double a, int tag, std::int64_t words, int first = 0,
-                                               int last = -1, double b = 0);
+                                               int last = -1, double b = 0, double c = 0);
   // Async and ssp with lost_after: a receive for server 0's notice that this worker was
   // dropped, and the departure check (set_departure_check) that reads it.
   void watch_for_drop();

@@ -79,7 +79,7 @@ class ParameterServerStrategy final : public Strategy,
   // Rollback: the chief asks the servers to keep copies; any worker may ask them to return.
   bool keeps_copies() const override;
   void keep_copy(std::int64_t id) override;
-  std::optional<Restored> restore_copy(std::int64_t id) override;
+  std::optional<Restored> restore_copy(std::int64_t id, std::int64_t window) override;
   // Places this rank among the workers (after prepare(): the live ones).
   void place_among_workers();
 
