@@ -1,14 +1,15 @@
-// A pipeline whose stages shard their optimizer over the stage's data-parallel replicas
-// (PipelineOptions::shard_optimizer, the spec's `pp=K,dp=D,zero=1`) at any world size W
-// (1 as a plain process, 2 and 4 under mpirun): K x D = 1 x 2 at W = 2, 2 x 2 and 1 x 4 at
-// W = 4. After 5 updates of Adam, SGD with momentum and LAMB (whose trust ratios sum the
+// A pipeline whose stages shard their optimizer (ZeRO-1), or their gradients too (ZeRO-2),
+// over the stage's data-parallel replicas (PipelineOptions::zero, the spec's
+// `pp=K,dp=D,zero=1|2`) at any world size W (1 as a plain process, 2 and 4 under mpirun):
+// K x D = 1 x 1 at W = 1, 1 x 2 and 2 x 1 at W = 2, 2 x 2 and 1 x 4 at W = 4 (one replica
+// shards nothing, and still runs). After 5 updates of Adam, SGD with momentum and LAMB (whose trust ratios sum the
 // slices' squared norms over the replicas), with clipping by the global norm and with
 // gradient accumulation, under buckets of 64 bytes (parameters straddle the replicas'
 // chunks), every stage's parameters equal the same pipeline's with an unsharded optimizer
 // within 1e-5 relative (the gradients are reduce-scattered instead of all-reduced, and the
 // norm is summed by slices: f32 sums in another order); the replicas stay equal and each
 // holds optimizer state for 1/D of its stage. A checkpoint resumes bit for bit and loads
-// into the unsharded pipeline. At W = 1 (one replica) the sharded optimizer is refused. On
+// into the unsharded pipeline. ZeRO-3 under a pipeline is refused, naming the reason. On
 // GPUs over NCCL ([nccl]) it equals the unsharded pipeline on the CPU.
 // Checks come after the last collective of each case, so that a failure on one rank cannot
 // leave the others waiting.
@@ -23,6 +24,8 @@
 #include "sharded_test_helpers.h"
 #include "nccl_ranks.h"
 #include "support/test_support.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -61,11 +64,17 @@ struct Trained {
   std::int64_t stage_elements = 0;
 };
 
-Trained train_steps(const dist::CommunicatorPtr& world, int stages, bool sharded, const Setting& s,
+// The replicas' largest difference (0 with one replica: nothing to compare).
+double replica_divergence(dist::Strategy& strategy) {
+  const dist::Capabilities caps = strategy.capabilities();
+  return caps.replica_divergence ? caps.replica_divergence() : 0;
+}
+
+Trained train_steps(const dist::CommunicatorPtr& world, int stages, int zero, const Setting& s,
                     Device device = Device::cpu()) {
   dist::PipelineOptions o{.stages = stages, .micro_batches = 2};
   o.data_parallel.data_parallel.bucket_bytes = 64;  // 16 f32: parameters straddle the chunks
-  o.shard_optimizer = sharded;
+  o.zero = zero;
   auto strategy = std::make_shared<dist::PipelineStrategy>(world, device, o);
   auto stage = strategy->prepare(fresh_model());
   auto optimizer = make_optimizer(s.optimizer, *stage);
@@ -79,7 +88,7 @@ Trained train_steps(const dist::CommunicatorPtr& world, int stages, bool sharded
   std::vector<Tensor> params;
   for (const Tensor& t : snapshot(*stage)) params.push_back(t.to(Device::cpu()));
   Trained t{.params = std::move(params),
-            .divergence = strategy->capabilities().replica_divergence(),
+            .divergence = replica_divergence(*strategy),
             .shard_elements = strategy->shard_elements(),
             .stage_elements = stage->num_parameters()};
   return t;
@@ -91,32 +100,30 @@ TEST_CASE("A pipeline whose replicas shard each stage's optimizer equals the uns
           "[dist][mpi][pipeline]") {
   auto world = dist::world();
   const int W = world->size();
-  if (W == 1) {
-    CHECK_THROWS_WITH(dist::make_strategy("pp=1,zero=1", world, Device::cpu()),
-                      Contains("a sharded optimizer (zero=1) shards each stage's optimizer state over the stage's "
-                               "data-parallel replicas, and the mesh"));
-    return;
-  }
+  CHECK_THROWS_WITH(dist::make_strategy(fmt::format("pp={},zero=3", W), world, Device::cpu()),
+                    Contains("zero=3 under a pipeline (pp=" + std::to_string(W) + "): zero=1 and 2 are offered"));
   std::vector<int> stage_counts{1};
-  if (W == 4) stage_counts.push_back(2);
+  if (W >= 2) stage_counts.push_back(2);
   const std::vector<Setting> settings{{"adam", 1, 0}, {"sgd", 1, 0}, {"adam", 2, 0.05}, {"lamb", 1, 0.05}};
   for (int stages : stage_counts) {
     for (const Setting& s : settings) {
-      const Trained plain = train_steps(world, stages, false, s);
-      const Trained zero = train_steps(world, stages, true, s);
-      // Each stage's replicas hold its elements once between them.
-      const int replicas = W / stages;
-      Tensor held = Tensor::full({1}, static_cast<double>(zero.shard_elements), {DType::f64});
-      world->all_reduce(held, ReduceOp::Sum);  // the last collective: every rank's slices, all stages
-      INFO(stages << " stage(s) x " << replicas << " replicas, " << s.optimizer << ", accumulate " << s.accumulate
-                  << ", clip " << s.clip);
-      CHECK(relative_diff(zero.params, plain.params) <= kRelative);
-      CHECK(zero.divergence == 0);
-      CHECK(plain.shard_elements == 0);
-      CHECK(zero.shard_elements > 0);
-      CHECK(zero.shard_elements <=
-            (zero.stage_elements + replicas - 1) / replicas + 16);  // 1/D, and a bucket's padding
-      CHECK(held.item() == 42 + 48 + 21);
+      for (int stage : {1, 2}) {
+        const Trained plain = train_steps(world, stages, 0, s);
+        const Trained zero = train_steps(world, stages, stage, s);
+        // Each stage's replicas hold its elements once between them.
+        const int replicas = W / stages;
+        Tensor held = Tensor::full({1}, static_cast<double>(zero.shard_elements), {DType::f64});
+        world->all_reduce(held, ReduceOp::Sum);  // the last collective: every rank's slices, all stages
+        INFO(stages << " stage(s) x " << replicas << " replicas, zero=" << stage << ", " << s.optimizer
+                    << ", accumulate " << s.accumulate << ", clip " << s.clip);
+        CHECK(relative_diff(zero.params, plain.params) <= kRelative);
+        CHECK(zero.divergence == 0);
+        CHECK(plain.shard_elements == 0);
+        CHECK(zero.shard_elements > 0);
+        CHECK(zero.shard_elements <=
+              (zero.stage_elements + replicas - 1) / replicas + 16);  // 1/D, and a bucket's padding
+        CHECK(held.item() == 42 + 48 + 21);
+      }
     }
   }
 }
@@ -125,7 +132,7 @@ TEST_CASE("A sharded pipeline optimizer's checkpoint resumes bit for bit, and in
           "[dist][mpi][pipeline][checkpoint]") {
   auto world = dist::world();
   const int W = world->size();
-  if (W == 1) return;  // the refusal above covers one process
+  if (W == 1) return;  // one replica: no shards to resume into other layouts
   const std::string layout = W == 4 ? "pp=2,dp=2" : "pp=1,dp=2";
   const fs::path dir = test::shared_temp_dir(*world, "dtrain_pp_zero_ckpt");
   const auto run = [&](const std::string& spec, train::CheckpointOptions checkpoint) {
@@ -162,8 +169,8 @@ TEST_CASE("A sharded pipeline optimizer on CUDA over NCCL equals the unsharded p
   if (!test::nccl_ranks_ready(world)) return;
   const Setting s{"adam", 2, 0.05};
   const int stages = world->size() == 4 ? 2 : 1;
-  const Trained plain = train_steps(world, stages, false, s);
-  const Trained zero = train_steps(world, stages, true, s, dist::rank_cuda_device());
+  const Trained plain = train_steps(world, stages, 0, s);
+  const Trained zero = train_steps(world, stages, 1, s, dist::rank_cuda_device());
   INFO(stages << " stage(s), " << world->size() << " ranks");
   CHECK(relative_diff(zero.params, plain.params) <= 1e-4);
   CHECK(zero.shard_elements > 0);

@@ -76,6 +76,8 @@ TEST_CASE("parallel dims: one grammar, sizes inferred, the product the world's s
                                          {"pp=2", 4, 2, 2, 1, 0},
                                          {"pp=2,dp=2", 4, 2, 2, 1, 0},
                                          {"pp=2,zero=1", 4, 2, 1, 2, 1},
+                                         {"pp=2,zero=2", 2, 2, 1, 1, 2},
+                                         {"pp=2,dp=2,zero=2,shard=1", 4, 2, 2, 1, 2},
                                          {"zero", 2, 1, 1, 2, 1},
                                          {"zero=3", 3, 1, 1, 3, 3},
                                          {"zero=2,shard=2", 4, 1, 2, 2, 2},
@@ -114,9 +116,8 @@ TEST_CASE("parallel dims: what does not fit or is not offered is refused when pa
   refused("zero=1,shard=2,hybrid", 4,
           "hybrid (shard inside each host) and shard=N (inside N ranks) exclude each other");
   refused("zero=2,shard=3", 4, "shard groups of 3 rank(s) do not divide the 4 ranks");
-  refused("pp=2,zero=2", 4, "under a pipeline (pp=2) only zero=1 over all of a stage's replicas is offered");
-  refused("pp=2,zero=1,shard=1", 4, "under a pipeline (pp=2) only zero=1");
-  refused("pp=2,zero=1", 2, "zero=1 under a pipeline shards each stage's optimizer state over the stage's");
+  refused("pp=2,zero=3", 4, "zero=3 under a pipeline (pp=2): zero=1 and 2 are offered");
+  refused("pp=2,zero=2,shard=3", 4, "shard groups of 3 rank(s) do not divide the 2 ranks");
 }
 
 TEST_CASE("make_strategy: parameter servers refuse other dimensions before any communication", "[cpu][dist]") {

@@ -12,7 +12,9 @@ std::vector<MeshDim> ParallelDims::mesh_dims() const {
 }
 
 std::shared_ptr<const DeviceMesh> ParallelDims::mesh(const CommunicatorPtr& world) const {
-  return std::make_shared<DeviceMesh>(world, mesh_dims(), std::vector<MeshFlat>{{"dp", {"dp_replicate", "dp_shard"}}});
+  return std::make_shared<DeviceMesh>(
+      world, mesh_dims(),
+      std::vector<MeshFlat>{{"dp", {"dp_replicate", "dp_shard"}}, {"dp_shard_pp", {"dp_shard", "pp"}}});
 }
 
 std::string ParallelDims::describe() const {
@@ -57,19 +59,11 @@ ParallelDims parse_parallel_dims(StrategySpec& spec, int world_size, const std::
   DTRAIN_CHECK(!(hybrid && shard),
                "strategy spec '{}': hybrid (shard inside each host) and shard=N (inside N ranks) exclude each other",
                spec.text());
-  if (d.pp > 1) {
-    // The pipeline's sharded optimizer spans all of a stage's replicas; stages 2 and 3 and
-    // shard groups under a pipeline need the replica synchronisation that data parallelism
-    // and the pipeline do not share yet.
-    DTRAIN_CHECK(d.zero == 1 && !hybrid && !shard,
-                 "strategy spec '{}': under a pipeline (pp={}) only zero=1 over all of a stage's replicas is offered "
-                 "(zero=2 and 3, shard and hybrid are sharded data parallelism's, without pp)",
-                 spec.text(), d.pp);
-    DTRAIN_CHECK(dp >= 2,
-                 "strategy spec '{}': zero=1 under a pipeline shards each stage's optimizer state over the stage's "
-                 "data-parallel replicas, and dp=1 is one (use dp=2 or more)",
-                 spec.text());
-  }
+  DTRAIN_CHECK(!spec.has("pp") || d.zero <= 2,
+               "strategy spec '{}': zero={} under a pipeline (pp={}): zero=1 and 2 are offered (stage 3's gather "
+               "units assume each layer's backward follows its forward, and a pipeline schedule runs several "
+               "forwards first)",
+               spec.text(), d.zero, d.pp);
   if (hybrid) spec.flag("hybrid");
   const int group = hybrid ? ranks_per_host() : spec.integer("shard", dp);
   DTRAIN_CHECK(dp % group == 0,

@@ -140,7 +140,7 @@ std::shared_ptr<Strategy> make_pipeline(StrategySpec& spec, const CommunicatorPt
   PipelineOptions o;
   o.stages = dims.pp;
   const int dp = dims.dp();
-  o.shard_optimizer = dims.zero == 1;  // over all of a stage's replicas (the only zero under pp)
+  o.zero = dims.zero;
   o.micro_batches = spec.integer("micro", o.micro_batches);
   o.schedule = parse_schedule(spec.text_of("schedule").value_or("1f1b"));
   o.virtual_stages =
@@ -165,6 +165,11 @@ std::shared_ptr<Strategy> make_pipeline(StrategySpec& spec, const CommunicatorPt
   o.recompute = spec.flag("recompute");
   if (spec.has("recompute_stages")) o.recompute_stages = index_list(spec, "recompute_stages", "stage indices");
   o.data_parallel = data_parallel_options(spec);
+  std::string& exchange = o.data_parallel.data_parallel.gradient_exchange;
+  if (o.zero > 0 && (exchange == "fp16" || exchange == "bf16")) {
+    o.wire = exchange == "fp16" ? DType::f16 : DType::bf16;  // the reduce-scatter's 16-bit shares
+    exchange = "all_reduce";
+  }
   return std::make_shared<PipelineStrategy>(dims.mesh(world), device, std::move(o));
 }
 

@@ -3,6 +3,7 @@
 #include "dist/comm/partition.h"
 #include "dist/pipeline/pipeline_executor.h"
 #include "dist/sharded/optimizer_shards.h"
+#include "dist/sharded/replica_sync.h"
 #include "dtrain/dist/comm/nccl.h"
 #include "dtrain/dist/core/parallel_dims.h"
 #include "dtrain/dist/pipeline/pipeline_partition.h"
@@ -58,21 +59,24 @@ void check_same_everywhere(const CommunicatorPtr& world, const std::vector<std::
 namespace {
 
 // The factory's mesh for pp=stages over `world` (parallel_dims.h), after checking that it
-// divides.
-std::shared_ptr<const DeviceMesh> pipeline_mesh(const CommunicatorPtr& world, int stages) {
+// divides: under ZeRO the shards span all of a stage's replicas.
+std::shared_ptr<const DeviceMesh> pipeline_mesh(const CommunicatorPtr& world, const PipelineOptions& o) {
+  const int stages = o.stages;
   DTRAIN_CHECK(world != nullptr, "pipeline strategy: no communicator given");
   DTRAIN_CHECK(stages >= 1, "pipeline strategy: stages must be >= 1, got {}", stages);
   DTRAIN_CHECK(world->size() % stages == 0,
                "pipeline strategy: {} ranks is not a multiple of the {} stages (ranks = stages x data-parallel "
                "replicas)",
                world->size(), stages);
-  return ParallelDims{.pp = stages, .dp_replicate = world->size() / stages}.mesh(world);
+  const int dp = world->size() / stages;
+  if (o.zero > 0) return ParallelDims{.pp = stages, .dp_shard = dp, .zero = o.zero}.mesh(world);
+  return ParallelDims{.pp = stages, .dp_replicate = dp}.mesh(world);
 }
 
 }  // namespace
 
 PipelineStrategy::PipelineStrategy(CommunicatorPtr world, Device device, PipelineOptions options)
-    : PipelineStrategy(pipeline_mesh(world, options.stages), device, std::move(options)) {}
+    : PipelineStrategy(pipeline_mesh(world, options), device, std::move(options)) {}
 
 PipelineStrategy::PipelineStrategy(std::shared_ptr<const DeviceMesh> mesh, Device device, PipelineOptions options)
     : Strategy("pipeline", device, mesh ? mesh->world() : nullptr),
@@ -106,16 +110,19 @@ PipelineStrategy::PipelineStrategy(std::shared_ptr<const DeviceMesh> mesh, Devic
     DTRAIN_CHECK(s >= 0 && s < K, "pipeline strategy: recompute_stages names stage {}; the stages are 0 to {}", s,
                  K - 1);
   }
-  if (options_.shard_optimizer) {
-    DTRAIN_CHECK(replicas_ >= 2,
-                 "pipeline strategy: a sharded optimizer (zero=1) shards each stage's optimizer state over the stage's "
-                 "data-parallel replicas, and the mesh {} has one (use dp=2 or more)",
-                 mesh_->describe());
+  if (options_.zero > 0) {
+    DTRAIN_CHECK(options_.zero <= 2,
+                 "pipeline strategy: zero={} under a pipeline: stages 1 and 2 are offered (stage 3's gather units "
+                 "assume each layer's backward follows its forward, and a schedule runs several forwards first)",
+                 options_.zero);
     DTRAIN_CHECK(options_.data_parallel.data_parallel.gradient_exchange == "all_reduce" &&
                      !options_.data_parallel.data_parallel.exchange_factory,
-                 "pipeline strategy: a sharded optimizer (zero=1) reduce-scatters the gradients itself; it takes no "
-                 "other gradient exchange (got '{}')",
-                 options_.data_parallel.data_parallel.gradient_exchange);
+                 "pipeline strategy: a sharded optimizer (zero={}) reduce-scatters the gradients itself; it takes no "
+                 "other gradient exchange (got '{}'; 16-bit shares are its `wire`)",
+                 options_.zero, options_.data_parallel.data_parallel.gradient_exchange);
+    // Every rank holds a slice of its stage's gradients; under hybrid sharding the groups
+    // of shards hold the same ones, so the parts of one model are a shard group's, all stages.
+    set_model_parts(mesh_->has("dp_shard_pp") ? mesh_->group("dp_shard_pp") : world_);
   }
 }
 
@@ -304,21 +311,21 @@ std::shared_ptr<nn::Module> PipelineStrategy::build_stage(std::map<int, nn::Modu
   auto stage = std::make_shared<PipelineStage>();
   for (auto& [index, layer] : layers) stage->add(std::to_string(index), std::move(layer));
   stage->to(device_);
-  if (replicas_ > 1) {
-    CommunicatorPtr replicas = replicas_comm_;
+  if (replicas_ > 1 || options_.zero > 0) {
     if (options_.data_parallel.sync_batch_norm) {
-      if (device_.is_cuda()) replicas = nccl_communicator(replicas_comm_, device_);
-      convert_sync_batch_norm(*stage, replicas);
+      convert_sync_batch_norm(*stage, device_.is_cuda() ? nccl_communicator(replicas_comm_, device_) : replicas_comm_);
     }
-    DataParallelOptions o = options_.data_parallel.data_parallel;
-    if (options_.shard_optimizer) o.exchange_factory = reduce_scatter_factory(device_, &exchange_);
-    ddp_ = std::make_unique<DataParallel>(stage, replicas, o);
-    if (options_.shard_optimizer) {
-      check_every_rank_owns_elements(*exchange_, replicas_);
-      flat_ = flatten_buckets(*stage, *exchange_, device_);
-      shards_ = std::make_unique<OptimizerShards>(replicas_comm_, *exchange_, own_chunks(flat_, replica_, replicas_));
-      set_model_parts(world_);  // each rank holds a slice of its stage's
+    // Sharded: inside the mesh's dp_shard groups, replicated across dp_replicate (hybrid).
+    CommunicatorPtr shard = replicas_comm_, replicate;
+    if (options_.zero > 0 && mesh_->has("dp_shard")) {
+      shard = mesh_->group("dp_shard");
+      if (mesh_->size("dp_replicate") > 1) replicate = mesh_->group("dp_replicate");
     }
+    if (!shard) shard = pipe_->split(pipe_->rank(), 0);  // one replica: a group of this rank alone
+    sync_ = std::make_unique<ReplicaSync>(
+        stage, shard, replicate, device_,
+        ReplicaSyncOptions{
+            .zero = options_.zero, .data_parallel = options_.data_parallel.data_parallel, .wire = options_.wire});
   }
   // The chunks, from the stage's children (after any SyncBatchNorm conversion replaced
   // some), in order: a rank's chunks hold ever later layers.
@@ -389,15 +396,15 @@ StepStats PipelineStrategy::train_step(std::span<const MicroBatch> micro, optim:
   // them to the reducer.
   std::optional<DataParallel::NoSyncGuard> no_sync;
   PipelineExecutor::BeforeGradientsFn before_gradients;
-  if (ddp_) {
+  if (sync_) {
     before_gradients = [&](int, PipelineAction::Kind, bool last_of_chunk) {
       if (last_of_chunk) no_sync.reset();
-      else if (!no_sync) no_sync.emplace(*ddp_);
+      else if (!no_sync) no_sync.emplace(sync_->data_parallel());
     };
   }
   const PipelineExecutor::Timing t = executor_->run(inputs, /*train=*/true, config.autocast, last, before_gradients);
   no_sync.reset();
-  if (ddp_) ddp_->finish_gradient_sync();
+  if (sync_) sync_->finish();
   update(stepped_optimizer(optimizer), config, stats);
   timing_ = {.step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
              .wait_s = t.wait_s,
@@ -432,23 +439,23 @@ EvalSums PipelineStrategy::eval_step(const MicroBatch& batch, const StepConfig& 
   return sums;
 }
 
-std::int64_t PipelineStrategy::shard_elements() const { return shards_ ? shards_->elements() : 0; }
+std::int64_t PipelineStrategy::shard_elements() const { return sync_ ? sync_->shard_elements() : 0; }
 
-const optim::Optimizer* PipelineStrategy::shard_optimizer() const { return shards_ ? shards_->optimizer() : nullptr; }
+const optim::Optimizer* PipelineStrategy::shard_optimizer() const { return sync_ ? sync_->shard_optimizer() : nullptr; }
 
 optim::Optimizer& PipelineStrategy::stepped_optimizer(optim::Optimizer& given) {
-  return shards_ ? shards_->optimizer(given) : given;
+  return sync_ ? sync_->stepped_optimizer(given) : given;
 }
 
 void PipelineStrategy::apply_update(optim::Optimizer& optimizer, const StepConfig& config, bool nonfinite) {
   Strategy::apply_update(optimizer, config, nonfinite);
-  if (shards_) all_gather_chunks(*ddp_->tensor_communicator(), flat_);
+  if (sync_) sync_->after_update();
 }
 
 Capabilities PipelineStrategy::capabilities() {
-  if (!ddp_) return {};
+  if (!sync_) return {};
   return {.replica_divergence = [this] {
-    Tensor d = Tensor::full({1}, ddp_->check_replicas(), {DType::f64});
+    Tensor d = Tensor::full({1}, sync_->replica_divergence().value_or(0), {DType::f64});
     pipe_->all_reduce(d, ReduceOp::Max);
     return d.item();
   }};
@@ -461,15 +468,17 @@ CheckpointPlan PipelineStrategy::checkpoint_plan() const {
                       .whole_model = options_.stages == 1,
                       .stages = options_.stages,
                       .replicas = replicas_};
-  if (shards_) {
-    // Replica 0 writes the stage's model; every replica its chunks' optimizer state.
-    if (replica_ != 0) plan.part = fmt::format("stage{}-shard{}", stage_, replica_);
+  if (sync_ && sync_->shards()) {
+    // Replica 0 writes the stage's model; every replica of the first shard group its chunks'
+    // optimizer state (under hybrid sharding the other groups hold the same chunks).
+    const bool writes = !mesh_->has("dp_replicate") || mesh_->coordinate("dp_replicate") == 0;
+    if (replica_ != 0) plan.part = writes ? fmt::format("stage{}-shard{}", stage_, replica_) : "";
     plan.saves_model = replica_ == 0;
-    shards_->share_through(plan);
-  } else if (ddp_) {
+    sync_->shards()->share_through(plan);
+  } else if (sync_) {
     // The replicas' gradient exchange may keep state of each rank's own (PowerSGD).
-    plan.rank_state = [ddp = ddp_.get()] { return ddp->exchange_state(); };
-    plan.load_rank_state = [ddp = ddp_.get()](const std::vector<std::pair<std::string, Tensor>>& state) {
+    plan.rank_state = [ddp = &sync_->data_parallel()] { return ddp->exchange_state(); };
+    plan.load_rank_state = [ddp = &sync_->data_parallel()](const std::vector<std::pair<std::string, Tensor>>& state) {
       ddp->load_exchange_state(state);
     };
   }

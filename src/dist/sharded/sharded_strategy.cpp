@@ -2,10 +2,8 @@
 
 #include "dist/sharded/layer_gatherer.h"
 #include "dist/sharded/optimizer_shards.h"
-#include "dist/sharded/reduce_scatter_exchange.h"
-#include "dtrain/core/trace.h"
+#include "dist/sharded/replica_sync.h"
 #include "dtrain/dist/core/parallel_dims.h"
-#include "dtrain/dist/comm/nccl.h"
 
 #include <fmt/format.h>
 
@@ -63,73 +61,36 @@ ShardedDataParallelStrategy::ShardedDataParallelStrategy(std::shared_ptr<const D
 
 ShardedDataParallelStrategy::~ShardedDataParallelStrategy() = default;
 
-DataParallel& ShardedDataParallelStrategy::data_parallel() const {
-  DTRAIN_CHECK(ddp_ != nullptr, "sharded data parallel: prepare() the model first");
-  return *ddp_;
-}
-
 std::shared_ptr<nn::Module> ShardedDataParallelStrategy::prepare(std::shared_ptr<nn::Module> model) {
   DTRAIN_CHECK(model != nullptr, "sharded data parallel: prepare() needs a model");
-  DTRAIN_CHECK(ddp_ == nullptr, "sharded data parallel: prepare() was already called");
+  DTRAIN_CHECK(sync_ == nullptr, "sharded data parallel: prepare() was already called");
   model->to(device_);
-  DataParallelOptions o;
-  o.bucket_bytes = options_.bucket_bytes;
-  o.overlap = options_.overlap;
-  o.keep_gradients = options_.stage < 2;  // stage 2: only this rank's chunks outlive the exchange
-  std::vector<UnitPlan> units;
-  if (options_.stage == 3) {
-    // The gather units are the buckets, so one flat layout serves parameters and gradients.
-    units = plan_units(*model, options_.unit_bytes);
-    for (const UnitPlan& u : units) o.buckets.push_back(u.parameters);
-  }
-  // The chunks' mean across the shard groups travels through NCCL too for a CUDA model.
-  CommunicatorPtr across = replica_comm_;
-  if (across && !device_.is_cpu() && across->backend() != "nccl") across = nccl_communicator(across, device_);
-  o.exchange_factory = reduce_scatter_factory(device_, &exchange_, across, options_.wire);
-  ddp_ = std::make_unique<DataParallel>(model, shard_comm_, o);
-  if (across) {
-    // DataParallel made each group equal to its first rank; this makes the groups equal.
-    for (const Variable& p : model->parameters()) {
-      Tensor t = p.data();
-      across->broadcast(t, 0);
-    }
-    for (auto& [name, b] : model->named_buffers()) across->broadcast(b, 0);
-  }
-
-  check_every_rank_owns_elements(*exchange_, shard_comm_->size());
-  flat_ = flatten_buckets(*model, *exchange_, device_);
-  const CommunicatorPtr& comm = data_parallel().tensor_communicator();
-  std::vector<Tensor> chunks = own_chunks(flat_, comm->rank(), comm->size());
-  // Stage 3: from here on this rank keeps only its chunks; the flat buffers are whole only
-  // while the gatherer needs them.
-  if (options_.stage == 3) {
-    gatherer_ = std::make_unique<LayerGatherer>(comm, std::move(units), exchange_->buckets(), std::move(flat_), model);
-    flat_.clear();
-    chunks.clear();
-    for (std::size_t b = 0; b < exchange_->buckets().size(); ++b) chunks.push_back(gatherer_->chunk(b));
-  }
-  shards_ = std::make_unique<OptimizerShards>(shard_comm_, *exchange_, chunks);
+  ReplicaSyncOptions o{.zero = options_.stage, .unit_bytes = options_.unit_bytes, .wire = options_.wire};
+  o.data_parallel.bucket_bytes = options_.bucket_bytes;
+  o.data_parallel.overlap = options_.overlap;
+  sync_ = std::make_unique<ReplicaSync>(model, shard_comm_, replica_comm_, device_, std::move(o));
   module_ = std::move(model);
   return module_;
 }
 
-std::int64_t ShardedDataParallelStrategy::shard_elements() const { return shards_ ? shards_->elements() : 0; }
+ReplicaSync& ShardedDataParallelStrategy::sync() const {
+  DTRAIN_CHECK(sync_ != nullptr, "sharded data parallel: prepare() the model first");
+  return *sync_;
+}
+
+std::int64_t ShardedDataParallelStrategy::shard_elements() const { return sync_ ? sync_->shard_elements() : 0; }
 
 const optim::Optimizer* ShardedDataParallelStrategy::shard_optimizer() const {
-  return shards_ ? shards_->optimizer() : nullptr;
+  return sync_ ? sync_->shard_optimizer() : nullptr;
 }
 
 void ShardedDataParallelStrategy::forward_backward(const MicroBatch& batch, double weight, bool last,
                                                    const StepConfig& config, StepStats& stats) {
   // Gradient accumulation: only the update's last backward communicates (the sum).
-  data_parallel().run_micro_batch(last, [&] { Strategy::forward_backward(batch, weight, last, config, stats); });
+  sync().data_parallel().run_micro_batch(last, [&] { Strategy::forward_backward(batch, weight, last, config, stats); });
 }
 
-void ShardedDataParallelStrategy::exchange_gradients() {
-  data_parallel().finish_gradient_sync();
-  // A unit whose parameters got no gradient (unused in this step) is still whole.
-  if (gatherer_) gatherer_->release_all();
-}
+void ShardedDataParallelStrategy::exchange_gradients() { sync().finish(); }
 
 ShardedDataParallelStrategy::WholeParameters::WholeParameters(LayerGatherer* gatherer) : gatherer_(gatherer) {
   if (gatherer_) gatherer_->gather_all();
@@ -139,27 +100,30 @@ ShardedDataParallelStrategy::WholeParameters::~WholeParameters() {
   if (gatherer_) gatherer_->release_all();
 }
 
-std::size_t ShardedDataParallelStrategy::gather_units() const { return gatherer_ ? gatherer_->units() : 0; }
+ShardedDataParallelStrategy::WholeParameters ShardedDataParallelStrategy::whole_parameters() {
+  return WholeParameters(sync_ ? sync_->gatherer() : nullptr);
+}
+
+std::size_t ShardedDataParallelStrategy::gather_units() const {
+  return sync_ && sync_->gatherer() ? sync_->gatherer()->units() : 0;
+}
 
 std::size_t ShardedDataParallelStrategy::take_peak_whole_units() {
-  return gatherer_ ? gatherer_->take_peak_whole() : 0;
+  return sync_ && sync_->gatherer() ? sync_->gatherer()->take_peak_whole() : 0;
 }
 
 optim::Optimizer& ShardedDataParallelStrategy::stepped_optimizer(optim::Optimizer& given) {
-  DTRAIN_CHECK(shards_ != nullptr, "sharded data parallel: prepare() the model first");
-  return shards_->optimizer(given);
+  return sync().stepped_optimizer(given);
 }
 
 void ShardedDataParallelStrategy::apply_update(optim::Optimizer& optimizer, const StepConfig& config, bool nonfinite) {
   Strategy::apply_update(optimizer, config, nonfinite);
-  if (!gatherer_)
-    all_gather_chunks(*data_parallel().tensor_communicator(),
-                      flat_);  // stage 3: the next forward gathers the updated chunks
+  sync().after_update();
 }
 
 Capabilities ShardedDataParallelStrategy::capabilities() {
-  if (gatherer_) return {};  // stage 3 keeps no replica of the parameters to compare
-  return {.replica_divergence = [this] { return data_parallel().check_replicas(); }};
+  if (sync().gatherer()) return {};  // stage 3 keeps no replica of the parameters to compare
+  return {.replica_divergence = [this] { return *sync().replica_divergence(); }};
 }
 
 CheckpointPlan ShardedDataParallelStrategy::checkpoint_plan() const {
@@ -172,11 +136,12 @@ CheckpointPlan ShardedDataParallelStrategy::checkpoint_plan() const {
                               : rank == 0 ? "model"
                                           : fmt::format("shard{}", rank),
                       .replicas = comm_->size()};
-  plan.saves_model = rank == 0 || gatherer_;  // the replicas' parameters are identical, or each rank holds its own
-  if (gatherer_) {
+  const bool stage3 = sync().gatherer() != nullptr;
+  plan.saves_model = rank == 0 || stage3;  // the replicas' parameters are identical, or each rank holds its own
+  if (stage3) {
     // Each rank's chunks of the parameters as element ranges; rank 0 adds the buffers.
     plan.model_share = [this] {
-      nn::StateDict out = shards_->parameter_ranges();
+      nn::StateDict out = sync_->shards()->parameter_ranges();
       if (comm_->rank() == 0) {
         for (auto& [name, b] : module_->named_buffers()) out.emplace_back(name, b);
       }
@@ -185,13 +150,13 @@ CheckpointPlan ShardedDataParallelStrategy::checkpoint_plan() const {
     // The hooks run later, from the Checkpointer's restore, on this same (non-const) strategy.
     plan.load_model_share = [self = const_cast<ShardedDataParallelStrategy*>(this)](const nn::StateDict& whole) {
       const std::map<std::string, Tensor> by_name(whole.begin(), whole.end());
-      self->shards_->load_parameters(by_name);
+      self->sync_->shards()->load_parameters(by_name);
       NoGradGuard no_grad;
       for (auto& [name, b] : self->module_->named_buffers()) b.copy_(by_name.at(name));
     };
   }
   // Each rank's chunks of the optimizer state, as element ranges of whole parameters.
-  shards_->share_through(plan);
+  sync().shards()->share_through(plan);
   return plan;
 }
 

@@ -12,8 +12,7 @@
 //
 // The product pp x dp is the world's size. Refused, naming the keys: a size that does not
 // fit, shard or hybrid without zero, shard and hybrid together, a shard that does not divide
-// dp, tp or cp, and a combination no strategy offers yet: under a pipeline only zero=1 over
-// all of a stage's replicas.
+// dp, tp or cp, and a combination no strategy offers yet: zero=3 under a pipeline.
 //
 // The mesh's dimensions come in a fixed order, the slowest first: dp_replicate, dp_shard,
 // pp (the rank layout dtrain has always used: a pipeline's stages are consecutive ranks, a
@@ -42,9 +41,10 @@ struct ParallelDims {
   // The mesh's dimensions in the fixed order (dimensions of size 1 are kept: every mesh has
   // the same names).
   std::vector<MeshDim> mesh_dims() const;
-  // The job's mesh over `world` (collective): mesh_dims(), and "dp" flattened from
-  // dp_replicate and dp_shard. Every strategy of the factory but parameter servers takes
-  // its groups from it.
+  // The job's mesh over `world` (collective): mesh_dims(), "dp" flattened from
+  // dp_replicate and dp_shard (a stage's replicas), and "dp_shard_pp" from dp_shard and pp
+  // (the ranks that hold disjoint parts of one sharded replica). Every strategy of the
+  // factory but parameter servers takes its groups from it.
   std::shared_ptr<const DeviceMesh> mesh(const CommunicatorPtr& world) const;
   // "pp=2 x dp=2 (zero=1 over 2)", for messages and the layout line.
   std::string describe() const;

@@ -26,8 +26,9 @@
 // statistics are updated once per micro-batch; SyncBatchNorm (options.data_parallel)
 // normalizes a micro-batch over the D replicas of its stage.
 //
-// Sharded optimizer (shard_optimizer): each stage's D replicas shard its optimizer state,
-// as ShardedDataParallelStrategy's stage 1 shards a replica's (sharded_strategy.h): the
+// Sharded optimizer (zero = 1 or 2): each stage's D replicas shard its optimizer state
+// (and at 2 its gradients), through the component ShardedDataParallelStrategy's stages 1
+// and 2 use (sharded_strategy.h), over the replicas as any model's: the
 // stage's gradient buckets are reduce-scattered instead of all-reduced, replica d updates
 // chunk d of every bucket (the optimizer given to train_step is rebound to those slices at
 // the first step and lends them its learning rate), and the updated chunks are
@@ -54,9 +55,8 @@
 
 namespace dtrain::dist {
 
-class OptimizerShards;
 class PipelineExecutor;
-class ReduceScatterExchange;
+class ReplicaSync;
 
 struct PipelineOptions {
   int stages = 2;         // K; the world's size must be a multiple of it
@@ -81,10 +81,13 @@ struct PipelineOptions {
   bool recompute = false;
   std::vector<int> recompute_stages = {};
   DataParallelStrategyOptions data_parallel = {};  // among the replicas of each stage
-  // ZeRO stage 1 over each stage's replicas (Megatron's "distributed optimizer"; the spec's
-  // `zero=1`): see "Sharded optimizer" above. Needs at least two replicas, and the default
-  // gradient exchange (its reduce-scatter replaces the all-reduce).
-  bool shard_optimizer = false;
+  // ZeRO over each stage's replicas (the spec's `zero=1|2`; 0: all-reduced): 1 shards the
+  // optimizer state (Megatron's "distributed optimizer"), 2 the gradients too; see "Sharded
+  // optimizer" above. The reduce-scatter replaces data_parallel's gradient exchange, whose
+  // fp16 and bf16 become `wire`. Where the mesh's "dp_shard" is smaller than its "dp", the
+  // shards span dp_shard and the groups of them replicate each other (hybrid).
+  int zero = 0;
+  DType wire = DType::f32;  // zero >= 1: f16 or bf16 shares
 };
 
 class PipelineStrategy final : public Strategy {
@@ -183,13 +186,10 @@ class PipelineStrategy final : public Strategy {
   PipelineOptions options_;
   int stage_ = 0, replica_ = 0, replicas_ = 1;
   std::vector<int> cuts_;
-  std::unique_ptr<DataParallel> ddp_;  // with data-parallel replicas
+  // With data-parallel replicas, or ZeRO: the stage's gradient exchange and update among its
+  // replicas (and the sharded optimizer's slices).
+  std::unique_ptr<ReplicaSync> sync_;
   std::unique_ptr<PipelineExecutor> executor_;
-  // Sharded optimizer: the stage's buckets of parameters, flat (their chunks all-gathered
-  // after each step), and this rank's slices of them with their optimizer.
-  ReduceScatterExchange* exchange_ = nullptr;  // owned by ddp_'s reducer
-  std::vector<Tensor> flat_;
-  std::unique_ptr<OptimizerShards> shards_;
   Timing timing_;
 };
 

@@ -65,8 +65,7 @@
 namespace dtrain::dist {
 
 class LayerGatherer;
-class OptimizerShards;
-class ReduceScatterExchange;
+class ReplicaSync;
 
 struct ShardedDataParallelOptions {
   int stage = 1;                        // ZeRO stage: 1 (optimizer state), 2 (gradients too), 3 (parameters too)
@@ -129,7 +128,7 @@ class ShardedDataParallelStrategy final : public Strategy {
    private:
     LayerGatherer* gatherer_;
   };
-  [[nodiscard]] WholeParameters whole_parameters() { return WholeParameters(gatherer_.get()); }
+  [[nodiscard]] WholeParameters whole_parameters();
   // Stage 3: the gather units, and the most that were whole at once since the last call.
   std::size_t gather_units() const;
   std::size_t take_peak_whole_units();
@@ -143,18 +142,14 @@ class ShardedDataParallelStrategy final : public Strategy {
   void apply_update(optim::Optimizer& optimizer, const StepConfig& config, bool nonfinite) override;
 
  private:
-  DataParallel& data_parallel() const;
+  ReplicaSync& sync() const;
 
   std::shared_ptr<const DeviceMesh> mesh_;
   CommunicatorPtr comm_;          // every rank
   CommunicatorPtr shard_comm_;    // the ranks that share the model out (all of comm_ unless hybrid)
   CommunicatorPtr replica_comm_;  // the ranks holding the same chunks in the other groups (hybrid)
   ShardedDataParallelOptions options_;
-  std::unique_ptr<DataParallel> ddp_;
-  ReduceScatterExchange* exchange_ = nullptr;  // owned by ddp_'s reducer
-  std::vector<Tensor> flat_;                   // per bucket: the parameters, padded (stages 1 and 2)
-  std::unique_ptr<OptimizerShards> shards_;    // this rank's slices and their optimizer
-  std::unique_ptr<LayerGatherer> gatherer_;    // stage 3 (declared after ddp_: it goes first)
+  std::unique_ptr<ReplicaSync> sync_;  // the gradient exchange, the slices and (stage 3) the gatherer
 };
 
 }  // namespace dtrain::dist

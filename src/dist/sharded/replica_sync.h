@@ -1,0 +1,74 @@
+// ReplicaSync (private to dist): how the data-parallel replicas of one model stay one, the
+// component that ShardedDataParallelStrategy (a whole model) and PipelineStrategy (a
+// stage's layers) share. Over the replicas' mesh groups it owns the bucketed gradient
+// exchange and the update:
+//
+//   zero 0  the buckets all-reduced (DataParallel, with any exchange of its registry);
+//           every replica steps the whole optimizer
+//   zero 1  the buckets reduce-scattered among the `shard` group; each rank steps its
+//           chunks (OptimizerShards) and the updated chunks are all-gathered
+//   zero 2  the same, each bucket's whole gradient freed once its chunk is reduced
+//   zero 3  the parameters sharded too, each gather unit all-gathered before its layers'
+//           forward and backward (LayerGatherer)
+//
+// With a `replicate` group (hybrid sharding), each chunk's mean also crosses the groups
+// that hold the same chunks. The module is the caller's; the component keeps its pieces.
+#pragma once
+
+#include "dtrain/dist/core/strategy.h"
+#include "dtrain/dist/data_parallel/data_parallel.h"
+
+#include <memory>
+#include <vector>
+
+namespace dtrain::dist {
+
+class LayerGatherer;
+class OptimizerShards;
+class ReduceScatterExchange;
+
+struct ReplicaSyncOptions {
+  int zero = 0;                       // ZeRO stage, 0 for none
+  DataParallelOptions data_parallel;  // buckets, overlap, and (zero 0) the exchange
+  std::size_t unit_bytes = 4u << 20;  // zero 3: the gather units' least size
+  DType wire = DType::f32;            // zero 1-3: f16 or bf16 shares
+};
+
+class ReplicaSync {
+ public:
+  // `module` on `device` already. Collective over `shard` (and `replicate`): broadcasts
+  // the first rank's state, plans the buckets, and for zero >= 1 cuts this rank's chunks.
+  ReplicaSync(std::shared_ptr<nn::Module> module, CommunicatorPtr shard, CommunicatorPtr replicate, Device device,
+              ReplicaSyncOptions options);
+  ~ReplicaSync();
+  ReplicaSync(const ReplicaSync&) = delete;
+  ReplicaSync& operator=(const ReplicaSync&) = delete;
+
+  DataParallel& data_parallel() { return *ddp_; }
+  // After the step's last backward: every bucket's exchange done (and at zero 3 every
+  // unit released, even one no gradient reached).
+  void finish();
+  // The optimizer the update steps: the given one, or (zero >= 1) rebound to this rank's slices.
+  optim::Optimizer& stepped_optimizer(optim::Optimizer& given);
+  // After the update: zero 1 and 2 all-gather the updated chunks (zero 3's next forward
+  // gathers them).
+  void after_update();
+  // The largest difference between the replicas (none to compare at zero 3: nullopt).
+  std::optional<double> replica_divergence();
+  // Elements this rank updates and holds optimizer state for (0 at zero 0).
+  std::int64_t shard_elements() const;
+  const optim::Optimizer* shard_optimizer() const;
+  OptimizerShards* shards() const { return shards_.get(); }
+  LayerGatherer* gatherer() const { return gatherer_.get(); }
+  int zero() const { return options_.zero; }
+
+ private:
+  ReplicaSyncOptions options_;
+  std::unique_ptr<DataParallel> ddp_;
+  ReduceScatterExchange* exchange_ = nullptr;  // owned by ddp_'s reducer
+  std::vector<Tensor> flat_;                   // per bucket: the parameters, padded (zero 1 and 2)
+  std::unique_ptr<OptimizerShards> shards_;    // this rank's slices and their optimizer
+  std::unique_ptr<LayerGatherer> gatherer_;    // zero 3 (declared after ddp_: it goes first)
+};
+
+}  // namespace dtrain::dist
