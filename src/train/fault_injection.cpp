@@ -21,7 +21,8 @@ struct Fault {
   std::string kind;  // "" for none
   int rank = -1;
   std::int64_t at = -1;
-  double seconds = 0;  // stop-at-step: how long the rank stays stopped
+  double seconds = 0;               // stop-at-step: how long the rank stays stopped
+  std::int64_t step_in_epoch = -1;  // kill-in-epoch: `at` is the epoch
 };
 
 Fault parse() {
@@ -41,11 +42,18 @@ Fault parse() {
   if (fields == 4 && (k == "stop-at-step" || k == "loss-spike") && seconds > 0) {
     f = {.kind = kind, .rank = rank, .at = at, .seconds = seconds};
   }
-  DTRAIN_CHECK(f.kind == "kill-at-step" || f.kind == "kill-in-save" || f.kind == "stop-at-step" ||
-                   f.kind == "loss-spike" || f.kind == "loss-nan",
-               "DTRAIN_FAULT='{}': expected kill-at-step:<rank>:<step>, kill-in-save:<rank>:<n>, "
-               "stop-at-step:<rank>:<step>:<seconds> (seconds > 0), loss-spike:<rank>:<step>[:<factor>] or "
-               "loss-nan:<rank>:<step>",
+  if (k == "kill-in-epoch") {
+    f = {};
+    long long step = -1;
+    if (std::sscanf(text, "%31[^:]:%d:%lld:%lld%c", kind, &rank, &at, &step, &rest) == 4 && at >= 1 && step >= 1) {
+      f = {.kind = kind, .rank = rank, .at = at, .step_in_epoch = step};
+    }
+  }
+  DTRAIN_CHECK(f.kind == "kill-at-step" || f.kind == "kill-in-epoch" || f.kind == "kill-in-save" ||
+                   f.kind == "stop-at-step" || f.kind == "loss-spike" || f.kind == "loss-nan",
+               "DTRAIN_FAULT='{}': expected kill-at-step:<rank>:<step>, kill-in-epoch:<rank>:<epoch>:<step>, "
+               "kill-in-save:<rank>:<n>, stop-at-step:<rank>:<step>:<seconds> (seconds > 0), "
+               "loss-spike:<rank>:<step>[:<factor>] or loss-nan:<rank>:<step>",
                text);
   return f;
 }
@@ -88,8 +96,9 @@ void maybe_stop(int rank, std::int64_t at) {
 
 }  // namespace
 
-void maybe_kill_at_step(int rank, std::int64_t global_step) {
+void maybe_kill_at_step(int rank, std::int64_t global_step, int epoch, std::int64_t step_in_epoch) {
   maybe_kill("kill-at-step", rank, global_step);
+  if (fault().step_in_epoch == step_in_epoch) maybe_kill("kill-in-epoch", rank, epoch);
   maybe_stop(rank, global_step);
 }
 void maybe_kill_in_save(int rank, int save) { maybe_kill("kill-in-save", rank, save); }

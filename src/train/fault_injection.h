@@ -1,6 +1,10 @@
 // Fault injection for the tests of checkpoints and restarts: DTRAIN_FAULT makes one rank
 // die by SIGKILL at a chosen point, as a crashed node would, or stop for a while, deterministically.
 //   DTRAIN_FAULT=kill-at-step:<rank>:<global step>   after that update's step
+//   DTRAIN_FAULT=kill-in-epoch:<rank>:<epoch>:<n>    after the rank's n-th update of the epoch
+//                                                    (1-based; where ranks take batches at run
+//                                                    time, a rank's global step may fall in
+//                                                    either epoch)
 //   DTRAIN_FAULT=kill-in-save:<rank>:<n>             in its n-th save, between two files
 //   DTRAIN_FAULT=stop-at-step:<rank>:<step>:<seconds> SIGSTOP after that step, SIGCONT after
 //                                                    the seconds (a node that freezes)
@@ -20,7 +24,7 @@
 
 namespace dtrain::train::fault {
 
-void maybe_kill_at_step(int rank, std::int64_t global_step);
+void maybe_kill_at_step(int rank, std::int64_t global_step, int epoch, std::int64_t step_in_epoch);
 void maybe_kill_in_save(int rank, int save);
 // `loss` as it is, or, when DTRAIN_FAULT names a loss fault of `rank`, the loss with the
 // fault applied at the update whose global step is step() + 1 (step(): the updates done).

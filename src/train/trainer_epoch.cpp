@@ -87,6 +87,7 @@ void Trainer::run_update(Epoch& e, UpdateBatches& batches) {
   const dist::StepStats stats = strategy_->train_step(micro, e.optimizer, train_config_);
   micro.clear();
   ++global_step_;
+  ++e.done;
   e.sums.add(stats);
   const std::int64_t step = batches.position + 1;
   const bool due = e.progress.due(step);
@@ -106,7 +107,7 @@ void Trainer::run_update(Epoch& e, UpdateBatches& batches) {
   for (const auto& callback : step_callbacks_) {
     callback({.epoch = e.epoch, .step = step, .global_step = global_step_, .lr = e.optimizer.lr(), .stats = &stats});
   }
-  fault::maybe_kill_at_step(strategy_->rank(), global_step_);
+  fault::maybe_kill_at_step(strategy_->rank(), global_step_, e.epoch, e.done);
   if (!checkpointer_) return;
   // The epoch's last update is saved by the end-of-epoch checkpoint, after its evaluation.
   const std::int64_t every = checkpointer_->options().every;

@@ -14,6 +14,7 @@ struct Trainer::Epoch {
   optim::Optimizer& optimizer;
   const optim::LrSchedule* schedule;
   std::int64_t updates = 0;  // per epoch (of all ranks where batches are handed out)
+  std::int64_t done = 0;     // this rank's updates so far this epoch
   // On the CPU reading a step's loss costs nothing, so divergence stops the very step; on a
   // GPU the sums are read only when the progress line is due and at the end.
   bool read_each_step = true;

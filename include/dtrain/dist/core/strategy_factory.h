@@ -22,15 +22,16 @@
 // | `pp=2,micro=8,schedule=1f1b`          | PipelineStrategy, 2 stages x world/2 replicas         |
 // | `pp=2,dp=2,schedule=interleaved,virtual=2` | the same, the grid stated                        |
 // | `ps=1,mode=async`, `ps=2,mode=ssp:3`  | ParameterServerStrategy, the last ranks serve         |
-// | `pp=2,dp=2,zero=1`                    | the same, each stage's optimizer sharded over its replicas |
+// | `pp=2,dp=2,zero=1`, `pp=2,zero=2,shard=1` | the same, each stage sharded over its replicas (ZeRO-1/2, hybrid) |
 // | `zero=1`, `zero=2`, `zero=3`          | ShardedDataParallelStrategy (ZeRO stage 1, 2 or 3)    |
 // | `zero=2,hybrid`, `zero=3,shard=4`     | the same, sharded inside each host / 4 ranks          |
 //
 // Keys: dp: `dp[=N]`, `bucket_mb=MB`, `exchange=KIND` (gradient_exchange.h), `sync_bn`,
 // `overlap=0|1`. pp: `pp=K`, `dp=D`, `micro=M`, `schedule=gpipe|1f1b|interleaved|zb-h1|zb-v`,
 // `virtual=V`, `cuts=A:B:...` (layer indices), `balance=params|time`, `recompute` (every
-// stage) or `recompute_stages=A:B:...`, `zero=1` (a sharded optimizer over each stage's
-// replicas), and the dp keys for the replicas.
+// stage) or `recompute_stages=A:B:...`, `zero=1|2` (each stage's optimizer state, and
+// gradients, sharded over its replicas) with `shard=N`/`hybrid` and `exchange=fp16|bf16`,
+// and the dp keys for the replicas.
 // ps: `ps=S`, `mode=sync|async|ssp:K`, `bucket_mb=MB`, `stale_lr=0|1` and `dc=LAMBDA` (async and
 // ssp: PsOptions::staleness_lr, delay_compensation), `backup=B` (sync: backup_workers),
 // `lost=SECONDS` (async and ssp: lost_after; 0: never; default half of StrategyHints::timeout). zero:
