@@ -56,14 +56,14 @@ inline std::vector<dist::MicroBatch> three_class_batches(int step, int accumulat
   return out;
 }
 
-// 64 rows of 5 normal features, labels i * 7 mod 3: a dataset for a Trainer.
-inline std::shared_ptr<data::TensorDataset> three_class_data() {
+// `rows` rows of 5 normal features, labels i * 7 mod 3: a dataset for a Trainer.
+inline std::shared_ptr<data::TensorDataset> three_class_data(std::int64_t rows = 64) {
   Generator gen(9);
-  Tensor x = Tensor::empty({64, 5});
+  Tensor x = Tensor::empty({rows, 5});
   normal_(x, 0, 1, &gen);
-  std::vector<std::int64_t> labels(64);
+  std::vector<std::int64_t> labels(static_cast<std::size_t>(rows));
   for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i * 7 % 3);
-  return std::make_shared<data::TensorDataset>(x, Tensor::from_vector(labels, {64}));
+  return std::make_shared<data::TensorDataset>(x, Tensor::from_vector(labels, {rows}));
 }
 
 // A fresh temp directory for every rank of `world`, named by rank 0 (collective).

@@ -13,6 +13,7 @@
 #include "dtrain/layers/models.h"
 #include "dtrain/optim/adam.h"
 #include "dtrain/train/trainer.h"
+#include "sharded_test_helpers.h"
 #include "support/test_support.h"
 
 #include <fmt/format.h>
@@ -25,16 +26,6 @@ using namespace dtrain;
 
 namespace {
 
-// 80 rows of 5 normal features, labels i * 7 mod 3: 5 updates of 16.
-std::shared_ptr<data::TensorDataset> eighty_rows() {
-  Generator gen(9);
-  Tensor x = Tensor::empty({80, 5});
-  normal_(x, 0, 1, &gen);
-  std::vector<std::int64_t> labels(80);
-  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int64_t>(i * 7 % 3);
-  return std::make_shared<data::TensorDataset>(x, Tensor::from_vector(labels, {80}));
-}
-
 struct Outcome {
   double train_loss = 0;  // the mean over the 5 updates
   double test_loss = 0;
@@ -46,7 +37,7 @@ Outcome train_composed(const std::string& spec, const dist::CommunicatorPtr& wor
   manual_seed(7);
   strategy->prepare(nn::mlp(5, {7, 6}, 3));
   optim::Adam adam(strategy->module().parameters(), {.lr = 0.05});
-  const auto data = eighty_rows();
+  const auto data = test::three_class_data(80);  // 5 updates of 16
   train::Trainer trainer(strategy, {.train = data, .test = data, .batch_size = 16, .seed = 4},
                          {.epochs = 1, .check_replicas = true, .verbose = false});
   const train::FitResult r = trainer.fit(adam);
