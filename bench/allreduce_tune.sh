@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Measures the all-reduce table's four cases and checks the table against the peers:
+# Measures the collective table's four cases and checks the table against the peers:
 #
 #   bench/allreduce_tune.sh tune TABLE.json    writes the cases into TABLE.json
 #   bench/allreduce_tune.sh check TABLE.json   runs auto (reading TABLE.json) against

@@ -9,7 +9,7 @@
 //   shm, shm_mpi, shm_rd, shm_rab        SharedMemory: on one host alone; across hosts the
 //                hierarchical scheme with the ring, MPI_Allreduce, recursive doubling or
 //                Rabenseifner among the hosts' leaders
-//   auto         what the all-reduce table chooses (the default)
+//   auto         what the collective table chooses (the default)
 // --collective reduce_scatter|all_gather|broadcast measures that collective instead (root 0
 // for broadcast; the message is reduce_scatter's input, all_gather's output): mpi calls
 // MPI_Reduce_scatter_block, MPI_Allgather (in place) or MPI_Bcast directly; dtrain_mpi,
@@ -34,7 +34,7 @@
 // --tune-into FILE measures every dtrain algorithm that applies (5 repetitions unless --repeat
 // says otherwise, 4 KB .. 64 MB unless the sizes are given), picks the fastest per size
 // (median) and writes the case of this rank and host count into FILE (created, or the case
-// replaced in it): a table that DTRAIN_ALLREDUCE_TABLE can name (docs/COLLECTIVES.md). With
+// replaced in it): a table that DTRAIN_COLLECTIVE_TABLE can name (docs/COLLECTIVES.md). With
 // --collective it writes that collective's list into the case, which must exist already
 // (tune all_reduce first).
 // Hosts are the groups that DTRAIN_HOST_ID gives when it is set (emulated hosts,
@@ -44,8 +44,8 @@
 // The first line (the first JSON object with --json) describes the machine, including the
 // memory bandwidth the ranks saw at the start, since the cores may be shared.
 #include "dtrain/core/environment.h"
-#include "dtrain/dist/comm/allreduce_table.h"
-#include "dtrain/dist/comm/communicator.h"
+#include "dtrain/comm/collective_table.h"
+#include "dtrain/comm/communicator.h"
 
 #include "bench_collective_ops.h"
 #include "bench_machine.h"
@@ -312,26 +312,26 @@ std::string with_note(std::string note, dist::TunedCollective which, const std::
 // list as text.
 std::string write_tuned(const std::string& path, const std::optional<dist::TunedCollective>& which,
                         const Winners& steps, int ranks, int hosts, const std::string& measured) {
-  dist::AllReduceTable table;
-  if (std::filesystem::exists(path)) table = dist::AllReduceTable::read(path);
+  dist::CollectiveTable table;
+  if (std::filesystem::exists(path)) table = dist::CollectiveTable::read(path);
   std::string text;
   for (const auto& [bound, impl] : steps) {
     text += bound ? fmt::format("{} up to {} B, ", impl, *bound) : fmt::format("{} above", impl);
   }
   if (!which) {
-    dist::AllReduceTable::Case c{hosts, ranks, measured, {}, {}};
+    dist::CollectiveTable::Case c{hosts, ranks, measured, {}, {}};
     for (const auto& [bound, impl] : steps) c.choices.push_back({bound, dist::parse_choice(table_name(impl), path)});
-    if (const dist::AllReduceTable::Case* old = table.find(ranks, hosts);
+    if (const dist::CollectiveTable::Case* old = table.find(ranks, hosts);
         old != nullptr && old->ranks == ranks && old->hosts == hosts) {
       for (dist::TunedCollective other : dist::kTunedCollectives) c.steps(other) = old->steps(other);  // kept
     }
     table.put(c);
   } else {
-    const dist::AllReduceTable::Case* found = table.find(ranks, hosts);
+    const dist::CollectiveTable::Case* found = table.find(ranks, hosts);
     DTRAIN_CHECK(found != nullptr && found->ranks == ranks && found->hosts == hosts,
                  "bench_allreduce: {} has no case of {} ranks on {} host(s): tune all_reduce into it first", path,
                  ranks, hosts);
-    dist::AllReduceTable::Case c = *found;
+    dist::CollectiveTable::Case c = *found;
     c.steps(*which).clear();
     for (const auto& [bound, impl] : steps) {
       const auto* f = std::find_if(std::begin(kForcedCollective), std::end(kForcedCollective),
@@ -535,7 +535,7 @@ int main(int argc, char** argv) {
   app.add_option("--repeat", config.repeat, "repetitions of every case, alternating the implementations")
       ->check(CLI::PositiveNumber);
   std::string table;
-  app.add_option("--table", table, "the all-reduce table auto reads (sets DTRAIN_ALLREDUCE_TABLE on every rank)")
+  app.add_option("--table", table, "the collective table auto reads (sets DTRAIN_COLLECTIVE_TABLE on every rank)")
       ->check(CLI::ExistingFile);
   app.add_option("--collective", config.collective, "the collective to measure")
       ->check(CLI::IsMember({"all_reduce", "reduce_scatter", "all_gather", "broadcast"}));
@@ -545,7 +545,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   // Before the first communicator reads it; a flag rather than the variable because mpirun
   // does not pass the environment to ranks on other (emulated) hosts.
-  if (!table.empty()) setenv("DTRAIN_ALLREDUCE_TABLE", table.c_str(), 1);
+  if (!table.empty()) setenv("DTRAIN_COLLECTIVE_TABLE", table.c_str(), 1);
   if (!config.tune.empty()) {
     if (app.count("--repeat") == 0) config.repeat = 5;
     if (app.count("--max-bytes") == 0) config.max_bytes = std::size_t{64} << 20;

@@ -31,7 +31,7 @@
 #include "dtrain/checkpoint/store.h"
 #include "dtrain/core/error.h"
 #include "dtrain/core/parallel.h"
-#include "dtrain/dist/core/strategy.h"
+#include "dtrain/dist/strategy/strategy.h"
 #include "dtrain/optim/sgd.h"
 #include "dtrain/train/checkpointer.h"
 

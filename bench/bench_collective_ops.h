@@ -2,8 +2,8 @@
 // through MPI's own call, and the textbook ring it compares the all-reduce with.
 #pragma once
 
-#include "dtrain/dist/comm/allreduce_table.h"
-#include "dtrain/dist/comm/communicator.h"
+#include "dtrain/comm/collective_table.h"
+#include "dtrain/comm/communicator.h"
 
 #include <mpi.h>
 

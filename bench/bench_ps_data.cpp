@@ -17,8 +17,8 @@
 #include "dtrain/layers/models.h"
 #include "dtrain/optim/sgd.h"
 #include "dtrain/train/trainer.h"
-#if __has_include("dtrain/dist/core/strategy_factory.h")
-#include "dtrain/dist/core/strategy_factory.h"
+#if __has_include("dtrain/dist/strategy/strategy_factory.h")
+#include "dtrain/dist/strategy/strategy_factory.h"
 #else
 #include "dtrain/dist/ps_strategy.h"  // 11555e7's flat layout
 #endif
@@ -63,7 +63,7 @@ struct Config {
 };
 
 std::shared_ptr<dist::Strategy> async_ps(const dist::CommunicatorPtr& world) {
-#if __has_include("dtrain/dist/core/strategy_factory.h")
+#if __has_include("dtrain/dist/strategy/strategy_factory.h")
   return dist::make_strategy("ps=1,mode=async", world, Device::cpu());
 #else
   return std::make_shared<dist::ParameterServerStrategy>(world, dist::PsOptions{.mode = dist::PsMode::Async});

@@ -30,7 +30,7 @@
 #include "dtrain/core/parallel.h"
 #include "dtrain/core/trace.h"
 #include "dtrain/data/tensor_dataset.h"
-#include "dtrain/dist/core/strategy_factory.h"
+#include "dtrain/dist/strategy/strategy_factory.h"
 #include "dtrain/optim/sgd.h"
 #include "dtrain/train/trainer.h"
 
@@ -91,7 +91,7 @@ std::int64_t worker_batch(const Config& c, const Case& k) {
   return k.strategy == "pipeline" ? global_batch(c, k) : global_batch(c, k) / k.workers();
 }
 
-// The case's strategy through the factory the trainers use (dtrain/dist/core/strategy_factory.h).
+// The case's strategy through the factory the trainers use (dtrain/dist/strategy/strategy_factory.h).
 std::shared_ptr<dist::Strategy> make_strategy(const Config& c, const Case& k, const dist::CommunicatorPtr& comm) {
   std::string spec = "local";
   if (k.ranks > 1 && k.strategy == "data_parallel") spec = "dp";

@@ -22,7 +22,7 @@
 //
 //   mpirun -np 2 bench_zero_memory --model mlp_50m --batch 256 --specs dp,zero=1,zero=2,zero=3 [--json]
 //   mpirun -np 4 bench_zero_memory --model mlp_50m --batch 256 --spec pp=2,dp=2 --spec pp=2,dp=2,zero=1
-#include "dtrain/dist/core/strategy_factory.h"
+#include "dtrain/dist/strategy/strategy_factory.h"
 #include "dtrain/dist/pipeline/pipeline_strategy.h"
 #include "dtrain/dist/sharded/sharded_strategy.h"
 #include "dtrain/optim/adam.h"
@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
   app.add_option("--model", c.model, "a bench model (bench_models.h)")
       ->check(CLI::IsMember(bench::bench_model_names()));
   app.add_option("--batch", c.batch, "global batch, split over the ranks")->check(CLI::PositiveNumber);
-  auto* specs = app.add_option("--specs", c.specs, "strategy specs to compare (dtrain/dist/core/strategy_factory.h)")
+  auto* specs = app.add_option("--specs", c.specs, "strategy specs to compare (dtrain/dist/strategy/strategy_factory.h)")
                     ->delimiter(',');
   std::vector<std::string> whole_specs;
   app.add_option("--spec", whole_specs, "one strategy spec, commas included (repeatable; instead of --specs)")

@@ -17,7 +17,7 @@
 #include "dtrain/core/environment.h"
 #include "dtrain/core/parallel.h"
 #include "dtrain/core/trace.h"
-#include "dtrain/dist/core/strategy_factory.h"
+#include "dtrain/dist/strategy/strategy_factory.h"
 #include "dtrain/optim/adam.h"
 
 #include "bench_models.h"

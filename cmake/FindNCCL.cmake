@@ -1,4 +1,4 @@
-# FindNCCL: NVIDIA's collective library, for the dist layer's CUDA backend.
+# FindNCCL: NVIDIA's collective library, for the comm layer's CUDA backend.
 # Looks under NCCL_ROOT (a prefix with include/ and lib/, such as the nvidia/nccl folder of
 # the nvidia-nccl Python package, which ships only libnccl.so.2), then beside the CUDA
 # toolkit, then the system. Defines NCCL_FOUND, NCCL_VERSION and the imported target NCCL::nccl.

@@ -27,8 +27,8 @@
 #include "dtrain/core/parallel.h"
 #include "dtrain/data/mnist.h"
 #include "dtrain/data/subset.h"
-#include "dtrain/dist/comm/nccl.h"
-#include "dtrain/dist/core/strategy.h"
+#include "dtrain/comm/nccl.h"
+#include "dtrain/dist/strategy/strategy.h"
 #include "dtrain/layers/models.h"
 #include "dtrain/train/trainer.h"
 

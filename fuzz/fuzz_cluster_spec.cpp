@@ -4,7 +4,7 @@
 #include "fuzz_support.h"
 
 #include "dtrain/core/error.h"
-#include "dtrain/dist/core/cluster_spec.h"
+#include "dtrain/dist/strategy/cluster_spec.h"
 
 #include <set>
 #include <string>

@@ -1,7 +1,7 @@
 // Main for the dist tests: the same Catch2 session on every rank; the job fails when any
 // rank fails, and every rank reports it. It is skipped (exit code 77, tests/catch_impl.cpp)
 // when every rank skipped every test case it ran, as the NCCL entry does without devices.
-#include "dtrain/dist/comm/communicator.h"
+#include "dtrain/comm/communicator.h"
 
 int dtrain_catch_run(int argc, char** argv);
 

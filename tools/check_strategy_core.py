@@ -2,7 +2,7 @@
 """Checks that dist::Strategy stays a small core and that the training loop stays blind to
 strategy kinds (docs/ARCHITECTURE.md, "The strategy core").
 
-  - class Strategy in include/dtrain/dist/core/strategy.h declares at most --max-virtuals
+  - class Strategy in include/dtrain/dist/strategy/strategy.h declares at most --max-virtuals
     (10) virtual functions, the destructor included: what only some strategies do belongs
     in a capability, not a new virtual;
   - no file under src/train/ or src/checkpoint/ names a strategy kind (its class, its
@@ -42,7 +42,7 @@ def main():
     parser.add_argument("--max-virtuals", type=int, default=10)
     args = parser.parse_args()
     problems = []
-    header = args.root / "include/dtrain/dist/core/strategy.h"
+    header = args.root / "include/dtrain/dist/strategy/strategy.h"
     body = strategy_class(header)
     if body is None:
         problems.append(f"{header.relative_to(args.root)}: no `class Strategy {{ ... }};` found")

@@ -242,11 +242,11 @@ def hierarchical_us(nbytes, intra_fit, inter_fit, hosts):
     return intra + ring_allreduce_us(nbytes, hosts, alpha, beta)
 
 
-# ---------------------------------------------------------------- the all-reduce table
+# ---------------------------------------------------------------- the collective table
 
-# The table the library compiles in (include/dtrain/dist/comm/allreduce_table.h has the format).
-TABLE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "dist", "comm",
-                          "allreduce_table.json")
+# The table the library compiles in (include/dtrain/comm/collective_table.h has the format).
+TABLE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "comm",
+                          "collective_table.json")
 # bench_allreduce's name for each of the table's algorithms.
 TABLE_IMPLS = {"mpi": "dtrain_mpi", "ring": "dtrain_ring", "recursive_doubling": "dtrain_rd",
                "rabenseifner": "dtrain_rab", "shm": "shm", "shm+ring": "shm", "shm+mpi": "shm_mpi",
@@ -257,13 +257,13 @@ def read_table(path=TABLE_FILE):
     with open(path) as f:
         table = json.load(f)
     if table.get("format") != "dtrain-allreduce-table/1":
-        raise ValueError("%s: not a dtrain all-reduce table" % path)
+        raise ValueError("%s: not a dtrain collective table" % path)
     return table
 
 
 def table_choice(table, nbytes, ranks, hosts):
     """The algorithm dtrain's Auto runs for `nbytes` on `ranks` ranks over `hosts` hosts, as
-    the library chooses it (AllReduceTable::choose): the exact case, else the nearest (log2
+    the library chooses it (CollectiveTable::choose): the exact case, else the nearest (log2
     of ranks and hosts) with one host or with several as `hosts` has, else the built-in
     rule."""
     best, best_distance = None, math.inf
@@ -384,7 +384,7 @@ def predict_scaling(rec, fits, cpu_slowdown=1.0, bucket_shares=None, table=None)
     `bucket_shares`: for a parameter-server line, the gradient buckets of the same model
     ({"bytes", "ready_share": ready_ms / backward_ms}, from a data-parallel line), so that
     pushes and pulls overlap backward as they do.
-    `table`: an all-reduce table (read_table()): data parallelism's all-reduce then costs
+    `table`: an collective table (read_table()): data parallelism's all-reduce then costs
     what the table's choice per bucket size measured."""
     strategy, ranks = rec.get("strategy"), int(_number(rec, "ranks"))
     link, hosts = link_of(rec), int(_number(rec, "hosts") or 1)

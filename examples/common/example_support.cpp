@@ -1,7 +1,7 @@
 #include "common/example_support.h"
 
 #include "dtrain/core/error.h"
-#include "dtrain/dist/comm/nccl.h"
+#include "dtrain/comm/nccl.h"
 #include "dtrain/dist/ps/ps_strategy.h"
 #include "dtrain/optim/adam.h"
 #include "dtrain/optim/lamb.h"

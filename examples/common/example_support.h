@@ -3,8 +3,8 @@
 // turns an error into one line and a non-zero exit.
 #pragma once
 
-#include "dtrain/dist/comm/communicator.h"
-#include "dtrain/dist/core/strategy.h"
+#include "dtrain/comm/communicator.h"
+#include "dtrain/dist/strategy/strategy.h"
 #include "dtrain/optim/lr_schedule.h"
 #include "dtrain/optim/optimizer.h"
 #include "dtrain/tensor/dtype.h"

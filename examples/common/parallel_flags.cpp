@@ -1,7 +1,7 @@
 #include "common/parallel_flags.h"
 
 #include "dtrain/core/error.h"
-#include "dtrain/dist/core/cluster_spec.h"
+#include "dtrain/dist/strategy/cluster_spec.h"
 #include "dtrain/dist/data_parallel/data_parallel_strategy.h"
 #include "dtrain/dist/pipeline/pipeline_strategy.h"
 #include "dtrain/dist/ps/ps_strategy.h"
@@ -16,7 +16,7 @@ namespace dtrain::examples {
 void add_parallel_flags(CLI::App& app, ParallelFlags& p) {
   app.add_option("--parallel", p.spec,
                  "how the job is distributed, e.g. dp, pp=2,micro=8,schedule=1f1b, pp=2,dp=2, ps=1,mode=async, zero=1 "
-                 "(keys: dtrain/dist/core/strategy_factory.h; default: data parallel under mpirun)");
+                 "(keys: dtrain/dist/strategy/strategy_factory.h; default: data parallel under mpirun)");
   app.add_option("--pipeline-stages", p.pipeline_stages,
                  "alias of pp=K: cut the model into K stages on consecutive "
                  "ranks (ranks / K data-parallel replicas of each stage; 1: no pipeline)")

@@ -1,13 +1,13 @@
 // How an example trainer is distributed: --parallel SPEC (dist::make_strategy's spec,
-// dtrain/dist/core/strategy_factory.h), and the older flags, kept as aliases that add keys to
+// dtrain/dist/strategy/strategy_factory.h), and the older flags, kept as aliases that add keys to
 // the spec (--pipeline-stages K is pp=K, --strategy ps is ps, --num-ps S is ps=S,
 // --ps-mode M is mode=M, --backup-workers B is backup=B, --grad-compression C is
 // exchange=C, ...). A key given both ways is an error naming it. Later options are spec
 // keys or kinds, not new flags.
 #pragma once
 
-#include "dtrain/dist/core/strategy.h"
-#include "dtrain/dist/core/strategy_factory.h"
+#include "dtrain/dist/strategy/strategy.h"
+#include "dtrain/dist/strategy/strategy_factory.h"
 
 #include <CLI/CLI.hpp>
 

@@ -6,7 +6,7 @@
 #pragma once
 
 #include "dtrain/data/dataloader.h"
-#include "dtrain/dist/core/strategy.h"
+#include "dtrain/dist/strategy/strategy.h"
 #include "dtrain/tensor/upload.h"
 
 #include <cstdint>

@@ -3,7 +3,7 @@
 // counted apart: with a loss scaler that is a skipped step, without one it is divergence.
 #pragma once
 
-#include "dtrain/dist/core/strategy.h"
+#include "dtrain/dist/strategy/strategy.h"
 
 #include <cstdint>
 #include <vector>

@@ -17,7 +17,7 @@
 // restarts), so that the restarted job runs through. A malformed value is an error.
 #pragma once
 
-#include "dtrain/dist/core/strategy.h"
+#include "dtrain/dist/strategy/strategy.h"
 
 #include <cstdint>
 #include <functional>

@@ -2,7 +2,7 @@
 // ranks that hold shards, through the strategy (a collective).
 #pragma once
 
-#include "dtrain/dist/core/strategy.h"
+#include "dtrain/dist/strategy/strategy.h"
 
 #include <vector>
 

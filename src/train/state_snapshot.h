@@ -7,7 +7,7 @@
 // the state (parameter servers), the Trainer asks them instead (dist::RemoteState).
 #pragma once
 
-#include "dtrain/dist/core/strategy.h"
+#include "dtrain/dist/strategy/strategy.h"
 
 #include <cstdint>
 #include <vector>

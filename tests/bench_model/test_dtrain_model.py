@@ -91,7 +91,7 @@ class PipelineAndPsTest(unittest.TestCase):
         self.assertAlmostEqual(m.ps_async_step_ms(10.0, 100e6, 8, 2, 10e9, 10e9, 0.0, 2), 80.0)
 
 
-class AllReduceTableTest(unittest.TestCase):
+class CollectiveTableTest(unittest.TestCase):
     TABLE = {"format": "dtrain-allreduce-table/1", "cases": [
         {"hosts": 1, "ranks": 2, "choices": [{"up_to_bytes": 4096, "algorithm": "recursive_doubling"},
                                              {"algorithm": "shm"}]},
@@ -99,7 +99,7 @@ class AllReduceTableTest(unittest.TestCase):
                                              {"algorithm": "shm+rabenseifner"}]}]}
 
     def test_choice_follows_the_library_rules(self):
-        # The same cases as tests/dist/test_allreduce_table.cpp checks in the library.
+        # The same cases as tests/dist/test_collective_table.cpp checks in the library.
         t = self.TABLE
         self.assertEqual(m.table_choice(t, 4096, 2, 1), "recursive_doubling")  # inclusive bound
         self.assertEqual(m.table_choice(t, 4097, 2, 1), "shm")

@@ -6,7 +6,7 @@
 #include "cuda_test.h"
 #include "support/test_support.h"
 
-#include "dtrain/dist/comm/communicator.h"
+#include "dtrain/comm/communicator.h"
 #include "dtrain/dist/data_parallel/gradient_exchange.h"
 
 namespace dtrain::test {

@@ -9,7 +9,7 @@
 
 #include "dtrain/autograd/functions.h"
 #include "dtrain/dist/data_parallel/data_parallel.h"
-#include "dtrain/dist/comm/nccl.h"
+#include "dtrain/comm/nccl.h"
 #include "dtrain/dist/sharded/sharded_strategy.h"
 #include "dtrain/layers/layers.h"
 #include "dtrain/optim/adam.h"

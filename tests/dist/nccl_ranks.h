@@ -3,7 +3,7 @@
 #pragma once
 
 #include "dtrain/core/environment.h"
-#include "dtrain/dist/comm/communicator.h"
+#include "dtrain/comm/communicator.h"
 #include "support/test_support.h"
 
 #include <fmt/format.h>

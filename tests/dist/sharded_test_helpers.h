@@ -4,8 +4,8 @@
 #pragma once
 
 #include "dtrain/data/tensor_dataset.h"
-#include "dtrain/dist/comm/communicator.h"
-#include "dtrain/dist/core/strategy.h"
+#include "dtrain/comm/communicator.h"
+#include "dtrain/dist/strategy/strategy.h"
 #include "dtrain/layers/module.h"
 #include "dtrain/tensor/ops.h"
 

@@ -4,8 +4,8 @@
 // empty, one element, fewer elements than ranks, and blocks that span several of the ring's
 // (1 MB) and the chain's (256 KB) chunks. SharedMemory runs everywhere (hierarchical in the
 // three-host ctest, two ranks a host). All collectives of a test run before its checks.
-#include "dtrain/dist/comm/allreduce_table.h"
-#include "dtrain/dist/comm/communicator.h"
+#include "dtrain/comm/collective_table.h"
+#include "dtrain/comm/communicator.h"
 #include "support/test_support.h"
 
 #include <fmt/format.h>
@@ -234,7 +234,7 @@ TEST_CASE(
     // shipped table's 2-host case chooses it at these sizes (else this part would test nothing).
     for (std::int64_t block : {std::int64_t{1}, std::int64_t{300'007}}) {
       const auto bytes = static_cast<std::size_t>(n * block * 4);
-      CHECK(dist::AllReduceTable::active().choose(dist::TunedCollective::ReduceScatter, bytes, n, 2) == kShm);
+      CHECK(dist::CollectiveTable::active().choose(dist::TunedCollective::ReduceScatter, bytes, n, 2) == kShm);
     }
     CommunicatorPtr table = uneven({});
     for (std::int64_t block : {std::int64_t{1}, std::int64_t{300'007}}) {

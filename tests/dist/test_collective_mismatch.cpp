@@ -5,10 +5,10 @@
 // communicator is wrapped in), here over MPI. Every rank throws the same error before any
 // enters the real collective, so a test collects the errors and checks them after its
 // last collective, and a caught mismatch cannot leave a rank waiting.
-#include "dist/comm/checked_communicator.h"
-#include "dist/comm/collective_record.h"
-#include "dist/comm/communicator_options.h"
-#include "dtrain/dist/comm/communicator.h"
+#include "comm/checked_communicator.h"
+#include "comm/collective_record.h"
+#include "comm/communicator_options.h"
+#include "dtrain/comm/communicator.h"
 #include "support/test_support.h"
 
 #include <cstdlib>

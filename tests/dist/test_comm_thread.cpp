@@ -1,7 +1,7 @@
 // CommThread on its own: FIFO order whoever runs the tasks, errors named by their
 // operation, and the watchdog's report for an operation that outlives the timeout (ending
 // the job, or under OnTimeout::Throw failing the operation and the thread).
-#include "dist/comm/comm_thread.h"
+#include "comm/comm_thread.h"
 #include "support/test_support.h"
 
 #include <atomic>

@@ -4,7 +4,7 @@
 // result. All collectives of a test run before its checks, so that a failing check on one
 // rank cannot leave the others waiting in a collective.
 #include "dtrain/core/environment.h"
-#include "dtrain/dist/comm/communicator.h"
+#include "dtrain/comm/communicator.h"
 #include "support/test_support.h"
 
 #include <algorithm>

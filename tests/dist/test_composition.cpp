@@ -1,4 +1,4 @@
-// Parallel dimensions composed on one mesh (dtrain/dist/core/parallel_dims.h): every spec
+// Parallel dimensions composed on one mesh (dtrain/dist/strategy/parallel_dims.h): every spec
 // below trains 5 Adam updates of the same global batches through the Trainer and ends
 // with the test loss of plain data parallelism on the same world, within 1e-5 relative
 // (f32 sums in other orders: reduce-scatters instead of all-reduces, a pipeline's
@@ -9,7 +9,7 @@
 // hybrid sharding (zero=2,shard=2, and under a pipeline shard=1), and bf16 shares. The
 // run's check of the replicas (replica max diff) must find them equal.
 #include "dtrain/data/tensor_dataset.h"
-#include "dtrain/dist/core/strategy_factory.h"
+#include "dtrain/dist/strategy/strategy_factory.h"
 #include "dtrain/layers/models.h"
 #include "dtrain/optim/adam.h"
 #include "dtrain/train/trainer.h"

@@ -10,7 +10,7 @@
 #include "dist/data_parallel/reducer.h"
 #include "dtrain/core/environment.h"
 #include "dtrain/dist/data_parallel/data_parallel.h"
-#include "dtrain/dist/comm/nccl.h"
+#include "dtrain/comm/nccl.h"
 #include "dtrain/dist/data_parallel/sync_batch_norm.h"
 #include "dtrain/layers/layers.h"
 #include "dtrain/optim/sgd.h"

@@ -1,7 +1,7 @@
 // run_with_deadline, the bound on NCCL's communicator set-up (ncclCommInitRank and
 // ncclCommSplit wait for every rank): a call that returns, one that throws, and one that
 // never comes back while the deadline passes.
-#include "dist/comm/deadline.h"
+#include "comm/deadline.h"
 #include "support/test_support.h"
 
 #include <condition_variable>

@@ -1,7 +1,7 @@
 // DeviceMesh at any world size (1, 2 and 4 ranks): coordinates, the members of each
 // dimension's group (gathered over the group and compared with the ranks the layout names),
 // role blocks, and shapes that do not fit the job, refused on every rank with the shape.
-#include "dtrain/dist/core/device_mesh.h"
+#include "dtrain/dist/strategy/device_mesh.h"
 #include "support/test_support.h"
 
 using namespace dtrain;

@@ -1,11 +1,11 @@
 // Hosts given by the caller (CommunicatorOptions::host_id, DTRAIN_HOST_ID) instead of the
 // ones MPI finds: how emulated hosts on one machine (bench/netns/) reach the hierarchical
 // all-reduce. The MPI cases need mpirun with an even number of ranks.
-#include "dist/comm/communicator_options.h"
-#include "dist/comm/mpi/host_groups.h"
-#include "dist/comm/mpi_entry.h"
+#include "comm/communicator_options.h"
+#include "comm/mpi/transport/host_groups.h"
+#include "comm/mpi_entry.h"
 #include "dtrain/core/environment.h"
-#include "dtrain/dist/comm/nccl.h"
+#include "dtrain/comm/nccl.h"
 #include "support/test_support.h"
 
 #include <mpi.h>

@@ -3,9 +3,9 @@
 // less (many generations through both buffers of every slot) and a fake host
 // layout that splits the ranks into two "hosts", to exercise the hierarchical scheme
 // (host reduce, ring among leaders, host broadcast) on one machine. Needs mpirun.
-#include "dist/comm/mpi/ring_allreduce.h"
-#include "dist/comm/mpi/shm_allreduce.h"
-#include "dist/comm/mpi/shm_collectives.h"
+#include "comm/mpi/algorithms/ring_allreduce.h"
+#include "comm/mpi/algorithms/shm_allreduce.h"
+#include "comm/mpi/algorithms/shm_collectives.h"
 #include "support/test_support.h"
 
 #include <fmt/format.h>

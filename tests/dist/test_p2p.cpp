@@ -2,7 +2,8 @@
 // communicator: no peer, but a batch to itself) and 2 or 4 under mpirun. As in
 // test_communicator.cpp, every message of a test is exchanged before its checks, so that a
 // failing check on one rank cannot leave another waiting.
-#include "dtrain/dist/comm/communicator.h"
+#include "dtrain/comm/communicator.h"
+#include "dtrain/comm/peer_recovery.h"
 #include "support/test_support.h"
 
 #include <algorithm>
@@ -390,8 +391,8 @@ TEST_CASE("wait_any returns the message that completes first and does not time o
   // other ranks' messages come first.
   CommunicatorPtr c = comm();
   if (c->size() == 1) {
-    CHECK_THAT(error_of([&] { c->wait_any({nullptr}); }),
-               Contains("wait_any: the local backend has no wait for any of several messages"));
+    CHECK_THAT(error_of([&] { dist::peer_recovery(*c, "wait_any").wait_any({nullptr}); }),
+               Contains("wait_any: the local backend cannot serve several peers from one thread"));
     return;
   }
   CommunicatorPtr fragile = dist::world(
@@ -414,7 +415,7 @@ TEST_CASE("wait_any returns the message that completes first and does not time o
     from.push_back(-1);
     error = error_of([&] {
       while (works.size() > 1) {
-        const std::size_t i = fragile->wait_any(works);
+        const std::size_t i = dist::peer_recovery(*fragile, "test").wait_any(works);
         works[i]->wait();
         order.push_back(from[i]);
         works.erase(works.begin() + static_cast<std::ptrdiff_t>(i));
@@ -475,18 +476,18 @@ TEST_CASE("wait_any_for returns after its limit when nothing arrives and the mes
   // wait ends empty-handed (works.size()), not before the limit; the second returns it.
   CommunicatorPtr c = comm();
   if (c->size() == 1) {
-    CHECK_THAT(error_of([&] { c->wait_any_for({nullptr}, 1ms); }),
-               Contains("wait_any_for: the local backend has no wait"));
+    CHECK_THAT(error_of([&] { dist::peer_recovery(*c, "wait_any_for").wait_any_for({nullptr}, 1ms); }),
+               Contains("wait_any_for: the local backend cannot"));
     return;
   }
   Tensor inbox = Tensor::zeros({3});
   if (c->rank() == 0) {
     const std::vector<dist::WorkPtr> works{c->irecv(inbox, 1, 7)};
     const auto start = std::chrono::steady_clock::now();
-    CHECK(c->wait_any_for(works, 50ms) == 1);
+    CHECK(dist::peer_recovery(*c, "test").wait_any_for(works, 50ms) == 1);
     CHECK(std::chrono::steady_clock::now() - start >= 50ms);
     c->barrier();
-    CHECK(c->wait_any_for(works, std::chrono::minutes(1)) == 0);
+    CHECK(dist::peer_recovery(*c, "test").wait_any_for(works, std::chrono::minutes(1)) == 0);
     works.front()->wait();
     CHECK(inbox.to_vector<float>() == std::vector<float>{7, 7, 7});
   } else {
@@ -501,15 +502,16 @@ TEST_CASE("subgroup makes a communicator of some ranks while the others call not
   // numbered in the order given. The local backend has no such groups.
   CommunicatorPtr c = comm();
   if (c->size() == 1) {
-    CHECK_THAT(error_of([&] { c->subgroup({0}); }), Contains("subgroup: the local backend cannot"));
+    CHECK_THAT(error_of([&] { dist::peer_recovery(*c, "subgroup").subgroup({0}); }),
+               Contains("subgroup: the local backend cannot"));
     return;
   }
   std::vector<int> members;
   for (int r = 0; r + 1 < c->size(); ++r) members.push_back(r);
   if (c->rank() + 1 < c->size()) {
-    CHECK_THAT(error_of([&] { c->subgroup({c->rank() == 0 ? 1 : 0}); }),
+    CHECK_THAT(error_of([&] { dist::peer_recovery(*c, "test").subgroup({c->rank() == 0 ? 1 : 0}); }),
                Contains("this rank (" + std::to_string(c->rank()) + ") among them"));
-    CommunicatorPtr group = c->subgroup(members);
+    CommunicatorPtr group = dist::peer_recovery(*c, "test").subgroup(members);
     REQUIRE(group->size() == c->size() - 1);
     CHECK(group->rank() == c->rank());
     Tensor t = Tensor::full({2}, static_cast<double>(c->rank() + 1));

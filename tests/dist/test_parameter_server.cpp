@@ -9,7 +9,7 @@
 // the order of the sums (the mean of W row-slices' gradients against one mean over the
 // batch).
 #include "dist/ps/ps_layout.h"
-#include "dtrain/dist/core/cluster_spec.h"
+#include "dtrain/dist/strategy/cluster_spec.h"
 #include "dtrain/dist/ps/parameter_server.h"
 #include "dtrain/layers/models.h"
 #include "dtrain/optim/sgd.h"

@@ -13,8 +13,8 @@
 // GPUs over NCCL ([nccl]) it equals the unsharded pipeline on the CPU.
 // Checks come after the last collective of each case, so that a failure on one rank cannot
 // leave the others waiting.
-#include "dtrain/dist/comm/nccl.h"
-#include "dtrain/dist/core/strategy_factory.h"
+#include "dtrain/comm/nccl.h"
+#include "dtrain/dist/strategy/strategy_factory.h"
 #include "dtrain/dist/pipeline/pipeline_strategy.h"
 #include "dtrain/layers/models.h"
 #include "dtrain/optim/adam.h"

@@ -10,7 +10,7 @@
 // test_pipeline.cpp.
 #include "dist/pipeline/pipeline_executor.h"
 #include "dtrain/autograd/functions.h"
-#include "dtrain/dist/comm/nccl.h"
+#include "dtrain/comm/nccl.h"
 #include "dtrain/layers/activation.h"
 #include "dtrain/layers/linear.h"
 #include "dtrain/layers/sequential.h"

@@ -14,8 +14,8 @@
 // leave the others waiting.
 #include "dist/sharded/shard_layout.h"
 #include "dtrain/core/environment.h"
-#include "dtrain/dist/comm/nccl.h"
-#include "dtrain/dist/core/strategy_factory.h"
+#include "dtrain/comm/nccl.h"
+#include "dtrain/dist/strategy/strategy_factory.h"
 #include "dtrain/dist/data_parallel/data_parallel_strategy.h"
 #include "dtrain/dist/sharded/sharded_strategy.h"
 #include "dtrain/layers/activation.h"

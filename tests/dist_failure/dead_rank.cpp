@@ -5,7 +5,7 @@
 // it waits for and aborts the job, which exits non-zero within seconds. Run by ctest
 // (dist.dead_rank, dist.stalled_rank) under an mpirun that does not kill the survivors when
 // a rank exits non-zero.
-#include "dtrain/dist/comm/communicator.h"
+#include "dtrain/comm/communicator.h"
 
 #include <chrono>
 #include <cstdlib>

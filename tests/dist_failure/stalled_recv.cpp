@@ -2,7 +2,7 @@
 // hang: its messages are watched like its collectives, so after DTRAIN_TIMEOUT it reports
 // the receive and the peer and aborts the job (the default OnTimeout::AbortJob). Run by
 // ctest (dist.stalled_recv).
-#include "dtrain/dist/comm/communicator.h"
+#include "dtrain/comm/communicator.h"
 
 #include <chrono>
 #include <thread>

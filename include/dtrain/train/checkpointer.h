@@ -20,7 +20,7 @@
 
 #include "dtrain/checkpoint/manifest.h"
 #include "dtrain/checkpoint/safetensors.h"
-#include "dtrain/dist/core/strategy.h"
+#include "dtrain/dist/strategy/strategy.h"
 #include "dtrain/optim/loss_scaler.h"
 
 #include <atomic>

@@ -28,7 +28,7 @@
 
 #include "dtrain/core/trace.h"
 #include "dtrain/data/dataloader.h"
-#include "dtrain/dist/core/strategy.h"
+#include "dtrain/dist/strategy/strategy.h"
 #include "dtrain/optim/loss_scaler.h"
 #include "dtrain/optim/lr_schedule.h"
 #include "dtrain/train/checkpointer.h"

@@ -1,8 +1,8 @@
 #include "dtrain/dist/data_parallel/data_parallel.h"
 
 #include "dist/data_parallel/reducer.h"
-#include "dist/core/replica_state.h"
-#include "dtrain/dist/comm/nccl.h"
+#include "dist/strategy/replica_state.h"
+#include "dtrain/comm/nccl.h"
 
 namespace dtrain::dist {
 namespace {

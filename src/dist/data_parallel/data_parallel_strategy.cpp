@@ -1,7 +1,6 @@
 #include "dtrain/dist/data_parallel/data_parallel_strategy.h"
 
-#include "dtrain/dist/comm/nccl.h"
-#include "dtrain/dist/core/parallel_dims.h"
+#include "dtrain/dist/strategy/parallel_dims.h"
 #include "dtrain/dist/data_parallel/sync_batch_norm.h"
 
 namespace dtrain::dist {
@@ -33,13 +32,10 @@ std::shared_ptr<nn::Module> DataParallelStrategy::prepare(std::shared_ptr<nn::Mo
   DTRAIN_CHECK(model != nullptr, "data_parallel strategy: prepare() needs a model");
   DTRAIN_CHECK(ddp_ == nullptr, "data_parallel strategy: prepare() was already called");
   model->to(device_);
-  CommunicatorPtr replicas = comm_;
-  if (options_.sync_batch_norm) {
-    // SyncBatchNorm all-reduces activations' statistics, so it needs the communicator that
-    // takes the model's tensors; DataParallel then shares it rather than build a second.
-    if (device_.is_cuda() && comm_->size() > 1) replicas = nccl_communicator(comm_, device_);
-    convert_sync_batch_norm(*model, replicas);
-  }
+  // The communicator for the model's tensors (NCCL on GPUs, the mesh's one), which
+  // DataParallel and SyncBatchNorm (activations' statistics) share.
+  const CommunicatorPtr& replicas = mesh_->tensor_group("dp", device_);
+  if (options_.sync_batch_norm) convert_sync_batch_norm(*model, replicas);
   ddp_ = std::make_unique<DataParallel>(model, replicas, options_.data_parallel);
   module_ = std::move(model);
   return module_;

@@ -35,7 +35,7 @@
 
 #include "dtrain/autograd/split_backward.h"
 #include "dtrain/autograd/variable.h"
-#include "dtrain/dist/comm/communicator.h"
+#include "dtrain/comm/communicator.h"
 #include "dtrain/dist/pipeline/pipeline_schedule.h"
 #include "dtrain/layers/module.h"
 

@@ -1,11 +1,10 @@
 #include "dtrain/dist/pipeline/pipeline_strategy.h"
 
-#include "dist/comm/partition.h"
+#include "dtrain/comm/partition.h"
 #include "dist/pipeline/pipeline_executor.h"
 #include "dist/sharded/optimizer_shards.h"
 #include "dist/sharded/replica_sync.h"
-#include "dtrain/dist/comm/nccl.h"
-#include "dtrain/dist/core/parallel_dims.h"
+#include "dtrain/dist/strategy/parallel_dims.h"
 #include "dtrain/dist/pipeline/pipeline_partition.h"
 #include "dtrain/dist/data_parallel/sync_batch_norm.h"
 
@@ -313,13 +312,13 @@ std::shared_ptr<nn::Module> PipelineStrategy::build_stage(std::map<int, nn::Modu
   stage->to(device_);
   if (replicas_ > 1 || options_.zero > 0) {
     if (options_.data_parallel.sync_batch_norm) {
-      convert_sync_batch_norm(*stage, device_.is_cuda() ? nccl_communicator(replicas_comm_, device_) : replicas_comm_);
+      convert_sync_batch_norm(*stage, mesh_->tensor_group("dp", device_));
     }
     // Sharded: inside the mesh's dp_shard groups, replicated across dp_replicate (hybrid).
     CommunicatorPtr shard = replicas_comm_, replicate;
     if (options_.zero > 0 && mesh_->has("dp_shard")) {
       shard = mesh_->group("dp_shard");
-      if (mesh_->size("dp_replicate") > 1) replicate = mesh_->group("dp_replicate");
+      if (mesh_->size("dp_replicate") > 1) replicate = mesh_->tensor_group("dp_replicate", device_);
     }
     if (!shard) shard = pipe_->split(pipe_->rank(), 0);  // one replica: a group of this rank alone
     sync_ = std::make_unique<ReplicaSync>(
@@ -337,13 +336,12 @@ std::shared_ptr<nn::Module> PipelineStrategy::build_stage(std::map<int, nn::Modu
     for (int i = begin; i < end; ++i) chunk->push_back(stage->children().at(next++).second);
     chunks.push_back(chunk);
   }
-  PipelineExecutor::Config config{
-      .comm = pipe_,
-      .tensor_comm = device_.is_cuda() && pipe_->size() > 1 ? nccl_communicator(pipe_, device_) : pipe_,
-      .device = device_,
-      .schedule = options_.schedule,
-      .virtual_stages = options_.virtual_stages,
-      .recompute = recomputes(stage_)};
+  PipelineExecutor::Config config{.comm = pipe_,
+                                  .tensor_comm = mesh_->tensor_group("pp", device_),
+                                  .device = device_,
+                                  .schedule = options_.schedule,
+                                  .virtual_stages = options_.virtual_stages,
+                                  .recompute = recomputes(stage_)};
   executor_ = std::make_unique<PipelineExecutor>(std::move(config), std::move(chunks));
   module_ = stage;
   return module_;

@@ -1,3 +1,4 @@
+#include "dtrain/comm/peer_recovery.h"
 #include "dtrain/dist/ps/parameter_server.h"
 
 #include "dist/ps/ps_layout.h"
@@ -5,7 +6,7 @@
 #include "dist/ps/ps_protocol.h"
 #include "dist/ps/ps_server.h"
 #include "dist/data_parallel/reducer.h"
-#include "dist/core/replica_state.h"
+#include "dist/strategy/replica_state.h"
 #include "dtrain/core/trace.h"
 
 #include <fmt/format.h>
@@ -378,11 +379,12 @@ void ParameterServer::take_leave_answer() {
   // lets this process end without MPI_Finalize, which would wait for a stopped one.
   for (int w : live_workers_) {
     if (std::find(live.begin(), live.end(), w) != live.end()) continue;
-    comm_->forget_peer(w);
-    worker_group_->forget_peer(
-        static_cast<int>(std::find(live_workers_.begin(), live_workers_.end(), w) - live_workers_.begin()));
+    peer_recovery(*comm_, "parameter servers: a lost worker").forget_peer(w);
+    peer_recovery(*worker_group_, "parameter servers: a lost worker")
+        .forget_peer(
+            static_cast<int>(std::find(live_workers_.begin(), live_workers_.end(), w) - live_workers_.begin()));
   }
-  worker_group_ = worker_group_->subgroup(ranks);
+  worker_group_ = peer_recovery(*worker_group_, "parameter servers: the workers left").subgroup(ranks);
   live_workers_ = std::move(live);
 }
 

@@ -7,7 +7,7 @@
 // computes the same layout from the same parameter sizes.
 #pragma once
 
-#include "dist/comm/partition.h"
+#include "dtrain/comm/partition.h"
 
 #include <cstddef>
 #include <cstdint>

@@ -2,6 +2,7 @@
 
 #include "dist/ps/ps_protocol.h"
 #include "dist/ps/ps_server_state.h"
+#include "dtrain/comm/peer_recovery.h"
 
 #include <algorithm>
 
@@ -96,7 +97,8 @@ void PsServer::run() {
         which.push_back(i);
       }
     }
-    const std::size_t first = watch ? comm_.wait_any_for(live, kWatchPoll) : comm_.wait_any(live);
+    PeerRecovery& mailboxes = peer_recovery(comm_, "parameter server");
+    const std::size_t first = watch ? mailboxes.wait_any_for(live, kWatchPoll) : mailboxes.wait_any(live);
     if (first < live.size()) {
       Slot& slot = slots_[which[first]];
       WorkPtr done = std::move(slot.work);

@@ -4,6 +4,7 @@
 #include "dist/ps/ps_protocol.h"
 #include "dist/ps/ps_server.h"
 #include "dist/ps/ps_server_state.h"
+#include "dtrain/comm/peer_recovery.h"
 
 #include <spdlog/spdlog.h>
 
@@ -152,7 +153,7 @@ void PsServer::forget(int w) {
   for (Slot& slot : slots_) {
     if (slot.worker == w && slot.local != kLostNotice) slot.work.reset();
   }
-  comm_.forget_peer(w);
+  peer_recovery(comm_, "parameter servers: a lost worker").forget_peer(w);
   wk.sends.clear();
   grant_waiting();
 }

@@ -22,7 +22,7 @@
 // into another's parameters) finds its bytes freed: the error names the parameter and why.
 #pragma once
 
-#include "dtrain/dist/comm/communicator.h"
+#include "dtrain/comm/communicator.h"
 #include "dtrain/dist/data_parallel/gradient_exchange.h"
 #include "dtrain/layers/module.h"
 

@@ -1,6 +1,6 @@
 #include "dist/sharded/optimizer_shards.h"
 
-#include "dist/comm/partition.h"
+#include "dtrain/comm/partition.h"
 #include "dtrain/core/trace.h"
 
 #include <fmt/format.h>

@@ -9,7 +9,7 @@
 #pragma once
 
 #include "dist/sharded/reduce_scatter_exchange.h"
-#include "dtrain/dist/core/strategy.h"
+#include "dtrain/dist/strategy/strategy.h"
 #include "dtrain/layers/module.h"
 #include "dtrain/optim/optimizer.h"
 

@@ -3,7 +3,6 @@
 #include "dist/sharded/layer_gatherer.h"
 #include "dist/sharded/optimizer_shards.h"
 #include "dist/sharded/reduce_scatter_exchange.h"
-#include "dtrain/dist/comm/nccl.h"
 
 namespace dtrain::dist {
 
@@ -27,9 +26,8 @@ ReplicaSync::ReplicaSync(std::shared_ptr<nn::Module> module, CommunicatorPtr sha
       units = plan_units(*module, options_.unit_bytes);
       for (const UnitPlan& u : units) o.buckets.push_back(u.parameters);
     }
-    // The chunks' mean across the shard groups travels through NCCL too for a CUDA model.
-    if (replicate && !device.is_cpu() && replicate->backend() != "nccl")
-      replicate = nccl_communicator(replicate, device);
+    DTRAIN_CHECK(!replicate || device.is_cpu() || replicate->backend() == "nccl",
+                 "replica sync: the replicate group of a CUDA model must take its tensors (the mesh's tensor_group)");
     o.exchange_factory = reduce_scatter_factory(device, &exchange_, replicate, options_.wire);
   }
   ddp_ = std::make_unique<DataParallel>(module, shard, o);

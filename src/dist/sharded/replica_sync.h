@@ -15,7 +15,7 @@
 // that hold the same chunks. The module is the caller's; the component keeps its pieces.
 #pragma once
 
-#include "dtrain/dist/core/strategy.h"
+#include "dtrain/dist/strategy/strategy.h"
 #include "dtrain/dist/data_parallel/data_parallel.h"
 
 #include <memory>
@@ -38,6 +38,8 @@ class ReplicaSync {
  public:
   // `module` on `device` already. Collective over `shard` (and `replicate`): broadcasts
   // the first rank's state, plans the buckets, and for zero >= 1 cuts this rank's chunks.
+  // `replicate` carries the model's tensors (the mesh's tensor_group: NCCL for a CUDA
+  // model); `shard` is the host-side group, which DataParallel takes as its users give it.
   ReplicaSync(std::shared_ptr<nn::Module> module, CommunicatorPtr shard, CommunicatorPtr replicate, Device device,
               ReplicaSyncOptions options);
   ~ReplicaSync();

@@ -8,7 +8,7 @@
 // parameters (each rank updates chunk r; an all-gather of the chunks rebuilds the bucket).
 #pragma once
 
-#include "dist/comm/partition.h"
+#include "dtrain/comm/partition.h"
 #include "dtrain/dist/data_parallel/gradient_exchange.h"
 
 #include <cstdint>

@@ -3,7 +3,7 @@
 #include "dist/sharded/layer_gatherer.h"
 #include "dist/sharded/optimizer_shards.h"
 #include "dist/sharded/replica_sync.h"
-#include "dtrain/dist/core/parallel_dims.h"
+#include "dtrain/dist/strategy/parallel_dims.h"
 
 #include <fmt/format.h>
 
@@ -68,7 +68,9 @@ std::shared_ptr<nn::Module> ShardedDataParallelStrategy::prepare(std::shared_ptr
   ReplicaSyncOptions o{.zero = options_.stage, .unit_bytes = options_.unit_bytes, .wire = options_.wire};
   o.data_parallel.bucket_bytes = options_.bucket_bytes;
   o.data_parallel.overlap = options_.overlap;
-  sync_ = std::make_unique<ReplicaSync>(model, shard_comm_, replica_comm_, device_, std::move(o));
+  sync_ = std::make_unique<ReplicaSync>(model, shard_comm_,
+                                        replica_comm_ ? mesh_->tensor_group("dp_replicate", device_) : nullptr, device_,
+                                        std::move(o));
   module_ = std::move(model);
   return module_;
 }

@@ -11,7 +11,7 @@
 // the next allocation at once, because any use of it by the new owner is queued behind
 // those kernels on the same stream. Work on another stream must be ordered with this one
 // before its blocks can be freed: the NCCL communicator's Work::wait() makes this stream
-// wait for the collective's event (src/dist/comm/cuda/).
+// wait for the collective's event (src/comm/cuda/).
 #pragma once
 
 #include "tensor/backend.h"

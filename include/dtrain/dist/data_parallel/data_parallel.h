@@ -17,11 +17,11 @@
 //
 // A model on a GPU (all its parameters and buffers on one CUDA device, one device per rank:
 // dist::rank_cuda_device()) has its tensors communicated over NCCL: given dist::world(),
-// DataParallel builds an NCCL communicator over it (dtrain/dist/comm/nccl.h), with the same
+// DataParallel builds an NCCL communicator over it (dtrain/comm/nccl.h), with the same
 // buckets and overlap; gradients never leave the GPU.
 #pragma once
 
-#include "dtrain/dist/comm/communicator.h"
+#include "dtrain/comm/communicator.h"
 #include "dtrain/dist/data_parallel/gradient_exchange.h"
 #include "dtrain/layers/module.h"
 

@@ -11,8 +11,8 @@
 // broadcast_buffers=false: rank 0's are the ones a checkpoint saves.
 #pragma once
 
-#include "dtrain/dist/core/device_mesh.h"
-#include "dtrain/dist/core/strategy.h"
+#include "dtrain/dist/strategy/device_mesh.h"
+#include "dtrain/dist/strategy/strategy.h"
 #include "dtrain/dist/data_parallel/data_parallel.h"
 
 namespace dtrain::dist {

@@ -34,7 +34,7 @@
 // model's tensors (NCCL for a model on a GPU).
 #pragma once
 
-#include "dtrain/dist/comm/communicator.h"
+#include "dtrain/comm/communicator.h"
 
 #include <functional>
 #include <memory>

@@ -3,7 +3,7 @@
 // normalize exactly like one process with batch B.
 #pragma once
 
-#include "dtrain/dist/comm/communicator.h"
+#include "dtrain/comm/communicator.h"
 #include "dtrain/layers/normalization.h"
 
 namespace dtrain::dist {

@@ -43,7 +43,7 @@
 #pragma once
 
 #include "dtrain/dist/data_parallel/data_parallel_strategy.h"
-#include "dtrain/dist/core/device_mesh.h"
+#include "dtrain/dist/strategy/device_mesh.h"
 #include "dtrain/dist/pipeline/pipeline_schedule.h"
 #include "dtrain/layers/sequential.h"
 

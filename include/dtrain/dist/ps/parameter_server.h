@@ -47,8 +47,8 @@
 // ends the job when a process dies). Losing the chief or a server ends the job.
 #pragma once
 
-#include "dtrain/dist/comm/communicator.h"
-#include "dtrain/dist/core/strategy.h"
+#include "dtrain/comm/communicator.h"
+#include "dtrain/dist/strategy/strategy.h"
 #include "dtrain/layers/module.h"
 #include "dtrain/optim/optimizer.h"
 

@@ -20,9 +20,9 @@
 // file).
 #pragma once
 
-#include "dtrain/dist/core/device_mesh.h"
+#include "dtrain/dist/strategy/device_mesh.h"
 #include "dtrain/dist/ps/parameter_server.h"
-#include "dtrain/dist/core/strategy.h"
+#include "dtrain/dist/strategy/strategy.h"
 
 namespace dtrain::dist {
 

@@ -49,15 +49,15 @@
 // each group of ranks and replicates across the groups: a bucket's reduce-scatter inside the
 // group is followed by the mean of this rank's chunk across the groups.
 //
-// Spec: `zero=1`, `zero=2` or `zero=3` (dtrain/dist/core/strategy_factory.h), with the dp
+// Spec: `zero=1`, `zero=2` or `zero=3` (dtrain/dist/strategy/strategy_factory.h), with the dp
 // keys `bucket_mb` (stages 1 and 2) and `overlap`, `gather_mb` (stage 3's unit size), and
 // `hybrid` (shard inside each host: MPI's shared-memory split, or DTRAIN_HOST_ID) or
 // `shard=N` (inside each N consecutive ranks).
 #pragma once
 
-#include "dtrain/dist/core/device_mesh.h"
-#include "dtrain/dist/core/strategy.h"
-#include "dtrain/dist/core/strategy_factory.h"
+#include "dtrain/dist/strategy/device_mesh.h"
+#include "dtrain/dist/strategy/strategy.h"
+#include "dtrain/dist/strategy/strategy_factory.h"
 #include "dtrain/dist/data_parallel/data_parallel.h"
 
 #include <memory>
