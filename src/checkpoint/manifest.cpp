@@ -28,7 +28,8 @@ T field(const std::string& origin, const json& object, const char* key) {
       fits = std::cmp_less_equal(v.get<std::uint64_t>(), std::numeric_limits<T>::max());
     } else if (v.is_number_integer()) {
       const std::int64_t x = v.get<std::int64_t>();
-      fits = std::cmp_greater_equal(x, std::numeric_limits<T>::min()) && std::cmp_less_equal(x, std::numeric_limits<T>::max());
+      fits = std::cmp_greater_equal(x, std::numeric_limits<T>::min()) &&
+             std::cmp_less_equal(x, std::numeric_limits<T>::max());
     }
     DTRAIN_CHECK(fits, "{}: field \"{}\" must be an integer in [{}, {}], got {}", origin, key,
                  std::numeric_limits<T>::min(), std::numeric_limits<T>::max(), v.dump());
@@ -44,7 +45,8 @@ T field(const std::string& origin, const json& object, const char* key) {
 
 json files_json(const std::vector<FileRecord>& files) {
   json out = json::array();
-  for (const FileRecord& f : files) out.push_back({{"name", f.name}, {"bytes", f.bytes}, {"xxh3", f.xxh3}, {"rank", f.rank}});
+  for (const FileRecord& f : files)
+    out.push_back({{"name", f.name}, {"bytes", f.bytes}, {"xxh3", f.xxh3}, {"rank", f.rank}});
   return out;
 }
 
@@ -65,6 +67,26 @@ std::vector<FileRecord> parse_files(const std::string& origin, const json& j) {
   return out;
 }
 
+json mesh_json(const std::vector<MeshAxis>& mesh) {
+  json out = json::array();
+  for (const MeshAxis& a : mesh) out.push_back({{"name", a.name}, {"size", a.size}});
+  return out;
+}
+
+std::vector<MeshAxis> parse_mesh(const std::string& origin, const json& job) {
+  if (!job.is_object() || !job.contains("mesh")) return {};  // written before the mesh was recorded
+  const json& j = job.at("mesh");
+  DTRAIN_CHECK(j.is_array(), "{}: \"job.mesh\" must be an array of {{\"name\", \"size\"}}", origin);
+  std::vector<MeshAxis> out;
+  for (const json& a : j) {
+    MeshAxis axis{.name = field<std::string>(origin, a, "name"), .size = field<int>(origin, a, "size")};
+    DTRAIN_CHECK(!axis.name.empty() && axis.size >= 1, "{}: job.mesh: dimension \"{}\" of size {} is impossible",
+                 origin, axis.name, axis.size);
+    out.push_back(std::move(axis));
+  }
+  return out;
+}
+
 json parse_json(const std::string& origin, const std::string& text) {
   try {
     json j = json::parse(text);
@@ -77,6 +99,13 @@ json parse_json(const std::string& origin, const std::string& text) {
 
 }  // namespace
 
+std::string describe_mesh(const std::vector<MeshAxis>& mesh) {
+  if (mesh.empty()) return "one process";
+  std::string out;
+  for (const MeshAxis& a : mesh) out += (out.empty() ? "" : " x ") + a.name + "=" + std::to_string(a.size);
+  return out;
+}
+
 std::string Manifest::to_json() const {
   json j = {{"format_version", format_version},
             {"created", created},
@@ -86,7 +115,8 @@ std::string Manifest::to_json() const {
               {"world_size", job.world_size},
               {"stages", job.stages},
               {"replicas", job.replicas},
-              {"servers", job.servers}}},
+              {"servers", job.servers},
+              {"mesh", mesh_json(job.mesh)}}},
             {"position",
              {{"global_step", position.global_step},
               {"epoch", position.epoch},
@@ -115,7 +145,8 @@ Manifest Manifest::parse(const std::string& origin, const std::string& text) {
            .world_size = field<int>(origin, job, "world_size"),
            .stages = field<int>(origin, job, "stages"),
            .replicas = field<int>(origin, job, "replicas"),
-           .servers = field<int>(origin, job, "servers")};
+           .servers = field<int>(origin, job, "servers"),
+           .mesh = parse_mesh(origin, job)};
   DTRAIN_CHECK(m.job.world_size >= 1 && m.job.stages >= 1 && m.job.replicas >= 1 && m.job.servers >= 0,
                "{}: the job's shape (world_size {}, stages {}, replicas {}, servers {}) is impossible", origin,
                m.job.world_size, m.job.stages, m.job.replicas, m.job.servers);

@@ -2,12 +2,15 @@
 // agree on (private to train): the files' names and the joining of element ranges.
 #pragma once
 
+#include "dtrain/checkpoint/manifest.h"
 #include "dtrain/checkpoint/safetensors.h"
+#include "dtrain/dist/strategy/strategy.h"
 #include "dtrain/layers/module.h"
 
 #include <fmt/format.h>
 
 #include <string>
+#include <vector>
 
 namespace dtrain::train {
 
@@ -27,5 +30,12 @@ inline std::string part_file(const char* kind, const std::string& part) {
 // shape; the ranges must cover it exactly. Other entries pass through.
 checkpoint::NamedTensors join_ranges(const checkpoint::NamedTensors& tensors, const nn::Module& module,
                                      const std::string& origin);
+
+// The strategy's mesh as the manifest records it.
+inline std::vector<checkpoint::MeshAxis> mesh_axes(const dist::CheckpointPlan& plan) {
+  std::vector<checkpoint::MeshAxis> out;
+  for (const dist::MeshDim& d : plan.mesh) out.push_back({d.name, d.size});
+  return out;
+}
 
 }  // namespace dtrain::train

@@ -315,7 +315,8 @@ void Checkpointer::save(const optim::Optimizer& optimizer, const optim::LossScal
                           .world_size = plan_.ranks,
                           .stages = plan_.stages,
                           .replicas = plan_.replicas,
-                          .servers = plan_.servers},
+                          .servers = plan_.servers,
+                          .mesh = mesh_axes(plan_)},
                   .position = position,
                   .files = {}};
     s.manifest.position.global_step = step;

@@ -121,7 +121,8 @@ void load_optimizer(const checkpoint::OpenCheckpoint& c, const SavedTensors& sav
 Restored restore_record(const checkpoint::OpenCheckpoint& c, const dist::CheckpointPlan& plan) {
   const checkpoint::Manifest& m = c.manifest;
   const bool same_shape = m.job.world_size == plan.ranks && m.job.stages == plan.stages &&
-                          m.job.replicas == plan.replicas && m.job.servers == plan.servers;
+                          m.job.replicas == plan.replicas && m.job.servers == plan.servers &&
+                          m.job.mesh == mesh_axes(plan);
   int from = plan.rank % m.job.world_size;
   const checkpoint::FileRecord* rf = c.find(fmt::format("rank-{}.json", from));
   if (rf == nullptr && m.job.servers > 0) {
@@ -161,9 +162,25 @@ std::optional<Restored> Checkpointer::restore(optim::Optimizer& optimizer, optim
   const std::optional<fs::path> dir = resume_dir(options_.resume, options_.dir);
   if (!dir) return std::nullopt;
   const checkpoint::OpenCheckpoint c = checkpoint::OpenCheckpoint::open(*dir);
-  SavedTensors saved = read_tensors(c);
-  load_model(c, saved, strategy_.module(), plan_);
-  load_optimizer(c, saved, strategy_.module(), plan_, optimizer, scaler);
+  const std::string saved_mesh = checkpoint::describe_mesh(c.manifest.job.mesh);
+  const std::string this_mesh = checkpoint::describe_mesh(mesh_axes(plan_));
+  for (const checkpoint::MeshAxis& a : c.manifest.job.mesh) {
+    DTRAIN_CHECK(dist::restorable_dimension(a.name),
+                 "checkpoint {} was saved on mesh {}, which this job's mesh {} cannot map: dimension '{}' holds "
+                 "slices this dtrain does not reslice (it reslices dp, dp_replicate, dp_shard, pp and "
+                 "parameter-server workers and servers)",
+                 dir->string(), saved_mesh, this_mesh, a.name);
+  }
+  // Every tensor is found by name and joined from its ranges, so the meshes need not match;
+  // when a tensor cannot be found or joined, the error says which meshes were involved.
+  try {
+    SavedTensors saved = read_tensors(c);
+    load_model(c, saved, strategy_.module(), plan_);
+    load_optimizer(c, saved, strategy_.module(), plan_, optimizer, scaler);
+  } catch (const Error& e) {
+    if (saved_mesh == this_mesh) throw;
+    DTRAIN_FAIL("{} (the checkpoint was saved on mesh {}, this job's is {})", e.message(), saved_mesh, this_mesh);
+  }
   return restore_record(c, plan_);
 }
 

@@ -207,9 +207,9 @@ int Trainer::resume(optim::Optimizer& optimizer) {
   resume_sums_ = EpochSums::resumed(same_epochs && resume_step_ > 0 ? &*r->epoch_sums : nullptr, resume_step_);
   if (strategy_->reports() && options_.verbose) {
     fmt::print(options_.out,
-               "resuming from {}: epoch {}, update {} of {} (global step {}), saved by a {}-rank {} job\n",
+               "resuming from {}: epoch {}, update {} of {} (global step {}), saved by a {}-rank {} job (mesh {})\n",
                r->from.string(), epoch, resume_step_, updates, global_step_, r->manifest.job.world_size,
-               r->manifest.job.strategy);
+               r->manifest.job.strategy, checkpoint::describe_mesh(r->manifest.job.mesh));
     if (p.epochs != options_.epochs) {
       fmt::print(options_.out,
                  "the saved run was planned for {} epoch(s), this one for {}: a learning-rate schedule "

@@ -48,9 +48,19 @@ Manifest sample_manifest() {
   Manifest m;
   m.created = "2026-12-02T00:00:00Z";
   m.model = "mlp";
-  m.job = {.strategy = "data_parallel", .world_size = 2, .stages = 1, .replicas = 2, .servers = 0};
-  m.position = {.global_step = 10, .epoch = 2, .step_in_epoch = 3, .updates_per_epoch = 7, .epochs = 4,
-                .batch_size = 64, .data_seed = 1};
+  m.job = {.strategy = "pipeline",
+           .world_size = 4,
+           .stages = 2,
+           .replicas = 2,
+           .servers = 0,
+           .mesh = {{"dp_shard", 2}, {"pp", 2}}};
+  m.position = {.global_step = 10,
+                .epoch = 2,
+                .step_in_epoch = 3,
+                .updates_per_epoch = 7,
+                .epochs = 4,
+                .batch_size = 64,
+                .data_seed = 1};
   m.files = {{.name = "model.safetensors", .bytes = 100, .xxh3 = "0123456789abcdef", .rank = 0}};
   return m;
 }
@@ -96,8 +106,11 @@ TEST_CASE("safetensors reading names the file and what is wrong", "[checkpoint][
   fails(raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 4), "outside the 4 data bytes");
   fails(raw_file(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8), "needs 12 bytes");
   fails(raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 12), "trailing bytes");
-  fails(raw_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4),
-        "overlap or gap");
+  fails(
+      raw_file(
+          R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+          4),
+      "overlap or gap");
   fails(raw_file(R"({"a":{"dtype":"C64","shape":[1],"data_offsets":[0,8]}})", 8), "dtype \"C64\"");
   fails(raw_file(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4), "unsigned integer");
   fails(raw_file(R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})", 0), "does not fit");
@@ -117,7 +130,7 @@ TEST_CASE("AtomicFile leaves the target untouched until commit, and reports a fa
   REQUIRE(file_text(dir / "latest") == "old\n");
   REQUIRE(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()) == 1);
   // A file-size limit stands in for a full disk: the write fails with the system's reason.
-  struct rlimit old_limit{};
+  struct rlimit old_limit {};
   getrlimit(RLIMIT_FSIZE, &old_limit);
   const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
   struct rlimit limit = old_limit;
@@ -126,8 +139,8 @@ TEST_CASE("AtomicFile leaves the target untouched until commit, and reports a fa
   {
     AtomicFile f(dir / "latest");
     const std::string big(10000, 'x');
-    REQUIRE_THROWS_WITH(f.write(big), Catch::Contains("writing") && Catch::Contains("latest") &&
-                                          Catch::Contains("file-size limit"));
+    REQUIRE_THROWS_WITH(f.write(big),
+                        Catch::Contains("writing") && Catch::Contains("latest") && Catch::Contains("file-size limit"));
   }
   setrlimit(RLIMIT_FSIZE, &old_limit);
   std::signal(SIGXFSZ, old_handler);
@@ -152,6 +165,19 @@ TEST_CASE("Manifests round-trip and bad ones are named", "[checkpoint][cpu]") {
   REQUIRE(back.to_json() == m.to_json());
   REQUIRE(back.position.step_in_epoch == 3);
   REQUIRE(back.files.at(0).xxh3 == "0123456789abcdef");
+  REQUIRE(back.job.mesh == m.job.mesh);
+  REQUIRE(checkpoint::describe_mesh(back.job.mesh) == "dp_shard=2 x pp=2");
+  REQUIRE(checkpoint::describe_mesh({}) == "one process");
+  // A manifest written before the mesh was recorded has none.
+  std::string before = m.to_json();
+  const auto mesh_at = before.find("\"mesh\": [");
+  REQUIRE(mesh_at != std::string::npos);
+  before.erase(mesh_at, before.find(']', mesh_at) + 2 - mesh_at);  // the list and its comma
+  REQUIRE(Manifest::parse("m.json", before).job.mesh.empty());
+  std::string empty_dim = m.to_json();
+  empty_dim.replace(empty_dim.find("\"size\": 2"), 9, "\"size\": 0");
+  REQUIRE_THROWS_WITH(Manifest::parse("m.json", empty_dim),
+                      Catch::Contains("m.json: job.mesh: dimension \"dp_shard\" of size 0 is impossible"));
 
   std::string newer = m.to_json();
   newer.replace(newer.find("\"format_version\": 1"), 19, "\"format_version\": 99");
@@ -161,7 +187,7 @@ TEST_CASE("Manifests round-trip and bad ones are named", "[checkpoint][cpu]") {
   missing.replace(missing.find("\"world_size\""), 12, "\"world_sise\"");
   REQUIRE_THROWS_WITH(Manifest::parse("m.json", missing), Catch::Contains("missing field \"world_size\""));
   std::string fraction = m.to_json();
-  fraction.replace(fraction.find("\"world_size\": 2"), 15, "\"world_size\": 2.5");
+  fraction.replace(fraction.find("\"world_size\": 4"), 15, "\"world_size\": 2.5");
   REQUIRE_THROWS_WITH(Manifest::parse("m.json", fraction), Catch::Contains("\"world_size\" must be an integer"));
   std::string escape = m.to_json();
   escape.replace(escape.find("model.safetensors"), 17, "../../etc/passwd");
@@ -175,7 +201,8 @@ TEST_CASE("Manifests round-trip and bad ones are named", "[checkpoint][cpu]") {
   REQUIRE(r2.error.empty());
 }
 
-TEST_CASE("CheckpointStore commits whole checkpoints, points latest at them and keeps the newest", "[checkpoint][cpu]") {
+TEST_CASE("CheckpointStore commits whole checkpoints, points latest at them and keeps the newest",
+          "[checkpoint][cpu]") {
   test::TempDir dir;
   const CheckpointStore store(dir / "ckpt");
   REQUIRE_FALSE(store.latest());
@@ -183,9 +210,9 @@ TEST_CASE("CheckpointStore commits whole checkpoints, points latest at them and 
   for (std::int64_t step : {10, 20, 30}) {
     const fs::path tmp = store.incomplete(step);
     fs::create_directories(tmp);
-    write_file_atomically(tmp / "rank-0.json", RankRecord{.rank = 0, .rng_seed = 0, .rng_offset = 0,
-                                                          .epoch_sums = {}, .files = {}, .error = ""}
-                                                   .to_json());
+    write_file_atomically(
+        tmp / "rank-0.json",
+        RankRecord{.rank = 0, .rng_seed = 0, .rng_offset = 0, .epoch_sums = {}, .files = {}, .error = ""}.to_json());
     REQUIRE(store.wait_for_ranks(step, 1, cancel).size() == 1);
     Manifest m = sample_manifest();
     m.position.global_step = step;
@@ -204,10 +231,10 @@ TEST_CASE("CheckpointStore commits whole checkpoints, points latest at them and 
   REQUIRE_FALSE(fs::exists(store.incomplete(40)));
   // A rank whose save failed is named; a missing rank is waited for until cancelled.
   fs::create_directories(store.incomplete(50));
-  write_file_atomically(store.incomplete(50) / "rank-1.json",
-                        RankRecord{.rank = 1, .rng_seed = 0, .rng_offset = 0, .epoch_sums = {}, .files = {},
-                                   .error = "disk full"}
-                            .to_json());
+  write_file_atomically(
+      store.incomplete(50) / "rank-1.json",
+      RankRecord{.rank = 1, .rng_seed = 0, .rng_offset = 0, .epoch_sums = {}, .files = {}, .error = "disk full"}
+          .to_json());
   REQUIRE_THROWS_WITH(store.wait_for_ranks(50, 2, cancel), Catch::Contains("rank 1 could not save: disk full"));
   cancel = true;
   REQUIRE_THROWS_WITH(store.wait_for_ranks(60, 1, cancel), Catch::Contains("abandoned"));
@@ -215,10 +242,9 @@ TEST_CASE("CheckpointStore commits whole checkpoints, points latest at them and 
   cancel = false;
   fs::create_directories(store.incomplete(70));
   for (int r : {0, 2}) {
-    write_file_atomically(store.incomplete(70) / fmt::format("rank-{}.json", r),
-                          RankRecord{.rank = r, .rng_seed = 0, .rng_offset = 0, .epoch_sums = {}, .files = {},
-                                     .error = ""}
-                              .to_json());
+    write_file_atomically(
+        store.incomplete(70) / fmt::format("rank-{}.json", r),
+        RankRecord{.rank = r, .rng_seed = 0, .rng_offset = 0, .epoch_sums = {}, .files = {}, .error = ""}.to_json());
   }
   const std::vector<RankRecord> present = store.wait_for_ranks(70, 3, cancel, {1});
   REQUIRE(present.size() == 2);
@@ -248,7 +274,8 @@ TEST_CASE("OpenCheckpoint names a missing, truncated or corrupt file", "[checkpo
   test::write_file(c / "model.safetensors", bytes.substr(0, 100));
   REQUIRE_THROWS_WITH(OpenCheckpoint::open(c), Catch::Contains("model.safetensors has 100 bytes, the manifest says"));
   fs::remove(c / "model.safetensors");
-  REQUIRE_THROWS_WITH(OpenCheckpoint::open(c), Catch::Contains("model.safetensors is listed in the manifest but missing"));
+  REQUIRE_THROWS_WITH(OpenCheckpoint::open(c),
+                      Catch::Contains("model.safetensors is listed in the manifest but missing"));
   fs::remove(c / "manifest.json");
   REQUIRE_THROWS_WITH(OpenCheckpoint::open(c), Catch::Contains("no manifest.json"));
 }

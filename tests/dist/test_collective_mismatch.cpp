@@ -37,15 +37,7 @@ CommunicatorPtr wrapped_world() {
                                                      "wrapped");
 }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 // "rank 1" or "ranks 1, 2, 3": every rank but `except`, as the messages name them.
 std::string others(int size, int except) {

@@ -21,16 +21,7 @@ using dist::P2POp;
 
 namespace {
 
-// What `f` throws as a dtrain::Error, or "" when it returns.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 CommunicatorPtr comm() {
   static CommunicatorPtr c = dist::world({.timeout = std::chrono::seconds(60)});

@@ -26,8 +26,7 @@ void require_close(const Tensor& actual, const Tensor& expected, double rtol = 1
 
 // Runs grad_check and fails the test with its report on a mismatch.
 void require_grad_ok(const std::function<Variable(const std::vector<Variable>&)>& f,
-                     const std::vector<Variable>& inputs, double eps = 1e-6, double atol = 1e-5,
-                     double rtol = 1e-4);
+                     const std::vector<Variable>& inputs, double eps = 1e-6, double atol = 1e-5, double rtol = 1e-4);
 
 // The convolutions every device's gradient checks run: plain, strided and padded,
 // asymmetric with dilation, grouped.
@@ -102,5 +101,16 @@ class ScopedEnv {
 
 // Writes bytes to a file (creating parents).
 void write_file(const std::filesystem::path& path, const std::string& bytes);
+
+// What `f` throws as a dtrain::Error, or "" when it returns.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 }  // namespace dtrain::test

@@ -21,6 +21,14 @@ struct FileRecord {
   int rank = 0;      // the rank that wrote it
 };
 
+// One dimension of the saving job's device mesh: "pp", "dp_shard", ... ("worker.dp" for a
+// dimension of one role in a mesh of several roles).
+struct MeshAxis {
+  std::string name;
+  int size = 1;
+  bool operator==(const MeshAxis&) const = default;
+};
+
 // How the job that saved was laid out (for re-sharding, and for the messages).
 struct JobShape {
   std::string strategy;  // Strategy::name()
@@ -28,16 +36,24 @@ struct JobShape {
   int stages = 1;    // pipeline stages
   int replicas = 1;  // model replicas (data-parallel ranks, or pipelines)
   int servers = 0;   // parameter servers
+  // The device mesh, its dimensions of more than one rank in the mesh's order (empty: one
+  // process, or a checkpoint written before the mesh was recorded). The tensors say which
+  // slices each rank wrote: "<name>[begin:end]" entries in the files of the ranks that
+  // hold ranges, whole tensors in a stage's or the model's file.
+  std::vector<MeshAxis> mesh;
 };
+
+// "pp=2 x dp_shard=2", or "one process" for an empty mesh.
+std::string describe_mesh(const std::vector<MeshAxis>& mesh);
 
 // Where training stood: the next update is update `step_in_epoch` (0-based) of `epoch`.
 struct TrainingPosition {
-  std::int64_t global_step = 0;     // updates done since the start
-  int epoch = 1;                    // 1-based; epochs + 1 once every epoch is done
-  std::int64_t step_in_epoch = 0;   // updates done in `epoch`
+  std::int64_t global_step = 0;    // updates done since the start
+  int epoch = 1;                   // 1-based; epochs + 1 once every epoch is done
+  std::int64_t step_in_epoch = 0;  // updates done in `epoch`
   std::int64_t updates_per_epoch = 0;
-  int epochs = 0;                   // the run's planned number of epochs
-  std::int64_t batch_size = 0;      // global
+  int epochs = 0;               // the run's planned number of epochs
+  std::int64_t batch_size = 0;  // global
   std::uint64_t data_seed = 0;
 };
 

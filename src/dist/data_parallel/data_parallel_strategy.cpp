@@ -64,7 +64,8 @@ CheckpointPlan DataParallelStrategy::checkpoint_plan() const {
   CheckpointPlan plan{.rank = comm_->rank(),
                       .ranks = comm_->size(),
                       .part = comm_->rank() == 0 ? "model" : "",
-                      .replicas = comm_->size()};
+                      .replicas = comm_->size(),
+                      .mesh = mesh_->layout()};
   if (ddp_ != nullptr) {
     plan.rank_state = [ddp = ddp_.get()] { return ddp->exchange_state(); };
     plan.load_rank_state = [ddp = ddp_.get()](const std::vector<std::pair<std::string, Tensor>>& state) {

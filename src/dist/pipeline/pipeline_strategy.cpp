@@ -465,7 +465,8 @@ CheckpointPlan PipelineStrategy::checkpoint_plan() const {
                       .part = replica_ == 0 ? fmt::format("stage{}", stage_) : "",
                       .whole_model = options_.stages == 1,
                       .stages = options_.stages,
-                      .replicas = replicas_};
+                      .replicas = replicas_,
+                      .mesh = mesh_->layout()};
   if (sync_ && sync_->shards()) {
     // Replica 0 writes the stage's model; every replica of the first shard group its chunks'
     // optimizer state (under hybrid sharding the other groups hold the same chunks).

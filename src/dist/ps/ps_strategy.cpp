@@ -72,7 +72,8 @@ CheckpointPlan ParameterServerStrategy::checkpoint_plan() const {
                       // Lockstep sync alone: with backup workers the others may push meanwhile.
                       .step_saves = options_.mode == PsMode::Sync && options_.backup_workers == 0,
                       .replicas = workers,
-                      .servers = options_.servers};
+                      .servers = options_.servers,
+                      .mesh = mesh_.layout()};
   if (trains()) {
     plan.absent_ranks = [ps = ps_.get()] { return ps->lost_workers(); };  // worker w is rank w
     // No worker pushes again before every server has taken its share, so that in every mode

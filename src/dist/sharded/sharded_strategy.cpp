@@ -137,7 +137,8 @@ CheckpointPlan ShardedDataParallelStrategy::checkpoint_plan() const {
                       .part = !writes     ? ""
                               : rank == 0 ? "model"
                                           : fmt::format("shard{}", rank),
-                      .replicas = comm_->size()};
+                      .replicas = comm_->size(),
+                      .mesh = mesh_->layout()};
   const bool stage3 = sync().gatherer() != nullptr;
   plan.saves_model = rank == 0 || stage3;  // the replicas' parameters are identical, or each rank holds its own
   if (stage3) {

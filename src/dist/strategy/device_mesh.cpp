@@ -171,6 +171,23 @@ const CommunicatorPtr& DeviceMesh::tensor_group(std::string_view dim, Device dev
 
 std::string DeviceMesh::describe() const { return describe_blocks(blocks_); }
 
+std::vector<MeshDim> DeviceMesh::layout() const {
+  std::vector<MeshDim> out;
+  for (const MeshBlock& b : blocks_) {
+    for (const MeshDim& d : b.dims) {
+      if (d.size > 1) out.push_back({blocks_.size() == 1 ? d.name : b.role + "." + d.name, d.size});
+    }
+  }
+  return out;
+}
+
+bool restorable_dimension(std::string_view name) {
+  for (std::string_view known : {"dp", "dp_replicate", "dp_shard", "pp", "worker.dp", "ps.ps"}) {
+    if (name == known) return true;
+  }
+  return false;
+}
+
 int ranks_per_host(Communicator& world) {
   const int local = host_rank();
   if (local < 0) return world.size();

@@ -93,6 +93,10 @@ class DeviceMesh {
   // "dp=2 x pp=2", or "worker[dp=3] + ps[ps=1]" for several blocks (flattened dimensions
   // are not shown).
   std::string describe() const;
+  // The dimensions of more than one rank, in the mesh's order, as a checkpoint records
+  // them: a block's own names for one block, "role.dim" for several ("worker.dp", "ps.ps").
+  // Empty for a mesh of one rank.
+  std::vector<MeshDim> layout() const;
 
  private:
   std::size_t index(std::string_view dim) const;
@@ -115,5 +119,12 @@ class DeviceMesh {
 // Hosts: MPI's shared-memory split, or DTRAIN_HOST_ID (communicator.h); one process
 // without MPI is one host.
 int ranks_per_host(Communicator& world);
+
+// Whether a checkpoint saved on a mesh with dimension `name` (DeviceMesh::layout's names)
+// restores onto any other mesh: the dimensions whose ranks save whole tensors or ranges of
+// them by name (data parallel, its sharded and replicated parts, pipeline stages,
+// parameter-server workers and servers). A dimension this dtrain does not reslice (a
+// newer one's "tp", say) is refused at the restore, naming both meshes.
+bool restorable_dimension(std::string_view name);
 
 }  // namespace dtrain::dist

@@ -28,6 +28,7 @@
 #pragma once
 
 #include "dtrain/comm/communicator.h"
+#include "dtrain/dist/strategy/device_mesh.h"
 #include "dtrain/layers/module.h"
 #include "dtrain/optim/loss_scaler.h"
 #include "dtrain/optim/optimizer.h"
@@ -192,6 +193,10 @@ struct CheckpointPlan {
   // The job's layout as the manifest records it (checkpoint/manifest.h); a resume on the
   // same layout continues the epoch's sums.
   int stages = 1, replicas = 1, servers = 0;
+  // The strategy's mesh, its dimensions of more than one rank (DeviceMesh::layout()): the
+  // manifest records it, and a restore refuses a saved mesh with a dimension it cannot
+  // reslice (restorable_dimension), naming both meshes.
+  std::vector<MeshDim> mesh = {};
   // After this rank's snapshot for the checkpoint of `step`: ranks that serve take their
   // shares (collective over the training ranks). Empty: nothing.
   std::function<void(std::int64_t step)> after_snapshot = {};
