@@ -54,11 +54,16 @@ TEST_CASE("Composed specs end 5 Adam updates with plain data parallelism's test 
     SUCCEED("compositions need 2 or 4 ranks");
     return;
   }
-  const std::string tiny = ",bucket_mb=0.0001";  // ~100-byte buckets
+  const std::string tiny = ",bucket_mb=0.0001";        // ~100-byte buckets
+  const std::string tiny_units = ",gather_mb=0.0001";  // at zero=3 the buckets are the gather units
   std::vector<std::pair<std::string, double>> specs{{"pp=2,micro=2,zero=1" + tiny, 1e-5},
-                                                    {"pp=2,micro=2,zero=2" + tiny, 1e-5}};
+                                                    {"pp=2,micro=2,zero=2" + tiny, 1e-5},
+                                                    {"pp=2,micro=2,zero=3" + tiny_units, 1e-5},
+                                                    {"pp=2,micro=4,schedule=zb-h1,zero=3,gather_mb=0", 1e-5}};
   if (W == 4) {
     specs.emplace_back("pp=2,dp=2,micro=2,zero=2" + tiny, 1e-5);
+    specs.emplace_back("pp=2,micro=2,zero=3" + tiny_units, 1e-5);
+    specs.emplace_back("pp=2,micro=2,zero=3,shard=1,schedule=interleaved,virtual=2" + tiny_units, 1e-5);
     specs.emplace_back("zero=2,shard=2" + tiny, 1e-5);
     specs.emplace_back("pp=2,micro=2,zero=2,shard=1" + tiny, 1e-5);
     specs.emplace_back("pp=2,micro=2,zero=1,exchange=bf16" + tiny, 1e-2);

@@ -116,7 +116,6 @@ TEST_CASE("parallel dims: what does not fit or is not offered is refused when pa
   refused("zero=1,shard=2,hybrid", 4,
           "hybrid (shard inside each host) and shard=N (inside N ranks) exclude each other");
   refused("zero=2,shard=3", 4, "shard groups of 3 rank(s) do not divide the 4 ranks");
-  refused("pp=2,zero=3", 4, "zero=3 under a pipeline (pp=2): zero=1 and 2 are offered");
   refused("pp=2,zero=2,shard=3", 4, "shard groups of 3 rank(s) do not divide the 2 ranks");
 }
 
@@ -127,6 +126,18 @@ TEST_CASE("make_strategy: parameter servers refuse other dimensions before any c
                     Contains("strategy spec 'ps=1,pp=2': parameter servers do not combine with pp"));
   CHECK_THROWS_WITH(dist::make_strategy("ps=1,zero=1", world, Device::cpu()),
                     Contains("parameter servers do not combine with zero"));
+}
+
+TEST_CASE("make_strategy: ZeRO-3's gather units are its buckets, under a pipeline too", "[cpu][dist]") {
+  auto world = dist::world();
+  // Refused before any strategy (a collective) is built, on every rank count.
+  const int n = world->size();
+  for (const std::string& pp : {std::string(), fmt::format("pp={},", n)}) {
+    CHECK_THROWS_WITH(dist::make_strategy(pp + "zero=3,bucket_mb=1", world, Device::cpu()),
+                      Contains("at zero=3 the gradient buckets are the gather units; size them with gather_mb"));
+    CHECK_THROWS_WITH(dist::make_strategy(pp + "zero=2,gather_mb=1", world, Device::cpu()),
+                      Contains("gather_mb sizes stage 3's gather units, and zero=2 gathers no layers"));
+  }
 }
 
 TEST_CASE("make_strategy: data parallel by default, local on one rank", "[cpu][dist]") {

@@ -162,6 +162,7 @@ void PipelineExecutor::run_pass(const PipelineAction& a, bool train, const LastS
     take_weight_turn();
     weight(a);
   }
+  if (config_.after_pass) config_.after_pass();
   const double took = seconds_since(start) - (timing_.wait_s - waited);
   PassTimes& chunk = timing_.chunk_s[static_cast<std::size_t>(a.chunk)];
   (a.kind == Kind::Forward ? chunk.forward : a.kind == Kind::Backward ? chunk.backward : chunk.weight) += took;

@@ -57,7 +57,8 @@ class PipelineExecutor {
     Device device = Device::cpu();  // the chunks'
     PipelineSchedule schedule = PipelineSchedule::OneFOneB;
     int virtual_stages = 1;
-    bool recompute = false;  // keep only each chunk's input; run its forward again in backward
+    bool recompute = false;                 // keep only each chunk's input; run its forward again in backward
+    std::function<void()> after_pass = {};  // after every pass (ZeRO-3 frees the stage's parameters)
   };
   // The last virtual stage's work on its output for micro-batch `micro`: the loss to
   // backward (weighted and scaled), or an undefined Variable when there is no backward.

@@ -110,10 +110,6 @@ PipelineStrategy::PipelineStrategy(std::shared_ptr<const DeviceMesh> mesh, Devic
                  K - 1);
   }
   if (options_.zero > 0) {
-    DTRAIN_CHECK(options_.zero <= 2,
-                 "pipeline strategy: zero={} under a pipeline: stages 1 and 2 are offered (stage 3's gather units "
-                 "assume each layer's backward follows its forward, and a schedule runs several forwards first)",
-                 options_.zero);
     DTRAIN_CHECK(options_.data_parallel.data_parallel.gradient_exchange == "all_reduce" &&
                      !options_.data_parallel.data_parallel.exchange_factory,
                  "pipeline strategy: a sharded optimizer (zero={}) reduce-scatters the gradients itself; it takes no "
@@ -321,10 +317,12 @@ std::shared_ptr<nn::Module> PipelineStrategy::build_stage(std::map<int, nn::Modu
       if (mesh_->size("dp_replicate") > 1) replicate = mesh_->tensor_group("dp_replicate", device_);
     }
     if (!shard) shard = pipe_->split(pipe_->rank(), 0);  // one replica: a group of this rank alone
-    sync_ = std::make_unique<ReplicaSync>(
-        stage, shard, replicate, device_,
-        ReplicaSyncOptions{
-            .zero = options_.zero, .data_parallel = options_.data_parallel.data_parallel, .wire = options_.wire});
+    sync_ = std::make_unique<ReplicaSync>(stage, shard, replicate, device_,
+                                          ReplicaSyncOptions{.zero = options_.zero,
+                                                             .data_parallel = options_.data_parallel.data_parallel,
+                                                             .unit_bytes = options_.unit_bytes,
+                                                             .wire = options_.wire,
+                                                             .release_after_passes = true});
   }
   // The chunks, from the stage's children (after any SyncBatchNorm conversion replaced
   // some), in order: a rank's chunks hold ever later layers.
@@ -342,6 +340,7 @@ std::shared_ptr<nn::Module> PipelineStrategy::build_stage(std::map<int, nn::Modu
                                   .schedule = options_.schedule,
                                   .virtual_stages = options_.virtual_stages,
                                   .recompute = recomputes(stage_)};
+  if (sync_ && sync_->gatherer()) config.after_pass = [sync = sync_.get()] { sync->end_pass(); };
   executor_ = std::make_unique<PipelineExecutor>(std::move(config), std::move(chunks));
   module_ = stage;
   return module_;
@@ -472,7 +471,10 @@ CheckpointPlan PipelineStrategy::checkpoint_plan() const {
     // optimizer state (under hybrid sharding the other groups hold the same chunks).
     const bool writes = !mesh_->has("dp_replicate") || mesh_->coordinate("dp_replicate") == 0;
     if (replica_ != 0) plan.part = writes ? fmt::format("stage{}-shard{}", stage_, replica_) : "";
-    plan.saves_model = replica_ == 0;
+    // Replica 0 writes the stage's model, or at zero 3 every writing replica its chunks of
+    // the parameters (replica 0 with the buffers).
+    plan.saves_model = replica_ == 0 || (writes && sync_->gatherer() != nullptr);
+    sync_->share_parameters_through(plan, replica_ == 0);
     sync_->shards()->share_through(plan);
   } else if (sync_) {
     // The replicas' gradient exchange may keep state of each rank's own (PowerSGD).

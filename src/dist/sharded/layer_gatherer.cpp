@@ -245,6 +245,7 @@ void LayerGatherer::before_backward(std::size_t u) {
 }
 
 void LayerGatherer::gradient_ready(std::size_t u) {
+  if (!release_on_gradients_) return;
   Unit& x = *units_[u];
   if (--x.pending > 0) return;
   x.pending = x.parameters;

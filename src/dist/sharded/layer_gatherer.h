@@ -65,6 +65,12 @@ class LayerGatherer {
   void gather_all();
   // Frees every whole unit (the end of a step: the optimizer is about to change the chunks).
   void release_all();
+  // Under a pipeline a step runs several forwards before their backwards, and a backward's
+  // B and W passes apart (zero-bubble), so a unit's gradients arriving says nothing about
+  // whether another pass still needs its parameters: the gradients free nothing, and the
+  // pipeline frees every unit after each pass instead (release_all), which the next pass
+  // gathers again.
+  void release_on_gradients(bool on) { release_on_gradients_ = on; }
   // The most units that were whole at once since the last call (the memory test's check).
   std::size_t take_peak_whole();
 
@@ -83,6 +89,7 @@ class LayerGatherer {
   CommunicatorPtr comm_;
   std::shared_ptr<nn::Module> model_;
   std::vector<std::unique_ptr<Unit>> units_;
+  bool release_on_gradients_ = true;
   std::size_t whole_ = 0, peak_whole_ = 0;  // units whose bytes are allocated (gathering or gathered)
 };
 

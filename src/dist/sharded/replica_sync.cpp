@@ -3,12 +3,13 @@
 #include "dist/sharded/layer_gatherer.h"
 #include "dist/sharded/optimizer_shards.h"
 #include "dist/sharded/reduce_scatter_exchange.h"
+#include "dtrain/autograd/variable.h"
 
 namespace dtrain::dist {
 
 ReplicaSync::ReplicaSync(std::shared_ptr<nn::Module> module, CommunicatorPtr shard, CommunicatorPtr replicate,
                          Device device, ReplicaSyncOptions options)
-    : options_(std::move(options)) {
+    : options_(std::move(options)), module_(module) {
   DTRAIN_CHECK(options_.zero >= 0 && options_.zero <= 3,
                "replica sync: zero={} is not a ZeRO stage (0 for none, 1: the optimizer state sharded, 2: the "
                "gradients too, 3: the parameters too)",
@@ -48,6 +49,7 @@ ReplicaSync::ReplicaSync(std::shared_ptr<nn::Module> module, CommunicatorPtr sha
   // while the gatherer needs them.
   if (options_.zero == 3) {
     gatherer_ = std::make_unique<LayerGatherer>(comm, std::move(units), exchange_->buckets(), std::move(flat_), module);
+    gatherer_->release_on_gradients(!options_.release_after_passes);
     flat_.clear();
     chunks.clear();
     for (std::size_t b = 0; b < exchange_->buckets().size(); ++b) chunks.push_back(gatherer_->chunk(b));
@@ -57,6 +59,24 @@ ReplicaSync::ReplicaSync(std::shared_ptr<nn::Module> module, CommunicatorPtr sha
 
 ReplicaSync::~ReplicaSync() = default;
 
+void ReplicaSync::share_parameters_through(CheckpointPlan& plan, bool buffers) {
+  if (!gatherer_) return;
+  plan.model_share = [this, buffers] {
+    nn::StateDict out = shards_->parameter_ranges();
+    if (buffers) {
+      for (auto& [name, b] : module_->named_buffers()) out.emplace_back(name, b);
+    }
+    return out;
+  };
+  // Every rank takes its chunks from the whole tensors (the buffers too: all hold them).
+  plan.load_model_share = [this](const nn::StateDict& whole) {
+    const std::map<std::string, Tensor> by_name(whole.begin(), whole.end());
+    shards_->load_parameters(by_name);
+    NoGradGuard no_grad;
+    for (auto& [name, b] : module_->named_buffers()) b.copy_(by_name.at(name));
+  };
+}
+
 void ReplicaSync::finish() {
   ddp_->finish_gradient_sync();
   // A unit whose parameters got no gradient (unused in this step) is still whole.
@@ -65,6 +85,10 @@ void ReplicaSync::finish() {
 
 optim::Optimizer& ReplicaSync::stepped_optimizer(optim::Optimizer& given) {
   return shards_ ? shards_->optimizer(given) : given;
+}
+
+void ReplicaSync::end_pass() {
+  if (gatherer_ && options_.release_after_passes) gatherer_->release_all();
 }
 
 void ReplicaSync::after_update() {

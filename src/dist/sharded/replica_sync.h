@@ -32,6 +32,9 @@ struct ReplicaSyncOptions {
   DataParallelOptions data_parallel;  // buckets, overlap, and (zero 0) the exchange
   std::size_t unit_bytes = 4u << 20;  // zero 3: the gather units' least size
   DType wire = DType::f32;            // zero 1-3: f16 or bf16 shares
+  // Zero 3 under a pipeline: the parameters are freed after each pass (end_pass), not when
+  // their gradients are in (LayerGatherer::release_on_gradients).
+  bool release_after_passes = false;
 };
 
 class ReplicaSync {
@@ -55,6 +58,8 @@ class ReplicaSync {
   // After the update: zero 1 and 2 all-gather the updated chunks (zero 3's next forward
   // gathers them).
   void after_update();
+  // After each pipeline pass, with release_after_passes: zero 3 frees the parameters.
+  void end_pass();
   // The largest difference between the replicas (none to compare at zero 3: nullopt).
   std::optional<double> replica_divergence();
   // Elements this rank updates and holds optimizer state for (0 at zero 0).
@@ -63,9 +68,15 @@ class ReplicaSync {
   OptimizerShards* shards() const { return shards_.get(); }
   LayerGatherer* gatherer() const { return gatherer_.get(); }
   int zero() const { return options_.zero; }
+  // At zero 3, where the parameters live only as this rank's chunks: `plan` saves them as
+  // element ranges of whole parameters (with the module's buffers where `buffers`: on the
+  // one rank of the group that writes them) and loads whole tensors back into the chunks.
+  // Below zero 3 the module's own state is whole on every rank: nothing changes.
+  void share_parameters_through(CheckpointPlan& plan, bool buffers);
 
  private:
   ReplicaSyncOptions options_;
+  std::shared_ptr<nn::Module> module_;
   std::unique_ptr<DataParallel> ddp_;
   ReduceScatterExchange* exchange_ = nullptr;  // owned by ddp_'s reducer
   std::vector<Tensor> flat_;                   // per bucket: the parameters, padded (zero 1 and 2)

@@ -141,23 +141,8 @@ CheckpointPlan ShardedDataParallelStrategy::checkpoint_plan() const {
                       .mesh = mesh_->layout()};
   const bool stage3 = sync().gatherer() != nullptr;
   plan.saves_model = rank == 0 || stage3;  // the replicas' parameters are identical, or each rank holds its own
-  if (stage3) {
-    // Each rank's chunks of the parameters as element ranges; rank 0 adds the buffers.
-    plan.model_share = [this] {
-      nn::StateDict out = sync_->shards()->parameter_ranges();
-      if (comm_->rank() == 0) {
-        for (auto& [name, b] : module_->named_buffers()) out.emplace_back(name, b);
-      }
-      return out;
-    };
-    // The hooks run later, from the Checkpointer's restore, on this same (non-const) strategy.
-    plan.load_model_share = [self = const_cast<ShardedDataParallelStrategy*>(this)](const nn::StateDict& whole) {
-      const std::map<std::string, Tensor> by_name(whole.begin(), whole.end());
-      self->sync_->shards()->load_parameters(by_name);
-      NoGradGuard no_grad;
-      for (auto& [name, b] : self->module_->named_buffers()) b.copy_(by_name.at(name));
-    };
-  }
+  // Stage 3: each rank's chunks of the parameters as element ranges; rank 0 adds the buffers.
+  sync().share_parameters_through(plan, rank == 0);
   // Each rank's chunks of the optimizer state, as element ranges of whole parameters.
   sync().shards()->share_through(plan);
   return plan;

@@ -59,11 +59,6 @@ ParallelDims parse_parallel_dims(StrategySpec& spec, int world_size, const std::
   DTRAIN_CHECK(!(hybrid && shard),
                "strategy spec '{}': hybrid (shard inside each host) and shard=N (inside N ranks) exclude each other",
                spec.text());
-  DTRAIN_CHECK(!spec.has("pp") || d.zero <= 2,
-               "strategy spec '{}': zero={} under a pipeline (pp={}): zero=1 and 2 are offered (stage 3's gather "
-               "units assume each layer's backward follows its forward, and a pipeline schedule runs several "
-               "forwards first)",
-               spec.text(), d.zero, d.pp);
   if (hybrid) spec.flag("hybrid");
   const int group = hybrid ? ranks_per_host() : spec.integer("shard", dp);
   DTRAIN_CHECK(dp % group == 0,

@@ -126,6 +126,22 @@ ParallelDims dims_of(StrategySpec& spec, const CommunicatorPtr& world) {
   return parse_parallel_dims(spec, world->size(), [&] { return ranks_per_host(*world); });
 }
 
+// ZeRO-3's gather units, which are its gradient buckets too: sized by gather_mb (0: a unit
+// per layer), and bucket_mb refused; below stage 3, gather_mb refused.
+std::size_t gather_unit_bytes(StrategySpec& spec, int zero) {
+  if (zero < 3) {
+    DTRAIN_CHECK(!spec.has("gather_mb"),
+                 "strategy spec '{}': gather_mb sizes stage 3's gather units, and zero={} gathers no layers",
+                 spec.text(), zero);
+    return 0;
+  }
+  DTRAIN_CHECK(!spec.has("bucket_mb"),
+               "strategy spec '{}': at zero=3 the gradient buckets are the gather units; size them with gather_mb, "
+               "not bucket_mb",
+               spec.text());
+  return static_cast<std::size_t>(spec.number("gather_mb", 4.0, /*zero_allowed=*/true) * (1 << 20));
+}
+
 std::shared_ptr<Strategy> make_data_parallel(StrategySpec& spec, const CommunicatorPtr& world, Device device,
                                              const StrategyHints&) {
   const ParallelDims dims = dims_of(spec, world);  // dp (the kind is chosen only when no pp or zero is given)
@@ -164,6 +180,8 @@ std::shared_ptr<Strategy> make_pipeline(StrategySpec& spec, const CommunicatorPt
   }
   o.recompute = spec.flag("recompute");
   if (spec.has("recompute_stages")) o.recompute_stages = index_list(spec, "recompute_stages", "stage indices");
+  const std::size_t units = gather_unit_bytes(spec, o.zero);  // before data_parallel_options reads bucket_mb
+  if (o.zero == 3) o.unit_bytes = units;
   o.data_parallel = data_parallel_options(spec);
   std::string& exchange = o.data_parallel.data_parallel.gradient_exchange;
   if (o.zero > 0 && (exchange == "fp16" || exchange == "bf16")) {
@@ -207,19 +225,9 @@ std::shared_ptr<Strategy> make_sharded_data_parallel(StrategySpec& spec, const C
   ShardedDataParallelOptions o;
   o.stage = dims.zero;
   o.shard_ranks = dims.dp_shard;
-  if (o.stage == 3) {
-    DTRAIN_CHECK(!spec.has("bucket_mb"),
-                 "strategy spec '{}': at zero=3 the gradient buckets are the gather units; size them with gather_mb, "
-                 "not bucket_mb",
-                 spec.text());
-    // 0: every layer a unit of its own.
-    o.unit_bytes = static_cast<std::size_t>(spec.number("gather_mb", 4.0, /*zero_allowed=*/true) * (1 << 20));
-  } else {
-    DTRAIN_CHECK(!spec.has("gather_mb"),
-                 "strategy spec '{}': gather_mb sizes stage 3's gather units, and zero={} gathers no layers",
-                 spec.text(), o.stage);
-    o.bucket_bytes = static_cast<std::size_t>(spec.number("bucket_mb", 4.0) * (1 << 20));
-  }
+  const std::size_t units = gather_unit_bytes(spec, o.stage);  // refuses the key that does not apply
+  if (o.stage == 3) o.unit_bytes = units;
+  else o.bucket_bytes = static_cast<std::size_t>(spec.number("bucket_mb", 4.0) * (1 << 20));
   o.overlap = spec.flag("overlap", true);
   const std::string exchange = spec.text_of("exchange").value_or("none");
   DTRAIN_CHECK(exchange == "none" || exchange == "fp16" || exchange == "bf16",

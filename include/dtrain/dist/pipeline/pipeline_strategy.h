@@ -26,8 +26,8 @@
 // statistics are updated once per micro-batch; SyncBatchNorm (options.data_parallel)
 // normalizes a micro-batch over the D replicas of its stage.
 //
-// Sharded optimizer (zero = 1 or 2): each stage's D replicas shard its optimizer state
-// (and at 2 its gradients), through the component ShardedDataParallelStrategy's stages 1
+// Sharded optimizer (zero = 1, 2 or 3): each stage's D replicas shard its optimizer state
+// (at 2 its gradients too, at 3 its parameters too), through the component ShardedDataParallelStrategy's stages 1
 // and 2 use (sharded_strategy.h), over the replicas as any model's: the
 // stage's gradient buckets are reduce-scattered instead of all-reduced, replica d updates
 // chunk d of every bucket (the optimizer given to train_step is rebound to those slices at
@@ -81,13 +81,15 @@ struct PipelineOptions {
   bool recompute = false;
   std::vector<int> recompute_stages = {};
   DataParallelStrategyOptions data_parallel = {};  // among the replicas of each stage
-  // ZeRO over each stage's replicas (the spec's `zero=1|2`; 0: all-reduced): 1 shards the
-  // optimizer state (Megatron's "distributed optimizer"), 2 the gradients too; see "Sharded
-  // optimizer" above. The reduce-scatter replaces data_parallel's gradient exchange, whose
-  // fp16 and bf16 become `wire`. Where the mesh's "dp_shard" is smaller than its "dp", the
+  // ZeRO over each stage's replicas (the spec's `zero=1|2|3`; 0: all-reduced): 1 shards the
+  // optimizer state (Megatron's "distributed optimizer"), 2 the gradients too, 3 the
+  // parameters too (whole only around their layers' passes, gathered again for every
+  // micro-batch's forward and backward); see "Sharded optimizer" above. The reduce-scatter replaces data_parallel's
+  // gradient exchange, whose fp16 and bf16 become `wire`. Where the mesh's "dp_shard" is smaller than its "dp", the
   // shards span dp_shard and the groups of them replicate each other (hybrid).
   int zero = 0;
-  DType wire = DType::f32;  // zero >= 1: f16 or bf16 shares
+  DType wire = DType::f32;            // zero >= 1: f16 or bf16 shares
+  std::size_t unit_bytes = 4u << 20;  // zero 3: the gather units' least size (0: one per layer)
 };
 
 class PipelineStrategy final : public Strategy {

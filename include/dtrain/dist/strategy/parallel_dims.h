@@ -12,7 +12,7 @@
 //
 // The product pp x dp is the world's size. Refused, naming the keys: a size that does not
 // fit, shard or hybrid without zero, shard and hybrid together, a shard that does not divide
-// dp, tp or cp, and a combination no strategy offers yet: zero=3 under a pipeline.
+// dp, tp or cp.
 //
 // The mesh's dimensions come in a fixed order, the slowest first: dp_replicate, dp_shard,
 // pp (the rank layout dtrain has always used: a pipeline's stages are consecutive ranks, a

@@ -29,9 +29,9 @@
 // Keys: dp: `dp[=N]`, `bucket_mb=MB`, `exchange=KIND` (gradient_exchange.h), `sync_bn`,
 // `overlap=0|1`. pp: `pp=K`, `dp=D`, `micro=M`, `schedule=gpipe|1f1b|interleaved|zb-h1|zb-v`,
 // `virtual=V`, `cuts=A:B:...` (layer indices), `balance=params|time`, `recompute` (every
-// stage) or `recompute_stages=A:B:...`, `zero=1|2` (each stage's optimizer state, and
-// gradients, sharded over its replicas) with `shard=N`/`hybrid` and `exchange=fp16|bf16`,
-// and the dp keys for the replicas.
+// stage) or `recompute_stages=A:B:...`, `zero=1|2|3` (each stage's optimizer state, gradients
+// and parameters, sharded over its replicas; `gather_mb=MB` at 3) with `shard=N`/`hybrid`
+// and `exchange=fp16|bf16`, and the dp keys for the replicas.
 // ps: `ps=S`, `mode=sync|async|ssp:K`, `bucket_mb=MB`, `stale_lr=0|1` and `dc=LAMBDA` (async and
 // ssp: PsOptions::staleness_lr, delay_compensation), `backup=B` (sync: backup_workers),
 // `lost=SECONDS` (async and ssp: lost_after; 0: never; default half of StrategyHints::timeout). zero:
