@@ -10,7 +10,8 @@
 //   data      Dataset, MNIST, ImageFolder, tar shards, JPEG and transforms, Subset, TensorDataset,
 //             samplers, DataLoader
 //   dist      Communicator, NCCL, DataParallel, Strategy, SyncBatchNorm
-//   train     Trainer (the training loop), progress, metrics log, TensorBoard event files
+//   train     Trainer (the training loop) and its observers, progress, metrics log,
+//             TensorBoard event files
 // Left out: dtrain/core/cuda/ (CUDA helpers that need the CUDA toolkit's headers). The
 // lint test layering.umbrella fails when a public header is missing here.
 #pragma once
@@ -107,6 +108,7 @@
 #include "dtrain/train/checkpointer.h"
 #include "dtrain/train/guard.h"
 #include "dtrain/train/metrics_log.h"
+#include "dtrain/train/observer.h"
 #include "dtrain/train/progress.h"
 #include "dtrain/train/tensorboard.h"
 #include "dtrain/train/trainer.h"

@@ -3,10 +3,9 @@
 #include "dtrain/data/distributed_sampler.h"
 #include "dtrain/data/sampler.h"
 #include "dtrain/data/subset.h"
-#include "dtrain/train/progress.h"
-#include "dtrain/train/tensorboard.h"
 #include "train/epoch_sums.h"
 #include "train/fault_injection.h"
+#include "train/observers.h"
 #include "train/run_guard.h"
 #include "train/rank_sums.h"
 
@@ -15,7 +14,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <fstream>
 #include <utility>
 
 namespace dtrain::train {
@@ -25,6 +23,25 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Trainer::on_step_end and on_epoch_end: a function as an observer of one hook.
+class StepFunction : public TrainObserver {
+ public:
+  explicit StepFunction(std::function<void(const StepEvent&)> f) : f_(std::move(f)) {}
+  void on_step_end(const StepEvent& e) override { f_(e); }
+
+ private:
+  std::function<void(const StepEvent&)> f_;
+};
+
+class EpochFunction : public TrainObserver {
+ public:
+  explicit EpochFunction(std::function<void(const EpochSummary&)> f) : f_(std::move(f)) {}
+  void on_epoch_end(const EpochSummary& s) override { f_(s); }
+
+ private:
+  std::function<void(const EpochSummary&)> f_;
+};
 
 }  // namespace
 
@@ -109,20 +126,22 @@ void Trainer::make_test_loader(const dist::Strategy::Shard& shard) {
 }
 
 void Trainer::make_outputs() {
-  if (strategy_->reports() && !options_.metrics.empty()) metrics_ = std::make_unique<MetricsLog>(options_.metrics);
+  // In this order: the files are opened (and fail) as they always were, and each hook's
+  // lines and records come in the order the loop used to write them.
+  const RecordContext records{.metrics = &metrics_fns_, .has_test = data_.test != nullptr};
+  if (strategy_->reports() && !options_.metrics.empty()) {
+    observers_.push_back(make_metrics_observer(options_.metrics, records));
+  }
   if (strategy_->reports() && !options_.tensorboard.empty()) {
-    tensorboard_ = std::make_unique<TensorBoardWriter>(options_.tensorboard);
+    observers_.push_back(make_tensorboard_observer(options_.tensorboard, records));
   }
+  if (strategy_->reports() && options_.verbose)
+    observers_.push_back(make_progress_observer(options_.out, options_.progress));
   if (!options_.trace.file.empty()) {
-    DTRAIN_CHECK(options_.trace.first_step >= 1 && options_.trace.first_step <= options_.trace.last_step,
-                 "Trainer: trace steps {}-{}: expected 1 <= first <= last", options_.trace.first_step,
-                 options_.trace.last_step);
-    if (strategy_->reports()) {
-      // Fail now, not after the steps: the file is written at the end of an epoch.
-      std::ofstream probe(options_.trace.file, std::ios::trunc);
-      DTRAIN_CHECK(probe.good(), "--trace {}: cannot write the file", options_.trace.file.string());
-    }
+    observers_.push_back(make_timeline_observer(*strategy_, options_.trace, options_.verbose, options_.out));
   }
+  observers_.push_back(make_fault_observer(*strategy_));
+  trailing_ = 1;  // the fault's crash comes after every other observer (add_observer)
   if (!options_.checkpoint.dir.empty() || !options_.checkpoint.resume.empty()) {
     checkpointer_ = std::make_unique<Checkpointer>(options_.checkpoint, *strategy_);
   }
@@ -171,12 +190,19 @@ std::int64_t Trainer::updates_per_epoch() const {
   return (train_loader_->num_batches() + options_.accumulate - 1) / options_.accumulate;
 }
 
+void Trainer::add_observer(std::shared_ptr<TrainObserver> observer) {
+  DTRAIN_CHECK(observer != nullptr, "Trainer::add_observer: no observer given");
+  observers_.insert(observers_.end() - static_cast<std::ptrdiff_t>(trailing_), std::move(observer));
+}
+
 void Trainer::on_step_end(std::function<void(const StepEvent&)> callback) {
-  step_callbacks_.push_back(std::move(callback));
+  DTRAIN_CHECK(callback != nullptr, "Trainer::on_step_end: no function given");
+  add_observer(std::make_shared<StepFunction>(std::move(callback)));
 }
 
 void Trainer::on_epoch_end(std::function<void(const EpochSummary&)> callback) {
-  epoch_callbacks_.push_back(std::move(callback));
+  DTRAIN_CHECK(callback != nullptr, "Trainer::on_epoch_end: no function given");
+  add_observer(std::make_shared<EpochFunction>(std::move(callback)));
 }
 
 int Trainer::resume(optim::Optimizer& optimizer) {
@@ -258,11 +284,22 @@ void Trainer::serve(dist::ServerLoop& server, optim::Optimizer& optimizer) {
 }
 
 FitResult Trainer::fit(optim::Optimizer& optimizer, const optim::LrSchedule* schedule) {
-  FitResult result;
   if (caps_.server) {
     serve(*caps_.server, optimizer);
-    return result;
+    return {};
   }
+  try {
+    return train(optimizer, schedule);
+  } catch (...) {
+    // The observers end what they show (a progress line) before the error is reported.
+    const std::exception_ptr error = std::current_exception();
+    notify([&](TrainObserver& o) { o.on_exception(error); });
+    throw;
+  }
+}
+
+FitResult Trainer::train(optim::Optimizer& optimizer, const optim::LrSchedule* schedule) {
+  FitResult result;
   // Time to accuracy runs from the first step to the end of the evaluation that reached
   // the target: evaluation is part of knowing that it was reached.
   const auto start = Clock::now();
@@ -270,13 +307,25 @@ FitResult Trainer::fit(optim::Optimizer& optimizer, const optim::LrSchedule* sch
   const int first_epoch = resume(optimizer);
   guard_start(optimizer, first_epoch);
   trace::name_thread("training");
-  trace_after_update();  // a timeline from the first update starts here
+  const FitStart fit_start{.first_epoch = first_epoch,
+                           .epochs = options_.epochs,
+                           .global_step = global_step_,
+                           .updates_per_epoch = updates_per_epoch()};
+  notify([&](TrainObserver& o) { o.on_fit_start(fit_start); });
   for (int epoch = first_epoch; epoch <= options_.epochs; ++epoch) {
     early_evaluation_.reset();
     EpochSummary summary = train_epoch(optimizer, schedule, epoch);
     if (test_loader_) {
-      // An evaluation inside the epoch that reached the target ended it.
-      const EvalResult e = early_evaluation_ ? *early_evaluation_ : evaluate();
+      // An evaluation inside the epoch that reached the target ended it (and was observed).
+      EvalResult e;
+      if (early_evaluation_) {
+        e = *early_evaluation_;
+      } else {
+        e = evaluate();
+        const EvalEvent closing{
+            .epoch = epoch, .global_step = global_step_, .seconds = seconds_since(start), .result = e};
+        notify([&](TrainObserver& o) { o.on_evaluation(closing); });
+      }
       summary.test_loss = e.loss();
       summary.test_accuracy = e.accuracy();
       summary.test_samples = e.samples;
@@ -284,8 +333,9 @@ FitResult Trainer::fit(optim::Optimizer& optimizer, const optim::LrSchedule* sch
         summary.test_metrics.emplace_back(metrics_fns_[m].name, e.fraction(m));
     }
     if (options_.check_replicas && caps_.replica_divergence) summary.replica_divergence = caps_.replica_divergence();
+    if (train_config_.scaler) summary.loss_scale = scaler_.scale_value();
     report(summary);
-    for (const auto& callback : epoch_callbacks_) callback(summary);
+    notify([&](TrainObserver& o) { o.on_epoch_end(summary); });
     if (checkpointer_ && !options_.checkpoint.dir.empty()) save_checkpoint(optimizer, epoch + 1, 0, {});
     result.epochs.push_back(summary);
     result.test_accuracy = summary.test_accuracy;
@@ -300,11 +350,11 @@ FitResult Trainer::fit(optim::Optimizer& optimizer, const optim::LrSchedule* sch
     result.reached_target = options_.target_accuracy > 0 && result.test_accuracy >= options_.target_accuracy;
   }
   result.seconds = seconds_since(start);
-  if (!options_.trace.file.empty() && !trace_written_) write_trace();  // the run ended inside the window
+  notify([&](TrainObserver& o) { o.on_train_end(result); });
   report_time(result.epochs);
   if (checkpointer_ && !options_.checkpoint.dir.empty()) checkpointer_->finish();
-  const dist::EpochReport run = caps_.epochs ? caps_.epochs->end_training() : dist::EpochReport{};
-  if (strategy_->reports() && metrics_ && !run.values.empty()) metrics_->write("summary", run.values, run.series);
+  if (caps_.epochs) result.strategy_report = caps_.epochs->end_training();
+  const dist::EpochReport& run = result.strategy_report;
   if (strategy_->reports() && options_.verbose) {
     if (!run.text.empty()) fmt::print(options_.out, "{}\n", run.text);
     if (test_loader_ && !metrics_fns_.empty()) {
@@ -319,6 +369,7 @@ FitResult Trainer::fit(optim::Optimizer& optimizer, const optim::LrSchedule* sch
     }
     std::fflush(options_.out);
   }
+  notify([&](TrainObserver& o) { o.on_fit_end(result); });
   return result;
 }
 

@@ -2,13 +2,10 @@
 // and bookkeeping, and the epoch's summary over the ranks.
 #include "dtrain/train/trainer.h"
 
-#include "dtrain/train/progress.h"
-#include "dtrain/train/tensorboard.h"
 #include "train/batch_source.h"
 #include "train/epoch_sums.h"
-#include "train/trainer_epoch.h"
-#include "train/fault_injection.h"
 #include "train/rank_sums.h"
+#include "train/trainer_epoch.h"
 
 #include <fmt/format.h>
 
@@ -35,14 +32,17 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
           .schedule = schedule,
           .updates = updates,
           .read_each_step = device.is_cpu(),
-          .progress = Progress(fmt::format("epoch {}/{}", epoch, options_.epochs), updates,
-                               options_.verbose && strategy_->reports(), options_.out, 10.0, options_.progress),
           .sums = EpochSums(device),
           .parts = options_.evaluations_per_epoch,
           .span = (updates + options_.evaluations_per_epoch - 1) / options_.evaluations_per_epoch};
-  e.progress.set_sample_scale(strategy_->data_shard().count);
   // A resumed epoch continues from its first update not done, with its sums so far.
   const std::int64_t first_step = std::exchange(resume_step_, 0);
+  const EpochStart begin{.epoch = epoch,
+                         .epochs = options_.epochs,
+                         .updates = updates,
+                         .first_step = first_step,
+                         .shards = strategy_->data_shard().count};
+  notify([&](TrainObserver& o) { o.on_epoch_start(begin); });
   if (first_step > 0) e.sums.restore(resume_sums_);
   guard_begin_epoch(e);
   const std::int64_t skipped_before = data_.train->bad_samples_skipped();
@@ -60,7 +60,7 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
     evaluation_point(e, part);
   }
   source.finish();
-  e.progress.finish();
+  notify([](TrainObserver& o) { o.on_pause(); });
 
   // This rank's training time; the collectives of the summary come after it.
   const double seconds = seconds_since(start) - e.evaluating_s;
@@ -72,10 +72,7 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
   summary.bad_samples_skipped = static_cast<std::int64_t>(
       over_ranks(*strategy_, {static_cast<double>(data_.train->bad_samples_skipped() - skipped_before)})[0]);
   summary.loader_wait_s = train_loader_->wait_seconds() - waited_before;
-  // Ranks whose updates differ in number (handed-out batches) agree on when to write.
-  if (!options_.trace.file.empty() && !trace_written_ && over_ranks(*strategy_, {trace_pending_ ? 1.0 : 0.0})[0] > 0) {
-    write_trace();
-  }
+  notify([&](TrainObserver& o) { o.on_train_epoch_end(summary); });
   return summary;
 }
 
@@ -87,27 +84,22 @@ void Trainer::run_update(Epoch& e, UpdateBatches& batches) {
   const dist::StepStats stats = strategy_->train_step(micro, e.optimizer, train_config_);
   micro.clear();
   ++global_step_;
-  ++e.done;
   e.sums.add(stats);
   const std::int64_t step = batches.position + 1;
-  const bool due = e.progress.due(step);
-  const bool read = stats.loss.defined() && (e.read_each_step || due || step == e.updates);
+  // Every observer is asked (one may remember its answer); any of them wanting the loss reads it.
+  const StepPosition at{.epoch = e.epoch, .step = step, .global_step = global_step_};
+  bool wanted = false;
+  notify([&](TrainObserver& o) { wanted = o.wants_loss(at) || wanted; });
+  const bool read = stats.loss.defined() && (e.read_each_step || wanted || step == e.updates);
   // Divergence is the guard's: it rolls it back, or ends the run, at its checks (guard.h).
   if (guard_checks(e, step)) guard_update(e, stats, step);
-  if (read) {
-    e.shown_loss = stats.loss.item();
-    if (tensorboard_) {
-      tensorboard_->add_scalar("train/loss", e.shown_loss, global_step_);
-      tensorboard_->add_scalar("train/learning_rate", e.optimizer.lr(), global_step_);
-    }
-  }
-  if (due) e.progress.update(step, e.shown_loss, stats.samples);
-  else e.progress.count(stats.samples);
-  trace_after_update();
-  for (const auto& callback : step_callbacks_) {
-    callback({.epoch = e.epoch, .step = step, .global_step = global_step_, .lr = e.optimizer.lr(), .stats = &stats});
-  }
-  fault::maybe_kill_at_step(strategy_->rank(), global_step_, e.epoch, e.done);
+  const StepEvent event{.epoch = e.epoch,
+                        .step = step,
+                        .global_step = global_step_,
+                        .lr = e.optimizer.lr(),
+                        .stats = &stats,
+                        .loss = read ? std::optional<double>(stats.loss.item()) : std::nullopt};
+  notify([&](TrainObserver& o) { o.on_step_end(event); });
   if (!checkpointer_) return;
   // The epoch's last update is saved by the end-of-epoch checkpoint, after its evaluation.
   const std::int64_t every = checkpointer_->options().every;
@@ -120,7 +112,7 @@ void Trainer::evaluation_point(Epoch& e, int part) {
   if (part + 1 >= e.parts || e.span * (part + 1) >= e.updates) return;
   const auto paused = Clock::now();
   if (caps_.epochs) e.report = caps_.epochs->end_epoch();
-  e.progress.finish();
+  notify([](TrainObserver& o) { o.on_pause(); });
   e.stop = evaluate_inside(e.epoch, static_cast<double>(e.span * (part + 1)) / static_cast<double>(e.updates));
   e.evaluating_s += seconds_since(paused);
   if (!e.stop && caps_.epochs) caps_.epochs->begin_epoch(e.epoch - 1);
@@ -139,6 +131,7 @@ EpochSummary Trainer::summarize(Epoch& e) {
   summary.train_loss = t.finite_losses > 0 ? t.loss_sum / static_cast<double>(t.finite_losses) : 0;
   summary.train_accuracy = t.counted > 0 ? static_cast<double>(t.correct) / static_cast<double>(t.counted) : 0;
   summary.updates = e.sums.updates();
+  summary.global_step = global_step_;
   summary.rollbacks = e.rollbacks;
   // Handed-out batches differ in number between ranks: their sum; fixed shards are equal.
   summary.samples = caps_.dispenser ? t.samples : e.sums.samples() * strategy_->data_shard().count;

@@ -2,7 +2,6 @@
 // (trainer_epoch.cpp) and the guard (trainer_guard.cpp).
 #pragma once
 
-#include "dtrain/train/progress.h"
 #include "dtrain/train/trainer.h"
 #include "train/epoch_sums.h"
 
@@ -14,11 +13,10 @@ struct Trainer::Epoch {
   optim::Optimizer& optimizer;
   const optim::LrSchedule* schedule;
   std::int64_t updates = 0;  // per epoch (of all ranks where batches are handed out)
-  std::int64_t done = 0;     // this rank's updates so far this epoch
   // On the CPU reading a step's loss costs nothing, so divergence stops the very step; on a
-  // GPU the sums are read only when the progress line is due and at the end.
+  // GPU the loss is read only when an observer wants it (TrainObserver::wants_loss) and at
+  // the end.
   bool read_each_step = true;
-  Progress progress;
   EpochSums sums;
   // Evaluation points split the epoch into `parts` stretches of `span` updates each.
   int parts = 1;
@@ -26,8 +24,7 @@ struct Trainer::Epoch {
   bool stop = false;           // an evaluation inside the epoch reached the target
   double evaluating_s = 0;     // evaluations inside the epoch: not training time
   dist::EpochReport report{};  // the strategy's, for the epoch so far
-  double shown_loss = 0;
-  int rollbacks = 0;  // by the guard, this epoch
+  int rollbacks = 0;           // by the guard, this epoch
 };
 
 }  // namespace dtrain::train

@@ -2,7 +2,6 @@
 // evaluations inside an epoch.
 #include "dtrain/train/trainer.h"
 
-#include "dtrain/train/tensorboard.h"
 #include "train/rank_sums.h"
 
 #include <fmt/format.h>
@@ -70,25 +69,20 @@ bool Trainer::evaluate_inside(int epoch, double fraction) {
   const EvalResult e = evaluate();
   const bool reached = options_.target_accuracy > 0 && e.accuracy() >= options_.target_accuracy;
   if (reached) early_evaluation_ = e;
-  if (!strategy_->reports()) return reached;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - fit_start_).count();
-  if (options_.verbose) {
+  if (strategy_->reports() && options_.verbose) {
     fmt::print(options_.out,
                "epoch {}/{} at {:.0f}%: test loss {:.4f}, test accuracy {:.2f}%, {:.1f} s since the start\n", epoch,
                options_.epochs, 100 * fraction, e.loss(), 100 * e.accuracy(), seconds);
     std::fflush(options_.out);
   }
-  if (tensorboard_) {
-    tensorboard_->add_scalar("evaluation/test_loss", e.loss(), global_step_);
-    tensorboard_->add_scalar("evaluation/test_accuracy", e.accuracy(), global_step_);
-  }
-  if (metrics_) {
-    metrics_->write("evaluation", {{"epoch", epoch - 1 + fraction},
-                                   {"step", static_cast<double>(global_step_)},
-                                   {"test_loss", e.loss()},
-                                   {"test_accuracy", e.accuracy()},
-                                   {"seconds", seconds}});
-  }
+  const EvalEvent inside{.epoch = epoch,
+                         .fraction = fraction,
+                         .closes_epoch = false,
+                         .global_step = global_step_,
+                         .seconds = seconds,
+                         .result = e};
+  notify([&](TrainObserver& o) { o.on_evaluation(inside); });
   return reached;
 }
 

@@ -133,13 +133,14 @@ bool Trainer::guard_update(Epoch& e, const dist::StepStats& stats, std::int64_t 
         "step {}: {}; training goes on (the guard rolls back on a non-finite loss "
         "or a spike only)",
         global_step_, c.report);
-    guard_say(e, text);
-    if (metrics_) {
-      metrics_->write("divergence", {{"step", static_cast<double>(global_step_)},
-                                     {"loss", c.loss},
-                                     {"running_median", g.watch.median()},
-                                     {c.report_kind[0] == 's' ? "stalled" : "growing", 1}});
-    }
+    guard_say(text);
+    const GuardEvent warning{.kind = GuardEvent::Kind::Warning,
+                             .global_step = global_step_,
+                             .text = text,
+                             .loss = c.loss,
+                             .running_median = g.watch.median(),
+                             .trouble = c.report_kind[0] == 's' ? "stalled" : "growing"};
+    notify([&](TrainObserver& o) { o.on_guard(warning); });
   }
   if (c.trouble == LossTrouble::None) {
     // The waiting snapshot was taken before this update: a healthy loss from it makes it good.
@@ -178,9 +179,10 @@ void Trainer::guard_rollback(Epoch& e, const LossCheck& c, const std::string& wh
     g.remote_waiting = -1;
     if (!restored && !g.lockstep) {
       // Another worker's rollback came first; this worker took its values.
-      guard_say(e, fmt::format("step {}: {}; another worker's rollback had already returned the servers to an "
-                               "earlier copy: this worker goes on from it",
-                               global_step_, what));
+      guard_say(
+          fmt::format("step {}: {}; another worker's rollback had already returned the servers to an "
+                      "earlier copy: this worker goes on from it",
+                      global_step_, what));
       g.forget_trouble(e.sums);
       return;
     }
@@ -207,31 +209,32 @@ void Trainer::guard_rollback(Epoch& e, const LossCheck& c, const std::string& wh
   if (g.options.cooldown > 0 && g.options.lr_factor < 1) g.cooldown_until = global_step_ + g.options.cooldown;
   undone = std::clamp<std::int64_t>(undone, 0, global_step_);
   const std::int64_t first = global_step_ - undone + 1;
-  guard_say(
-      e, fmt::format("step {}: {}; rolled back to {}: {}{} (rollback {} of at most {})", global_step_, what, where,
-                     undone == 0 ? std::string("none of this rank's updates undone")
-                                 : fmt::format("{} update(s) undone, the batches of steps {}-{} skipped", undone, first,
-                                               global_step_),
-                     g.cooldown_until > global_step_ ? fmt::format(", the next {} updates at {:g}x the learning rate",
-                                                                   g.options.cooldown, g.options.lr_factor)
-                                                     : "",
-                     g.rollbacks, g.options.max_rollbacks));
-  if (metrics_) {
-    metrics_->write("rollback", {{"step", static_cast<double>(global_step_)},
-                                 {"loss", c.loss},
-                                 {"running_median", c.median},
-                                 {trouble_name(c.trouble), 1},
-                                 {"restored_step", static_cast<double>(to)},
-                                 {"skipped_from", static_cast<double>(first)},
-                                 {"skipped_to", static_cast<double>(global_step_)},
-                                 {"rollbacks", g.rollbacks}});
-  }
+  const std::string text = fmt::format(
+      "step {}: {}; rolled back to {}: {}{} (rollback {} of at most {})", global_step_, what, where,
+      undone == 0 ? std::string("none of this rank's updates undone")
+                  : fmt::format("{} update(s) undone, the batches of steps {}-{} skipped", undone, first, global_step_),
+      g.cooldown_until > global_step_
+          ? fmt::format(", the next {} updates at {:g}x the learning rate", g.options.cooldown, g.options.lr_factor)
+          : "",
+      g.rollbacks, g.options.max_rollbacks);
+  guard_say(text);
+  const GuardEvent rollback{.kind = GuardEvent::Kind::Rollback,
+                            .global_step = global_step_,
+                            .text = text,
+                            .loss = c.loss,
+                            .running_median = c.median,
+                            .trouble = trouble_name(c.trouble),
+                            .restored_step = to,
+                            .skipped_from = first,
+                            .skipped_to = global_step_,
+                            .rollbacks = g.rollbacks};
+  notify([&](TrainObserver& o) { o.on_guard(rollback); });
 }
 
-void Trainer::guard_say(Epoch& e, const std::string& text) {
+void Trainer::guard_say(const std::string& text) {
   if (strategy_->reports()) {
     if (!options_.verbose) return;
-    e.progress.finish();
+    notify([](TrainObserver& o) { o.on_pause(); });  // a progress line ends before this one
     fmt::print(options_.out, "{}\n", text);
     std::fflush(options_.out);
   } else if (!guard_->lockstep) {

@@ -1,7 +1,5 @@
-// The Trainer's report of an epoch on the reporting rank: the epoch line, and the same
-// figures as metrics-file records and TensorBoard scalars.
-#include "dtrain/train/metrics_log.h"
-#include "dtrain/train/tensorboard.h"
+// The Trainer's report on the reporting rank: each epoch's line (the same figures go to the
+// metrics file and TensorBoard through their observers), and where the time went.
 #include "dtrain/train/trainer.h"
 
 #include <fmt/format.h>
@@ -39,7 +37,7 @@ void Trainer::report(const EpochSummary& s) const {
     if (s.loader_wait_s >= 0.05) notes += fmt::format(", waited {:.1f} s for data", s.loader_wait_s);
     if (train_config_.scaler && s.nonfinite_updates > 0) {
       notes += fmt::format(", {} update(s) skipped for inf/NaN (loss scale {:g})", s.nonfinite_updates,
-                           scaler_.scale_value());
+                           s.loss_scale.value_or(0));
     }
     const std::string train =
         metrics_fns_.empty()
@@ -49,37 +47,24 @@ void Trainer::report(const EpochSummary& s) const {
                options_.epochs, s.train_loss, train, test, s.samples_per_s, s.seconds, notes);
     std::fflush(options_.out);
   }
-  if (!metrics_ && !tensorboard_) return;
-  // The global step is TensorBoard's x-axis: in the metrics file it ties each line to its scalars.
-  std::vector<std::pair<std::string, double>> values{
-      {"epoch", s.epoch}, {"step", static_cast<double>(global_step_)}, {"train_loss", s.train_loss}};
-  if (!metrics_fns_.empty()) values.emplace_back("train_" + metrics_fns_.front().name, s.train_accuracy);
-  if (test_loader_) {
-    values.insert(values.end(), {{"test_loss", s.test_loss}, {"test_samples", static_cast<double>(s.test_samples)}});
+}
+
+void Trainer::report_time(const std::vector<EpochSummary>& epochs) const {
+  if (!strategy_->reports() || !options_.verbose || epochs.empty()) return;
+  const auto cell = [](double part, double whole) {
+    return fmt::format("{:8.2f} {:>6}", part, whole > 0 ? fmt::format("{:.1f}%", 100 * part / whole) : "-");
+  };
+  fmt::print(options_.out, "where the training time went on rank {} (seconds, share of the epoch):\n",
+             strategy_->rank());
+  fmt::print(options_.out, "{:>5} {:>9}  {:>15}  {:>15}  {:>15}  {:>15}\n", "epoch", "training", "compute",
+             "exposed comm", "data wait", "other");
+  for (const EpochSummary& e : epochs) {
+    const double comm = e.time[trace::Phase::Communication], data = e.time[trace::Phase::Data];
+    const double other = std::max(0.0, e.seconds - e.time.compute() - comm - data);
+    fmt::print(options_.out, "{:>5} {:>9.2f}  {}  {}  {}  {}\n", e.epoch, e.seconds, cell(e.time.compute(), e.seconds),
+               cell(comm, e.seconds), cell(data, e.seconds), cell(other, e.seconds));
   }
-  for (const auto& [name, value] : s.test_metrics) values.emplace_back("test_" + name, value);
-  values.insert(values.end(), {{"bad_samples_skipped", static_cast<double>(s.bad_samples_skipped)},
-                               {"loader_wait_s", s.loader_wait_s}});
-  values.insert(values.end(), {{"samples_per_s", s.samples_per_s}, {"seconds", s.seconds}});
-  values.insert(values.end(), {{"compute_s", s.time.compute()},
-                               {"exposed_comm_s", s.time[trace::Phase::Communication]},
-                               {"data_wait_s", s.time[trace::Phase::Data]},
-                               {"exposed_comm_share", s.exposed_comm_share()}});
-  if (s.rollbacks > 0) values.emplace_back("rollbacks", s.rollbacks);
-  if (s.replica_divergence) values.emplace_back("replica_max_diff", *s.replica_divergence);
-  if (train_config_.scaler) {
-    values.insert(values.end(), {{"skipped_updates", static_cast<double>(s.nonfinite_updates)},
-                                 {"loss_scale", scaler_.scale_value()}});
-  }
-  values.insert(values.end(), s.strategy_report.values.begin(), s.strategy_report.values.end());
-  if (tensorboard_) {
-    // At the epoch's last update, so that they line up with the step scalars.
-    for (const auto& [name, value] : values) {
-      if (name != "epoch" && name != "step") tensorboard_->add_scalar("epoch/" + name, value, global_step_);
-    }
-    tensorboard_->flush();
-  }
-  if (metrics_) metrics_->write("epoch", values, s.strategy_report.series);
+  std::fflush(options_.out);
 }
 
 }  // namespace dtrain::train

@@ -1,9 +1,11 @@
 // Trainer: the one training loop, for every distribution strategy. It owns what every
 // trainer program needs: this rank's data loaders (its strategy's shard of each dataset),
 // the epoch loop, the learning rate per global update, gradient accumulation, clipping,
-// mixed precision and the loss scaler, sharded evaluation, progress, JSON-lines metrics,
-// target accuracy, and callbacks at step and epoch boundaries (where checkpoints and
-// TensorBoard hook in). How a step is distributed is the strategy's business.
+// mixed precision and the loss scaler, sharded evaluation, target accuracy, the guard and
+// checkpoints. What it does besides (progress, JSON-lines metrics, TensorBoard, the
+// timeline, fault injection, a program's callbacks) are observers of the run
+// (train/observer.h), which it registers from its options. How a step is distributed is
+// the strategy's business.
 //
 //   auto strategy = dist::make_strategy("", dist::world(), device);  // strategy_factory.h
 //   auto model = strategy->prepare(nn::lenet_cnn());
@@ -14,9 +16,10 @@
 //   train::FitResult r = trainer.fit(sgd, &schedule);
 //
 // Step statistics (loss, correct count) are accumulated on the model's device; on a GPU
-// they are read only when the progress line is due and at the end of an epoch, so the loop
-// adds no wait of its own between steps besides the guard's check every 10 updates (and,
-// where configured, the loss scaler's inf/NaN check and clipping's norm).
+// they are read only when an observer asks (the progress line, when it is due) and at the
+// end of an epoch, so the loop adds no wait of its own between steps besides the guard's
+// check every 10 updates (and, where configured, the loss scaler's inf/NaN check and
+// clipping's norm).
 //
 // Divergence (a non-finite loss, a spike) is the guard's (train/guard.h): the ranks that
 // step together agree on it at every check and roll back together, or all stop with the
@@ -34,6 +37,7 @@
 #include "dtrain/train/checkpointer.h"
 #include "dtrain/train/guard.h"
 #include "dtrain/train/metrics_log.h"
+#include "dtrain/train/observer.h"
 #include "dtrain/train/progress.h"
 
 #include <chrono>
@@ -48,7 +52,6 @@
 
 namespace dtrain::train {
 
-class TensorBoardWriter;
 struct UpdateBatches;
 struct LossCheck;
 
@@ -128,70 +131,6 @@ struct TrainerOptions {
   GuardOptions guard = {};
 };
 
-// What one epoch did, as the reporting rank prints it.
-struct EpochSummary {
-  int epoch = 0;              // 1-based
-  double train_loss = 0;      // mean over every rank's updates with a finite loss
-  double train_accuracy = 0;  // over every rank's training samples
-  // Updates whose loss was inf or NaN, summed over the ranks: with a loss scaler, steps it
-  // skipped (mixed precision overflow); without one the Trainer stops as diverged.
-  std::int64_t nonfinite_updates = 0;
-  // Rollbacks this epoch (train/guard.h): on every rank that steps with the others, or this
-  // worker's where ranks do not (asynchronous parameter servers).
-  int rollbacks = 0;
-  double test_loss = 0;           // over the whole test set (all shards)
-  double test_accuracy = 0;       // by the first metric
-  std::int64_t test_samples = 0;  // evaluated, over every shard: the whole test set, after a lost worker too
-  // Every metric's fraction, by name ("accuracy", "top5_accuracy", ...).
-  std::vector<std::pair<std::string, double>> test_metrics = {};
-  std::int64_t samples = 0;  // over all ranks (a DistributedSampler's padding included)
-  std::int64_t updates = 0;  // this rank's
-  double samples_per_s = 0;  // over all shards
-  double seconds = 0;
-  std::optional<double> replica_divergence = std::nullopt;
-  // Training samples the dataset left out as unreadable this epoch, over all ranks.
-  std::int64_t bad_samples_skipped = 0;
-  // Seconds the reporting rank's training step waited for its data loader this epoch: near
-  // zero when the loader keeps ahead.
-  double loader_wait_s = 0;
-  dist::EpochReport strategy_report = {};  // the strategy's epoch hooks' (e.g. staleness)
-  // Where the reporting rank's training seconds went (core/trace.h): compute (forward,
-  // backward, optimizer), exposed communication (waiting for messages that the step needs)
-  // and data wait; the rest of `seconds` is the loop's own work.
-  trace::PhaseTotals time = {};
-  double exposed_comm_share() const { return seconds > 0 ? time[trace::Phase::Communication] / seconds : 0; }
-};
-
-struct FitResult {
-  std::vector<EpochSummary> epochs;
-  double test_accuracy = 0;  // after the last epoch run (none left to train: the restored model's)
-  bool reached_target = false;
-  double seconds = 0;  // from the first step to the end of the last evaluation
-};
-
-// At the end of each optimizer update. `stats` is on the device (reading it waits) and
-// valid only during the callback.
-struct StepEvent {
-  int epoch = 0;                 // 1-based
-  std::int64_t step = 0;         // update within the epoch, 1-based
-  std::int64_t global_step = 0;  // updates since the start, 1-based
-  double lr = 0;
-  const dist::StepStats* stats = nullptr;
-};
-
-// Sums (not means) over every shard.
-struct EvalResult {
-  double loss_sum = 0;
-  std::vector<std::int64_t> counts = {};  // per metric (TrainerOptions::eval_metrics)
-  std::int64_t samples = 0;
-  double loss() const { return samples ? loss_sum / static_cast<double>(samples) : 0; }
-  // Metric `m`'s fraction of the samples (0 without that metric).
-  double fraction(std::size_t m) const {
-    return samples && m < counts.size() ? static_cast<double>(counts[m]) / static_cast<double>(samples) : 0;
-  }
-  double accuracy() const { return fraction(0); }
-};
-
 class Trainer {
  public:
   // The strategy must have prepared its model. Builds this rank's loaders; throws when the
@@ -205,6 +144,10 @@ class Trainer {
   std::int64_t updates_per_epoch() const;
   std::int64_t micro_batch_size() const { return micro_batch_; }  // per rank
 
+  // Observers (train/observer.h) are called in the order they were added, after the
+  // Trainer's own (progress, metrics file, TensorBoard, timeline: from the options).
+  void add_observer(std::shared_ptr<TrainObserver> observer);
+  // A function called at each update's end, or each epoch's end (an observer of that hook).
   void on_step_end(std::function<void(const StepEvent&)> callback);
   void on_epoch_end(std::function<void(const EpochSummary&)> callback);
 
@@ -232,8 +175,12 @@ class Trainer {
   void make_loaders();
   // The test set's share of `shard` (again when the strategy's shard changes).
   void make_test_loader(const dist::Strategy::Shard& shard);
-  void make_outputs();  // metrics file, TensorBoard, timeline probe, checkpointer
+  // The Trainer's own observers from the options (metrics file, TensorBoard, progress,
+  // timeline, fault injection), and the checkpointer.
+  void make_outputs();
   void make_step_configs();
+  // fit() on a training rank (fit() tells the observers when it throws).
+  FitResult train(optim::Optimizer& optimizer, const optim::LrSchedule* schedule);
   // An epoch's training steps, with evaluations inside it as configured; stops early when
   // one of those reaches the target (its result in early_evaluation_).
   EpochSummary train_epoch(optim::Optimizer& optimizer, const optim::LrSchedule* schedule, int epoch);
@@ -251,9 +198,14 @@ class Trainer {
   // A checkpoint at `position` (its epoch, its step_in_epoch), with this rank's epoch sums.
   void save_checkpoint(const optim::Optimizer& optimizer, int epoch, std::int64_t step_in_epoch,
                        const std::vector<double>& epoch_sums);
-  // An evaluation inside epoch `epoch` after `fraction` of it: printed, written, and whether
+  // An evaluation inside epoch `epoch` after `fraction` of it: printed, observed, and whether
   // it reached the target accuracy.
   bool evaluate_inside(int epoch, double fraction);
+  // `hook` of every observer, in order.
+  template <typename Hook>
+  void notify(Hook&& hook) {
+    for (const std::shared_ptr<TrainObserver>& o : observers_) hook(*o);
+  }
   // The guard (trainer_guard.cpp; train/guard.h). make_guard: after the step configs.
   void make_guard();
   // Whether update `step` of the epoch is checked: every check_every updates, and the
@@ -272,15 +224,11 @@ class Trainer {
   void guard_snapshot(optim::Optimizer& optimizer, int epoch, std::int64_t step_in_epoch);
   // `window`: the updates since the previous check, whose losses this check covered.
   void guard_rollback(Epoch& e, const LossCheck& check, const std::string& what, std::int64_t window);
-  void guard_say(Epoch& e, const std::string& text);
+  void guard_say(const std::string& text);
+  // The epoch's line on the reporting rank (its records are the observers').
   void report(const EpochSummary& summary) const;
   // The per-epoch breakdown of where the time went, after the last epoch.
   void report_time(const std::vector<EpochSummary>& epochs) const;
-  // The timeline (options.trace): recording starts before update first_step and stops
-  // after last_step; the ranks' events are gathered (a collective over the training
-  // ranks) at the end of the epoch in which it stopped, and the reporting rank writes them.
-  void trace_after_update();
-  void write_trace();
 
   std::shared_ptr<dist::Strategy> strategy_;
   dist::Capabilities caps_;  // the strategy's
@@ -289,21 +237,17 @@ class Trainer {
   std::vector<Metric> metrics_fns_;  // options.eval_metrics or the defaults
   std::int64_t micro_batch_ = 0;
   std::unique_ptr<data::DataLoader> train_loader_, test_loader_;
-  dist::Strategy::Shard test_shard_;     // the one test_loader_ reads
-  std::unique_ptr<MetricsLog> metrics_;  // on the reporting rank, when options.metrics is set
+  dist::Strategy::Shard test_shard_;  // the one test_loader_ reads
   optim::LossScaler scaler_;
   dist::StepConfig train_config_, eval_config_;
-  std::vector<std::function<void(const StepEvent&)>> step_callbacks_;
-  std::vector<std::function<void(const EpochSummary&)>> epoch_callbacks_;
+  // The Trainer's own, then the program's, then `trailing_` of the Trainer's that stay last.
+  std::vector<std::shared_ptr<TrainObserver>> observers_;
+  std::size_t trailing_ = 0;
   std::int64_t global_step_ = 0;
   std::chrono::steady_clock::time_point fit_start_;
   std::optional<EvalResult> early_evaluation_;
   std::unique_ptr<Checkpointer> checkpointer_;
-  std::unique_ptr<TensorBoardWriter> tensorboard_;  // on the reporting rank, when asked for
   std::unique_ptr<Guard> guard_;
-  bool trace_pending_ = false;  // recorded, not yet written
-  bool trace_written_ = false;
-  std::chrono::steady_clock::time_point trace_started_;
   // Where the first epoch trained by fit() starts, after a resume: its first update, and
   // this rank's epoch sums so far (EpochSums::values order).
   std::int64_t resume_step_ = 0;
