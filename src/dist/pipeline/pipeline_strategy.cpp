@@ -322,7 +322,8 @@ std::shared_ptr<nn::Module> PipelineStrategy::build_stage(std::map<int, nn::Modu
                                                              .data_parallel = options_.data_parallel.data_parallel,
                                                              .unit_bytes = options_.unit_bytes,
                                                              .wire = options_.wire,
-                                                             .release_after_passes = true});
+                                                             .release_after_passes = true,
+                                                             .codec = options_.codec});
   }
   // The chunks, from the stage's children (after any SyncBatchNorm conversion replaced
   // some), in order: a rank's chunks hold ever later layers.
@@ -476,6 +477,7 @@ CheckpointPlan PipelineStrategy::checkpoint_plan() const {
     plan.saves_model = replica_ == 0 || (writes && sync_->gatherer() != nullptr);
     sync_->share_parameters_through(plan, replica_ == 0);
     sync_->shards()->share_through(plan);
+    sync_->share_exchange_state_through(plan);
   } else if (sync_) {
     // The replicas' gradient exchange may keep state of each rank's own (PowerSGD).
     plan.rank_state = [ddp = &sync_->data_parallel()] { return ddp->exchange_state(); };

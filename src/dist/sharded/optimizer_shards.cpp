@@ -8,9 +8,10 @@
 namespace dtrain::dist {
 
 GradientExchangeFactory reduce_scatter_factory(Device device, ReduceScatterExchange** made, CommunicatorPtr across,
-                                               DType wire) {
-  return [device, made, across = std::move(across), wire](const CommunicatorPtr& replicas) {
-    auto exchange = std::make_unique<ReduceScatterExchange>(replicas, device, across, wire);
+                                               DType wire, std::string codec) {
+  return [device, made, across = std::move(across), wire, codec = std::move(codec)](const CommunicatorPtr& replicas) {
+    auto exchange = std::make_unique<ReduceScatterExchange>(
+        replicas, device, across, wire, codec.empty() ? nullptr : make_gradient_exchange(codec, replicas));
     *made = exchange.get();
     return exchange;
   };

@@ -21,10 +21,12 @@
 namespace dtrain::dist {
 
 // A DataParallelOptions::exchange_factory making the ReduceScatterExchange (over the
-// replicas DataParallel hands it, averaged `across` and moved as `wire` as that constructor
-// says), and pointing *made at it (owned by the reducer).
+// replicas DataParallel hands it, averaged `across` and moved as `wire`, or through the
+// registry's exchange `codec` ("powersgd:4"; empty: none), as that constructor says), and
+// pointing *made at it (owned by the reducer).
 GradientExchangeFactory reduce_scatter_factory(Device device, ReduceScatterExchange** made,
-                                               CommunicatorPtr across = nullptr, DType wire = DType::f32);
+                                               CommunicatorPtr across = nullptr, DType wire = DType::f32,
+                                               std::string codec = {});
 
 // Moves each of the exchange's buckets of `module`'s parameters into one flat buffer on
 // `device`, padded to a multiple of the ranks (the parameters become views of it), so that

@@ -4,6 +4,12 @@
 // data parallelism's all-reduce does. The chunks live here, one per bucket, for the
 // optimizer's slices to read as their gradients; a bucket whose length is not a multiple of
 // the ranks goes through a padded copy, which lives until the exchange's work is waited on.
+//
+// Gradient exchange is a codec times a collective: the 16-bit codecs (`wire`) ride on the
+// reduce-scatter itself; a codec that must see whole gradients (PowerSGD: its low-rank
+// factors and its error feedback are per matrix) runs as the registry's all-reduce exchange
+// of the bucket, after which each rank keeps its chunk of the averaged bucket. That needs
+// every rank to hold its whole gradient buckets until their exchange, as ZeRO 1 and 2 do.
 #pragma once
 
 #include "dist/sharded/shard_layout.h"
@@ -20,11 +26,16 @@ class ReduceScatterExchange final : public GradientExchange {
   // after its reduce-scatter (when the work is waited on); null for none. `wire` f16 or
   // bf16: an f32 bucket is divided by the ranks, cast, reduce-scattered as a sum in 16 bits
   // and its chunk cast back when the work is waited on (half the bytes); f32: as it is.
+  // `codec`: an all-reduce exchange (make_gradient_exchange) run instead of the
+  // reduce-scatter, or null; not with a 16-bit `wire`.
   ReduceScatterExchange(CommunicatorPtr replicas, Device device, CommunicatorPtr across = nullptr,
-                        DType wire = DType::f32);
-  std::string name() const override { return "reduce_scatter"; }
+                        DType wire = DType::f32, GradientExchangePtr codec = nullptr);
+  std::string name() const override { return codec_ ? codec_->name() + "+reduce_scatter" : "reduce_scatter"; }
   void plan(const std::vector<BucketLayout>& buckets) override;
   WorkPtr start(std::size_t index, Tensor& buffer) override;
+  // The codec's own state (PowerSGD's error feedback and warm start), per rank.
+  std::vector<std::pair<std::string, Tensor>> state() const override;
+  void load_state(const std::vector<std::pair<std::string, Tensor>>& state) override;
 
   const std::vector<BucketLayout>& buckets() const { return layouts_; }
   const BucketShard& shard(std::size_t bucket) const { return shards_.at(bucket); }
@@ -36,6 +47,7 @@ class ReduceScatterExchange final : public GradientExchange {
   Device device_;
   CommunicatorPtr across_;
   DType wire_;
+  GradientExchangePtr codec_;
   std::vector<BucketLayout> layouts_;
   std::vector<BucketShard> shards_;
   std::vector<Tensor> chunks_;

@@ -29,7 +29,11 @@ ReplicaSync::ReplicaSync(std::shared_ptr<nn::Module> module, CommunicatorPtr sha
     }
     DTRAIN_CHECK(!replicate || device.is_cpu() || replicate->backend() == "nccl",
                  "replica sync: the replicate group of a CUDA model must take its tensors (the mesh's tensor_group)");
-    o.exchange_factory = reduce_scatter_factory(device, &exchange_, replicate, options_.wire);
+    DTRAIN_CHECK(options_.codec.empty() || options_.zero <= 2,
+                 "replica sync: zero=3 keeps no whole gradients for {} to compress (its factors and error feedback "
+                 "are per whole matrix); it runs with zero=1 or 2",
+                 options_.codec);
+    o.exchange_factory = reduce_scatter_factory(device, &exchange_, replicate, options_.wire, options_.codec);
   }
   ddp_ = std::make_unique<DataParallel>(module, shard, o);
   if (replicate) {
@@ -85,6 +89,14 @@ void ReplicaSync::finish() {
 
 optim::Optimizer& ReplicaSync::stepped_optimizer(optim::Optimizer& given) {
   return shards_ ? shards_->optimizer(given) : given;
+}
+
+void ReplicaSync::share_exchange_state_through(CheckpointPlan& plan) {
+  if (options_.codec.empty()) return;
+  plan.rank_state = [ddp = ddp_.get()] { return ddp->exchange_state(); };
+  plan.load_rank_state = [ddp = ddp_.get()](const std::vector<std::pair<std::string, Tensor>>& state) {
+    ddp->load_exchange_state(state);
+  };
 }
 
 void ReplicaSync::end_pass() {

@@ -35,6 +35,10 @@ struct ReplicaSyncOptions {
   // Zero 3 under a pipeline: the parameters are freed after each pass (end_pass), not when
   // their gradients are in (LayerGatherer::release_on_gradients).
   bool release_after_passes = false;
+  // Zero 1 and 2: an exchange of the registry (gradient_exchange.h: "powersgd:R[:W]") that
+  // averages each whole bucket instead of the reduce-scatter, each rank keeping its chunk
+  // (ReduceScatterExchange); empty: none. Zero 3 holds no whole gradients: refused.
+  std::string codec = {};
 };
 
 class ReplicaSync {
@@ -73,6 +77,9 @@ class ReplicaSync {
   // one rank of the group that writes them) and loads whole tensors back into the chunks.
   // Below zero 3 the module's own state is whole on every rank: nothing changes.
   void share_parameters_through(CheckpointPlan& plan, bool buffers);
+  // With a codec that keeps state of this rank's own (PowerSGD's error feedback): `plan`
+  // saves it with each checkpoint and takes it back on the same layout.
+  void share_exchange_state_through(CheckpointPlan& plan);
 
  private:
   ReplicaSyncOptions options_;

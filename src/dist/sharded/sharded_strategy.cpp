@@ -65,7 +65,8 @@ std::shared_ptr<nn::Module> ShardedDataParallelStrategy::prepare(std::shared_ptr
   DTRAIN_CHECK(model != nullptr, "sharded data parallel: prepare() needs a model");
   DTRAIN_CHECK(sync_ == nullptr, "sharded data parallel: prepare() was already called");
   model->to(device_);
-  ReplicaSyncOptions o{.zero = options_.stage, .unit_bytes = options_.unit_bytes, .wire = options_.wire};
+  ReplicaSyncOptions o{
+      .zero = options_.stage, .unit_bytes = options_.unit_bytes, .wire = options_.wire, .codec = options_.codec};
   o.data_parallel.bucket_bytes = options_.bucket_bytes;
   o.data_parallel.overlap = options_.overlap;
   sync_ = std::make_unique<ReplicaSync>(model, shard_comm_,
@@ -143,6 +144,7 @@ CheckpointPlan ShardedDataParallelStrategy::checkpoint_plan() const {
   plan.saves_model = rank == 0 || stage3;  // the replicas' parameters are identical, or each rank holds its own
   // Stage 3: each rank's chunks of the parameters as element ranges; rank 0 adds the buffers.
   sync().share_parameters_through(plan, rank == 0);
+  sync().share_exchange_state_through(plan);
   // Each rank's chunks of the optimizer state, as element ranges of whole parameters.
   sync().shards()->share_through(plan);
   return plan;

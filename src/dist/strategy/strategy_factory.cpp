@@ -3,6 +3,7 @@
 #include "dtrain/core/error.h"
 #include "dtrain/dist/strategy/parallel_dims.h"
 #include "dtrain/dist/data_parallel/data_parallel_strategy.h"
+#include "dtrain/dist/data_parallel/gradient_exchange.h"
 #include "dtrain/dist/pipeline/pipeline_strategy.h"
 #include "dtrain/dist/ps/ps_strategy.h"
 #include "dtrain/dist/sharded/sharded_strategy.h"
@@ -126,6 +127,26 @@ ParallelDims dims_of(StrategySpec& spec, const CommunicatorPtr& world) {
   return parse_parallel_dims(spec, world->size(), [&] { return ranks_per_host(*world); });
 }
 
+// Gradient exchange under ZeRO is a codec times the reduce-scatter: fp16 and bf16 travel as
+// 16-bit shares of the reduce-scatter itself (`wire`); any other kind of the registry
+// (PowerSGD) averages the whole bucket, each rank keeping its chunk (`codec`), which needs
+// the whole gradients that stages 1 and 2 hold. Refused when parsed, naming the keys.
+void sharded_codec(StrategySpec& spec, const std::string& exchange, int zero, DType& wire, std::string& codec) {
+  if (exchange == "fp16" || exchange == "bf16") {
+    wire = exchange == "fp16" ? DType::f16 : DType::bf16;
+    return;
+  }
+  // Built once over this process alone, which parses the kind and its options (naming the
+  // known kinds) before any communication.
+  const GradientExchangePtr probe = make_gradient_exchange(exchange, single_process_communicator());
+  const std::string kind = exchange.substr(0, exchange.find(':'));
+  DTRAIN_CHECK(zero <= 2,
+               "strategy spec '{}': exchange={} with zero={}: it compresses whole gradient matrices, which zero=3 "
+               "never holds; give zero=1 or 2 (or fp16/bf16 shares)",
+               spec.text(), exchange, zero);
+  if (kind != "all_reduce") codec = exchange;
+}
+
 // ZeRO-3's gather units, which are its gradient buckets too: sized by gather_mb (0: a unit
 // per layer), and bucket_mb refused; below stage 3, gather_mb refused.
 std::size_t gather_unit_bytes(StrategySpec& spec, int zero) {
@@ -184,9 +205,9 @@ std::shared_ptr<Strategy> make_pipeline(StrategySpec& spec, const CommunicatorPt
   if (o.zero == 3) o.unit_bytes = units;
   o.data_parallel = data_parallel_options(spec);
   std::string& exchange = o.data_parallel.data_parallel.gradient_exchange;
-  if (o.zero > 0 && (exchange == "fp16" || exchange == "bf16")) {
-    o.wire = exchange == "fp16" ? DType::f16 : DType::bf16;  // the reduce-scatter's 16-bit shares
-    exchange = "all_reduce";
+  if (o.zero > 0 && exchange != "all_reduce") {
+    sharded_codec(spec, exchange, o.zero, o.wire, o.codec);
+    exchange = "all_reduce";  // the replicas' exchange is the reduce-scatter with that codec
   }
   return std::make_shared<PipelineStrategy>(dims.mesh(world), device, std::move(o));
 }
@@ -230,11 +251,7 @@ std::shared_ptr<Strategy> make_sharded_data_parallel(StrategySpec& spec, const C
   else o.bucket_bytes = static_cast<std::size_t>(spec.number("bucket_mb", 4.0) * (1 << 20));
   o.overlap = spec.flag("overlap", true);
   const std::string exchange = spec.text_of("exchange").value_or("none");
-  DTRAIN_CHECK(exchange == "none" || exchange == "fp16" || exchange == "bf16",
-               "strategy spec '{}': zero= reduce-scatters its buckets and takes exchange=fp16 or bf16 (16-bit "
-               "shares), got exchange={} (PowerSGD needs whole gradients: use dp)",
-               spec.text(), exchange);
-  if (exchange != "none") o.wire = exchange == "fp16" ? DType::f16 : DType::bf16;
+  if (exchange != "none") sharded_codec(spec, exchange, o.stage, o.wire, o.codec);
   return std::make_shared<ShardedDataParallelStrategy>(dims.mesh(world), device, o);
 }
 

@@ -90,6 +90,9 @@ struct PipelineOptions {
   int zero = 0;
   DType wire = DType::f32;            // zero >= 1: f16 or bf16 shares
   std::size_t unit_bytes = 4u << 20;  // zero 3: the gather units' least size (0: one per layer)
+  // zero 1 and 2: a gradient exchange of the registry that averages whole buckets
+  // ("powersgd:R[:W]"), each replica keeping its chunk; empty: the reduce-scatter.
+  std::string codec = {};
 };
 
 class PipelineStrategy final : public Strategy {

@@ -85,6 +85,11 @@ struct ShardedDataParallelOptions {
   // divided by the ranks, cast, summed in 16 bits, the chunk cast back), half the bytes,
   // as data parallelism's fp16/bf16 exchanges (spec `exchange=fp16|bf16`); f32: as it is.
   DType wire = DType::f32;
+  // Stages 1 and 2: a gradient exchange of the registry that averages each whole bucket
+  // instead of the reduce-scatter ("powersgd:R[:W]", spec `exchange=powersgd:R`), each rank
+  // keeping its chunk: PowerSGD needs the whole gradient matrices, which stages 1 and 2 hold
+  // until their exchange; stage 3 refuses it. Empty: the reduce-scatter.
+  std::string codec = {};
 };
 
 class ShardedDataParallelStrategy final : public Strategy {

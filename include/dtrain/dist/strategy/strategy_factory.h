@@ -31,12 +31,13 @@
 // `virtual=V`, `cuts=A:B:...` (layer indices), `balance=params|time`, `recompute` (every
 // stage) or `recompute_stages=A:B:...`, `zero=1|2|3` (each stage's optimizer state, gradients
 // and parameters, sharded over its replicas; `gather_mb=MB` at 3) with `shard=N`/`hybrid`
-// and `exchange=fp16|bf16`, and the dp keys for the replicas.
+// and `exchange=fp16|bf16|powersgd:R[:W]` (PowerSGD at zero=1|2), and the dp keys for the replicas.
 // ps: `ps=S`, `mode=sync|async|ssp:K`, `bucket_mb=MB`, `stale_lr=0|1` and `dc=LAMBDA` (async and
 // ssp: PsOptions::staleness_lr, delay_compensation), `backup=B` (sync: backup_workers),
 // `lost=SECONDS` (async and ssp: lost_after; 0: never; default half of StrategyHints::timeout). zero:
 // `zero=STAGE` (1, 2 or 3), `dp=N`, `bucket_mb=MB` (stages 1 and 2), `gather_mb=MB` (stage 3's
-// gather units; 0: a layer each), `overlap=0|1`, `hybrid` or `shard=N`, `exchange=fp16|bf16`.
+// gather units; 0: a layer each), `overlap=0|1`, `hybrid` or `shard=N`, `exchange=fp16|bf16`
+// (16-bit shares of the reduce-scatter) or `exchange=powersgd:R[:W]` (stages 1 and 2).
 // Later capabilities take keys of their kind (`exchange=` for compression) or a kind of
 // their own, registered below.
 #pragma once
