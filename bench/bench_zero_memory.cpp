@@ -24,7 +24,7 @@
 //   mpirun -np 4 bench_zero_memory --model mlp_50m --batch 256 --spec pp=2,dp=2 --spec pp=2,dp=2,zero=1
 #include "dtrain/dist/strategy/strategy_factory.h"
 #include "dtrain/dist/pipeline/pipeline_strategy.h"
-#include "dtrain/dist/sharded/sharded_strategy.h"
+#include "dtrain/dist/zero/zero_strategy.h"
 #include "dtrain/optim/adam.h"
 #include "dtrain/tensor/memory_stats.h"
 
@@ -78,7 +78,7 @@ Row measure(const Config& c, const std::string& spec, const dist::CommunicatorPt
   const auto [x, y] = bench::synthetic_batch(m, c.batch / replicas, 7 + static_cast<std::uint64_t>(world->rank()));
   const dist::StepConfig config{.loss = [](const Variable& out, const Tensor& t) { return cross_entropy(out, t); }};
   const std::vector<dist::MicroBatch> micro{{x, y}};
-  auto* sharded = dynamic_cast<dist::ShardedDataParallelStrategy*>(strategy.get());
+  auto* sharded = dynamic_cast<dist::ZeroStrategy*>(strategy.get());
   auto* pipeline = dynamic_cast<dist::PipelineStrategy*>(strategy.get());
   int update = 0;
   const auto step = [&] {
@@ -139,8 +139,9 @@ int main(int argc, char** argv) {
   app.add_option("--model", c.model, "a bench model (bench_models.h)")
       ->check(CLI::IsMember(bench::bench_model_names()));
   app.add_option("--batch", c.batch, "global batch, split over the ranks")->check(CLI::PositiveNumber);
-  auto* specs = app.add_option("--specs", c.specs, "strategy specs to compare (dtrain/dist/strategy/strategy_factory.h)")
-                    ->delimiter(',');
+  auto* specs =
+      app.add_option("--specs", c.specs, "strategy specs to compare (dtrain/dist/strategy/strategy_factory.h)")
+          ->delimiter(',');
   std::vector<std::string> whole_specs;
   app.add_option("--spec", whole_specs, "one strategy spec, commas included (repeatable; instead of --specs)")
       ->excludes(specs);

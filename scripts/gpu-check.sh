@@ -677,7 +677,7 @@ NCCL across ranks (DataParallel's all-reduce) and the rank-to-device mapping:
 pipeline point-to-point over NCCL:
     mpiexec -n 2 train_mnist --device cuda --model mlp --hidden 512,512 --parallel pp=2,micro=4 --epochs 1
 reduce_scatter and all_gather over NCCL across ranks (sharded data parallelism, and a pipeline's
-sharded optimizer): the [nccl] cases of test_sharded.cpp and test_pipeline_sharded.cpp in
+sharded optimizer): the [nccl] cases of test_zero.cpp and test_pipeline_sharded.cpp in
     ctest dist.np2_nccl; needs MPI and 2 GPUs
 EOF
 }

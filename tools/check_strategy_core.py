@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 KINDS = re.compile(r"\b(LocalStrategy|DataParallelStrategy|PipelineStrategy|ParameterServerStrategy|"
-                   r"ShardedDataParallelStrategy)\b|dist/(data_parallel|pipeline|ps|sharded)/")
+                   r"ZeroStrategy)\b|dist/(data_parallel|pipeline|ps|sharded)/")
 
 
 def strategy_class(header):

@@ -95,7 +95,7 @@
 #include "dtrain/dist/pipeline/pipeline_schedule.h"
 #include "dtrain/dist/pipeline/pipeline_strategy.h"
 #include "dtrain/dist/ps/ps_strategy.h"
-#include "dtrain/dist/sharded/sharded_strategy.h"
+#include "dtrain/dist/zero/zero_strategy.h"
 #include "dtrain/dist/strategy/strategy.h"
 #include "dtrain/dist/strategy/strategy_factory.h"
 #include "dtrain/dist/data_parallel/sync_batch_norm.h"

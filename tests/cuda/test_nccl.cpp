@@ -10,7 +10,7 @@
 #include "dtrain/autograd/functions.h"
 #include "dtrain/dist/data_parallel/data_parallel.h"
 #include "dtrain/comm/nccl.h"
-#include "dtrain/dist/sharded/sharded_strategy.h"
+#include "dtrain/dist/zero/zero_strategy.h"
 #include "dtrain/layers/layers.h"
 #include "dtrain/optim/adam.h"
 #include "dtrain/optim/sgd.h"
@@ -223,7 +223,7 @@ TEST_CASE("nccl: sharded data parallel (stages 1-3) on one rank equals the plain
       for (const auto& p : strategy->module().parameters()) out.push_back(p.data().to(Device::cpu()));
       return out;
     };
-    auto* sharded = dynamic_cast<dist::ShardedDataParallelStrategy*>(strategy.get());
+    auto* sharded = dynamic_cast<dist::ZeroStrategy*>(strategy.get());
     if (sharded == nullptr) return copy();
     const auto whole = sharded->whole_parameters();  // stage 3 gathers them for the copy
     return copy();
@@ -231,8 +231,8 @@ TEST_CASE("nccl: sharded data parallel (stages 1-3) on one rank equals the plain
   const std::vector<Tensor> plain = train(std::make_shared<dist::LocalStrategy>(kGpu));
   for (int stage : {1, 2, 3}) {
     INFO("stage " << stage);
-    const std::vector<Tensor> sharded = train(std::make_shared<dist::ShardedDataParallelStrategy>(
-        nccl_world(), kGpu, dist::ShardedDataParallelOptions{.stage = stage, .bucket_bytes = 512, .unit_bytes = 0}));
+    const std::vector<Tensor> sharded = train(std::make_shared<dist::ZeroStrategy>(
+        nccl_world(), kGpu, dist::ZeroOptions{.stage = stage, .bucket_bytes = 512, .unit_bytes = 0}));
     REQUIRE(sharded.size() == plain.size());
     for (std::size_t i = 0; i < plain.size(); ++i) require_close(sharded[i], plain[i], 1e-6, 1e-7);
   }

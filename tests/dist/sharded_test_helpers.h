@@ -1,4 +1,4 @@
-// Helpers of the sharded-optimizer tests (test_sharded.cpp, test_pipeline_sharded.cpp):
+// Helpers of the sharded-optimizer tests (test_zero.cpp, test_pipeline_sharded.cpp):
 // parameter snapshots compared by relative difference, a small dataset, and a checkpoint
 // directory shared by the ranks.
 #pragma once

@@ -5,7 +5,7 @@
 #include "dtrain/dist/data_parallel/data_parallel_strategy.h"
 #include "dtrain/dist/pipeline/pipeline_strategy.h"
 #include "dtrain/dist/ps/ps_strategy.h"
-#include "dtrain/dist/sharded/sharded_strategy.h"
+#include "dtrain/dist/zero/zero_strategy.h"
 #include "dtrain/dist/strategy/parallel_dims.h"
 #include "dtrain/dist/strategy/strategy_factory.h"
 #include "dtrain/layers/models.h"
@@ -168,8 +168,7 @@ TEST_CASE("make_strategy: data parallelism and ZeRO take their groups from the j
   CHECK(dp->mesh().describe() == fmt::format("dp_replicate={} x dp_shard=1 x pp=1", n));
   CHECK(dp->communicator() == world);  // the dimension spans the world: no copy of it
   const std::string hybrid = n == 4 ? "zero=2,shard=2" : "zero=2";
-  auto zero =
-      std::dynamic_pointer_cast<dist::ShardedDataParallelStrategy>(dist::make_strategy(hybrid, world, Device::cpu()));
+  auto zero = std::dynamic_pointer_cast<dist::ZeroStrategy>(dist::make_strategy(hybrid, world, Device::cpu()));
   REQUIRE(zero != nullptr);
   const int shard = n == 4 ? 2 : n;
   CHECK(zero->mesh().describe() == fmt::format("dp_replicate={} x dp_shard={} x pp=1", n / shard, shard));

@@ -2,8 +2,8 @@
 
 #include "dtrain/comm/partition.h"
 #include "dist/pipeline/pipeline_executor.h"
-#include "dist/sharded/optimizer_shards.h"
-#include "dist/sharded/replica_sync.h"
+#include "dist/zero/optimizer_shards.h"
+#include "dist/zero/replica_sync.h"
 #include "dtrain/dist/strategy/parallel_dims.h"
 #include "dtrain/dist/pipeline/pipeline_partition.h"
 #include "dtrain/dist/data_parallel/sync_batch_norm.h"

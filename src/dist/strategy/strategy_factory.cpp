@@ -6,7 +6,7 @@
 #include "dtrain/dist/data_parallel/gradient_exchange.h"
 #include "dtrain/dist/pipeline/pipeline_strategy.h"
 #include "dtrain/dist/ps/ps_strategy.h"
-#include "dtrain/dist/sharded/sharded_strategy.h"
+#include "dtrain/dist/zero/zero_strategy.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -131,7 +131,7 @@ ParallelDims dims_of(StrategySpec& spec, const CommunicatorPtr& world) {
 // 16-bit shares of the reduce-scatter itself (`wire`); any other kind of the registry
 // (PowerSGD) averages the whole bucket, each rank keeping its chunk (`codec`), which needs
 // the whole gradients that stages 1 and 2 hold. Refused when parsed, naming the keys.
-void sharded_codec(StrategySpec& spec, const std::string& exchange, int zero, DType& wire, std::string& codec) {
+void zero_codec(StrategySpec& spec, const std::string& exchange, int zero, DType& wire, std::string& codec) {
   if (exchange == "fp16" || exchange == "bf16") {
     wire = exchange == "fp16" ? DType::f16 : DType::bf16;
     return;
@@ -206,7 +206,7 @@ std::shared_ptr<Strategy> make_pipeline(StrategySpec& spec, const CommunicatorPt
   o.data_parallel = data_parallel_options(spec);
   std::string& exchange = o.data_parallel.data_parallel.gradient_exchange;
   if (o.zero > 0 && exchange != "all_reduce") {
-    sharded_codec(spec, exchange, o.zero, o.wire, o.codec);
+    zero_codec(spec, exchange, o.zero, o.wire, o.codec);
     exchange = "all_reduce";  // the replicas' exchange is the reduce-scatter with that codec
   }
   return std::make_shared<PipelineStrategy>(dims.mesh(world), device, std::move(o));
@@ -240,10 +240,10 @@ std::shared_ptr<Strategy> make_parameter_server(StrategySpec& spec, const Commun
   return std::make_shared<ParameterServerStrategy>(world, device, o);
 }
 
-std::shared_ptr<Strategy> make_sharded_data_parallel(StrategySpec& spec, const CommunicatorPtr& world, Device device,
-                                                     const StrategyHints&) {
+std::shared_ptr<Strategy> make_zero(StrategySpec& spec, const CommunicatorPtr& world, Device device,
+                                    const StrategyHints&) {
   const ParallelDims dims = dims_of(spec, world);
-  ShardedDataParallelOptions o;
+  ZeroOptions o;
   o.stage = dims.zero;
   o.shard_ranks = dims.dp_shard;
   const std::size_t units = gather_unit_bytes(spec, o.stage);  // refuses the key that does not apply
@@ -251,8 +251,8 @@ std::shared_ptr<Strategy> make_sharded_data_parallel(StrategySpec& spec, const C
   else o.bucket_bytes = static_cast<std::size_t>(spec.number("bucket_mb", 4.0) * (1 << 20));
   o.overlap = spec.flag("overlap", true);
   const std::string exchange = spec.text_of("exchange").value_or("none");
-  if (exchange != "none") sharded_codec(spec, exchange, o.stage, o.wire, o.codec);
-  return std::make_shared<ShardedDataParallelStrategy>(dims.mesh(world), device, o);
+  if (exchange != "none") zero_codec(spec, exchange, o.stage, o.wire, o.codec);
+  return std::make_shared<ZeroStrategy>(dims.mesh(world), device, o);
 }
 
 struct Registry {
@@ -268,7 +268,7 @@ Registry& registry() {
 // The built-in kinds, most specific first: one line each.
 const std::vector<std::pair<std::string, StrategyFactory>>& built_in() {
   static const std::vector<std::pair<std::string, StrategyFactory>> kinds{
-      {"ps", make_parameter_server}, {"pp", make_pipeline}, {"zero", make_sharded_data_parallel},
+      {"ps", make_parameter_server}, {"pp", make_pipeline}, {"zero", make_zero},
       {"dp", make_data_parallel},    {"local", make_local},
   };
   return kinds;

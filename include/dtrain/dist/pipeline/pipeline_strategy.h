@@ -27,8 +27,8 @@
 // normalizes a micro-batch over the D replicas of its stage.
 //
 // Sharded optimizer (zero = 1, 2 or 3): each stage's D replicas shard its optimizer state
-// (at 2 its gradients too, at 3 its parameters too), through the component ShardedDataParallelStrategy's stages 1
-// and 2 use (sharded_strategy.h), over the replicas as any model's: the
+// (at 2 its gradients too, at 3 its parameters too), through the component ZeroStrategy's stages 1
+// and 2 use (zero_strategy.h), over the replicas as any model's: the
 // stage's gradient buckets are reduce-scattered instead of all-reduced, replica d updates
 // chunk d of every bucket (the optimizer given to train_step is rebound to those slices at
 // the first step and lends them its learning rate), and the updated chunks are

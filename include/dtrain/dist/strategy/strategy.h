@@ -14,8 +14,8 @@
 // host; reading them (item()) waits for the step. Implementations: LocalStrategy (one
 // process, strategy.h), DataParallelStrategy (data_parallel_strategy.h),
 // PipelineStrategy (pipeline_strategy.h, which overrides train_step and eval_step),
-// ParameterServerStrategy (ps_strategy.h) and ShardedDataParallelStrategy (ZeRO stages 1
-// and 2, sharded_strategy.h); dist::make_strategy builds any of them from a spec
+// ParameterServerStrategy (ps_strategy.h) and ZeroStrategy (ZeRO stages 1
+// and 2, zero_strategy.h); dist::make_strategy builds any of them from a spec
 // (strategy_factory.h).
 //
 // The shape: a small core every strategy has (five public virtuals below, and four hooks

@@ -23,7 +23,7 @@
 // | `pp=2,dp=2,schedule=interleaved,virtual=2` | the same, the grid stated                        |
 // | `ps=1,mode=async`, `ps=2,mode=ssp:3`  | ParameterServerStrategy, the last ranks serve         |
 // | `pp=2,dp=2,zero=1`, `pp=2,zero=2,shard=1` | the same, each stage sharded over its replicas (ZeRO-1/2, hybrid) |
-// | `zero=1`, `zero=2`, `zero=3`          | ShardedDataParallelStrategy (ZeRO stage 1, 2 or 3)    |
+// | `zero=1`, `zero=2`, `zero=3`          | ZeroStrategy (ZeRO stage 1, 2 or 3)    |
 // | `zero=2,hybrid`, `zero=3,shard=4`     | the same, sharded inside each host / 4 ranks          |
 //
 // Keys: dp: `dp[=N]`, `bucket_mb=MB`, `exchange=KIND` (gradient_exchange.h), `sync_bn`,

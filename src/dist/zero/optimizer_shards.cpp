@@ -1,4 +1,4 @@
-#include "dist/sharded/optimizer_shards.h"
+#include "dist/zero/optimizer_shards.h"
 
 #include "dtrain/comm/partition.h"
 #include "dtrain/core/trace.h"

@@ -1,8 +1,8 @@
-#include "dtrain/dist/sharded/sharded_strategy.h"
+#include "dtrain/dist/zero/zero_strategy.h"
 
-#include "dist/sharded/layer_gatherer.h"
-#include "dist/sharded/optimizer_shards.h"
-#include "dist/sharded/replica_sync.h"
+#include "dist/zero/layer_gatherer.h"
+#include "dist/zero/optimizer_shards.h"
+#include "dist/zero/replica_sync.h"
 #include "dtrain/dist/strategy/parallel_dims.h"
 
 #include <fmt/format.h>
@@ -14,23 +14,23 @@ namespace dtrain::dist {
 
 namespace {
 
-void check_options(const ShardedDataParallelOptions& o) {
+void check_options(const ZeroOptions& o) {
   DTRAIN_CHECK(o.stage >= 1 && o.stage <= 3,
-               "sharded data parallel: stage {} is not a ZeRO stage (1: the optimizer state sharded, 2: the "
+               "zero: stage {} is not a ZeRO stage (1: the optimizer state sharded, 2: the "
                "gradients too, 3: the parameters too)",
                o.stage);
-  DTRAIN_CHECK(o.bucket_bytes > 0, "sharded data parallel: bucket_bytes must be positive");
+  DTRAIN_CHECK(o.bucket_bytes > 0, "zero: bucket_bytes must be positive");
 }
 
 // The factory's mesh over `comm` (parallel_dims.h), row-major: groups of shard_ranks
 // consecutive ranks shard the model; the dp_replicate groups link the ranks that hold the
 // same chunks.
-std::shared_ptr<const DeviceMesh> shard_mesh(const CommunicatorPtr& comm, const ShardedDataParallelOptions& o) {
-  DTRAIN_CHECK(comm != nullptr, "sharded data parallel: no communicator given");
+std::shared_ptr<const DeviceMesh> shard_mesh(const CommunicatorPtr& comm, const ZeroOptions& o) {
+  DTRAIN_CHECK(comm != nullptr, "zero: no communicator given");
   check_options(o);
   const int ranks = comm->size(), group = o.shard_ranks == 0 ? ranks : o.shard_ranks;
   DTRAIN_CHECK(group >= 1 && ranks % group == 0,
-               "sharded data parallel: shard groups of {} rank(s) do not divide the {} ranks (hybrid sharding needs "
+               "zero: shard groups of {} rank(s) do not divide the {} ranks (hybrid sharding needs "
                "as many ranks on every host)",
                o.shard_ranks, ranks);
   return ParallelDims{.dp_replicate = ranks / group, .dp_shard = group, .zero = o.stage}.mesh(comm);
@@ -38,19 +38,17 @@ std::shared_ptr<const DeviceMesh> shard_mesh(const CommunicatorPtr& comm, const 
 
 }  // namespace
 
-ShardedDataParallelStrategy::ShardedDataParallelStrategy(CommunicatorPtr comm, Device device,
-                                                         ShardedDataParallelOptions options)
-    : ShardedDataParallelStrategy(shard_mesh(comm, options), device, options) {}
+ZeroStrategy::ZeroStrategy(CommunicatorPtr comm, Device device, ZeroOptions options)
+    : ZeroStrategy(shard_mesh(comm, options), device, options) {}
 
-ShardedDataParallelStrategy::ShardedDataParallelStrategy(std::shared_ptr<const DeviceMesh> mesh, Device device,
-                                                         ShardedDataParallelOptions options)
-    : Strategy("sharded_data_parallel", device, mesh ? mesh->world() : nullptr),
+ZeroStrategy::ZeroStrategy(std::shared_ptr<const DeviceMesh> mesh, Device device, ZeroOptions options)
+    : Strategy("zero", device, mesh ? mesh->world() : nullptr),
       mesh_(std::move(mesh)),
       comm_(world_),
       options_(options) {
   check_options(options_);
   DTRAIN_CHECK(mesh_->size("dp_replicate") * mesh_->size("dp_shard") == comm_->size(),
-               "sharded data parallel: the mesh {} has dimensions besides dp_replicate and dp_shard of more than one "
+               "zero: the mesh {} has dimensions besides dp_replicate and dp_shard of more than one "
                "rank",
                mesh_->describe());
   options_.shard_ranks = mesh_->size("dp_shard");
@@ -59,11 +57,11 @@ ShardedDataParallelStrategy::ShardedDataParallelStrategy(std::shared_ptr<const D
   set_model_parts(shard_comm_);
 }
 
-ShardedDataParallelStrategy::~ShardedDataParallelStrategy() = default;
+ZeroStrategy::~ZeroStrategy() = default;
 
-std::shared_ptr<nn::Module> ShardedDataParallelStrategy::prepare(std::shared_ptr<nn::Module> model) {
-  DTRAIN_CHECK(model != nullptr, "sharded data parallel: prepare() needs a model");
-  DTRAIN_CHECK(sync_ == nullptr, "sharded data parallel: prepare() was already called");
+std::shared_ptr<nn::Module> ZeroStrategy::prepare(std::shared_ptr<nn::Module> model) {
+  DTRAIN_CHECK(model != nullptr, "zero: prepare() needs a model");
+  DTRAIN_CHECK(sync_ == nullptr, "zero: prepare() was already called");
   model->to(device_);
   ReplicaSyncOptions o{
       .zero = options_.stage, .unit_bytes = options_.unit_bytes, .wire = options_.wire, .codec = options_.codec};
@@ -76,60 +74,54 @@ std::shared_ptr<nn::Module> ShardedDataParallelStrategy::prepare(std::shared_ptr
   return module_;
 }
 
-ReplicaSync& ShardedDataParallelStrategy::sync() const {
-  DTRAIN_CHECK(sync_ != nullptr, "sharded data parallel: prepare() the model first");
+ReplicaSync& ZeroStrategy::sync() const {
+  DTRAIN_CHECK(sync_ != nullptr, "zero: prepare() the model first");
   return *sync_;
 }
 
-std::int64_t ShardedDataParallelStrategy::shard_elements() const { return sync_ ? sync_->shard_elements() : 0; }
+std::int64_t ZeroStrategy::shard_elements() const { return sync_ ? sync_->shard_elements() : 0; }
 
-const optim::Optimizer* ShardedDataParallelStrategy::shard_optimizer() const {
-  return sync_ ? sync_->shard_optimizer() : nullptr;
-}
+const optim::Optimizer* ZeroStrategy::shard_optimizer() const { return sync_ ? sync_->shard_optimizer() : nullptr; }
 
-void ShardedDataParallelStrategy::forward_backward(const MicroBatch& batch, double weight, bool last,
-                                                   const StepConfig& config, StepStats& stats) {
+void ZeroStrategy::forward_backward(const MicroBatch& batch, double weight, bool last, const StepConfig& config,
+                                    StepStats& stats) {
   // Gradient accumulation: only the update's last backward communicates (the sum).
   sync().data_parallel().run_micro_batch(last, [&] { Strategy::forward_backward(batch, weight, last, config, stats); });
 }
 
-void ShardedDataParallelStrategy::exchange_gradients() { sync().finish(); }
+void ZeroStrategy::exchange_gradients() { sync().finish(); }
 
-ShardedDataParallelStrategy::WholeParameters::WholeParameters(LayerGatherer* gatherer) : gatherer_(gatherer) {
+ZeroStrategy::WholeParameters::WholeParameters(LayerGatherer* gatherer) : gatherer_(gatherer) {
   if (gatherer_) gatherer_->gather_all();
 }
 
-ShardedDataParallelStrategy::WholeParameters::~WholeParameters() {
+ZeroStrategy::WholeParameters::~WholeParameters() {
   if (gatherer_) gatherer_->release_all();
 }
 
-ShardedDataParallelStrategy::WholeParameters ShardedDataParallelStrategy::whole_parameters() {
+ZeroStrategy::WholeParameters ZeroStrategy::whole_parameters() {
   return WholeParameters(sync_ ? sync_->gatherer() : nullptr);
 }
 
-std::size_t ShardedDataParallelStrategy::gather_units() const {
-  return sync_ && sync_->gatherer() ? sync_->gatherer()->units() : 0;
-}
+std::size_t ZeroStrategy::gather_units() const { return sync_ && sync_->gatherer() ? sync_->gatherer()->units() : 0; }
 
-std::size_t ShardedDataParallelStrategy::take_peak_whole_units() {
+std::size_t ZeroStrategy::take_peak_whole_units() {
   return sync_ && sync_->gatherer() ? sync_->gatherer()->take_peak_whole() : 0;
 }
 
-optim::Optimizer& ShardedDataParallelStrategy::stepped_optimizer(optim::Optimizer& given) {
-  return sync().stepped_optimizer(given);
-}
+optim::Optimizer& ZeroStrategy::stepped_optimizer(optim::Optimizer& given) { return sync().stepped_optimizer(given); }
 
-void ShardedDataParallelStrategy::apply_update(optim::Optimizer& optimizer, const StepConfig& config, bool nonfinite) {
+void ZeroStrategy::apply_update(optim::Optimizer& optimizer, const StepConfig& config, bool nonfinite) {
   Strategy::apply_update(optimizer, config, nonfinite);
   sync().after_update();
 }
 
-Capabilities ShardedDataParallelStrategy::capabilities() {
+Capabilities ZeroStrategy::capabilities() {
   if (sync().gatherer()) return {};  // stage 3 keeps no replica of the parameters to compare
   return {.replica_divergence = [this] { return *sync().replica_divergence(); }};
 }
 
-CheckpointPlan ShardedDataParallelStrategy::checkpoint_plan() const {
+CheckpointPlan ZeroStrategy::checkpoint_plan() const {
   const int rank = comm_->rank();
   // Under hybrid sharding the first group writes; the others hold the same chunks.
   const bool writes = !replica_comm_ || replica_comm_->rank() == 0;

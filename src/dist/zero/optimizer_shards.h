@@ -1,4 +1,4 @@
-// ZeRO stage 1's optimizer side (private to dist), shared by ShardedDataParallelStrategy and
+// ZeRO stage 1's optimizer side (private to dist), shared by ZeroStrategy and
 // the sharded optimizer of PipelineStrategy's replicas (Megatron's "distributed optimizer").
 // The ReduceScatterExchange leaves this rank chunk r of every averaged gradient bucket
 // (shard_layout.h); OptimizerShards cuts this rank's chunk of the parameters into slices, one
@@ -8,7 +8,7 @@
 // parameters, so that a checkpoint loads into any number of ranks.
 #pragma once
 
-#include "dist/sharded/reduce_scatter_exchange.h"
+#include "dist/zero/reduce_scatter_exchange.h"
 #include "dtrain/dist/strategy/strategy.h"
 #include "dtrain/layers/module.h"
 #include "dtrain/optim/optimizer.h"

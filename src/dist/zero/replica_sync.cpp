@@ -1,8 +1,8 @@
-#include "dist/sharded/replica_sync.h"
+#include "dist/zero/replica_sync.h"
 
-#include "dist/sharded/layer_gatherer.h"
-#include "dist/sharded/optimizer_shards.h"
-#include "dist/sharded/reduce_scatter_exchange.h"
+#include "dist/zero/layer_gatherer.h"
+#include "dist/zero/optimizer_shards.h"
+#include "dist/zero/reduce_scatter_exchange.h"
 #include "dtrain/autograd/variable.h"
 
 namespace dtrain::dist {

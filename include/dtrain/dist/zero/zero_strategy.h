@@ -1,4 +1,4 @@
-// ShardedDataParallelStrategy: data parallelism whose optimizer state (ZeRO stage 1) and
+// ZeroStrategy: data parallelism whose optimizer state (ZeRO stage 1) and
 // gradients (stage 2) are sharded over the replicas, as DeepSpeed's ZeRO and PyTorch's
 // ZeroRedundancyOptimizer, but cut by elements, not by whole tensors. Every rank holds the
 // whole model and runs forward and backward on its shard of the data, as under
@@ -23,7 +23,7 @@
 // also the gradient buckets. A rank keeps only its chunk of each unit; a unit's parameters
 // are all-gathered just before its layers' forward (the next unit prefetched meanwhile),
 // freed after it, gathered again before their backward, and freed once their gradients are
-// in the bucket (dist/sharded/layer_gatherer.h). Between steps a rank holds 1/N of the
+// in the bucket (dist/zero/layer_gatherer.h). Between steps a rank holds 1/N of the
 // parameters, gradients and optimizer state; during one, at most two units more. The
 // updated chunks are not all-gathered after the step: the next forward gathers them. The
 // model's layers must be called through Module::operator() (containers do), and no module
@@ -67,7 +67,7 @@ namespace dtrain::dist {
 class LayerGatherer;
 class ReplicaSync;
 
-struct ShardedDataParallelOptions {
+struct ZeroOptions {
   int stage = 1;                        // ZeRO stage: 1 (optimizer state), 2 (gradients too), 3 (parameters too)
   std::size_t bucket_bytes = 4u << 20;  // gradient bytes per reduce-scatter (stages 1 and 2)
   // Stage 3: consecutive layers are gathered together until their parameters hold at
@@ -92,18 +92,17 @@ struct ShardedDataParallelOptions {
   std::string codec = {};
 };
 
-class ShardedDataParallelStrategy final : public Strategy {
+class ZeroStrategy final : public Strategy {
  public:
   // `comm`: the ranks (normally dist::world()); for a model on CUDA the buckets travel
   // through an NCCL communicator built over it. Throws naming the stage for one out of 1-3,
   // and naming shard_ranks when it does not divide the ranks (collective: the mesh).
-  ShardedDataParallelStrategy(CommunicatorPtr comm, Device device, ShardedDataParallelOptions options = {});
+  ZeroStrategy(CommunicatorPtr comm, Device device, ZeroOptions options = {});
   // On a mesh built by the caller (dist::make_strategy): its "dp_shard" dimension holds the
   // ranks a shard spans and "dp_replicate" the groups that replicate each other
   // (options.shard_ranks is the mesh's); together they must span the mesh.
-  ShardedDataParallelStrategy(std::shared_ptr<const DeviceMesh> mesh, Device device,
-                              ShardedDataParallelOptions options = {});
-  ~ShardedDataParallelStrategy() override;
+  ZeroStrategy(std::shared_ptr<const DeviceMesh> mesh, Device device, ZeroOptions options = {});
+  ~ZeroStrategy() override;
 
   // Broadcasts rank 0's state (DataParallel), then moves each bucket's parameters into one
   // flat buffer (the parameters become views of it) and makes this rank's slices; at stage
@@ -113,7 +112,7 @@ class ShardedDataParallelStrategy final : public Strategy {
   CheckpointPlan checkpoint_plan() const override;
   Capabilities capabilities() override;  // the replica check
 
-  const ShardedDataParallelOptions& options() const { return options_; }
+  const ZeroOptions& options() const { return options_; }
   const DeviceMesh& mesh() const { return *mesh_; }
   // Elements of the flat parameter vector this rank updates (and holds optimizer state for).
   std::int64_t shard_elements() const;
@@ -153,7 +152,7 @@ class ShardedDataParallelStrategy final : public Strategy {
   CommunicatorPtr comm_;          // every rank
   CommunicatorPtr shard_comm_;    // the ranks that share the model out (all of comm_ unless hybrid)
   CommunicatorPtr replica_comm_;  // the ranks holding the same chunks in the other groups (hybrid)
-  ShardedDataParallelOptions options_;
+  ZeroOptions options_;
   std::unique_ptr<ReplicaSync> sync_;  // the gradient exchange, the slices and (stage 3) the gatherer
 };
 

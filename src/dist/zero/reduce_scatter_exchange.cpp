@@ -1,4 +1,4 @@
-#include "dist/sharded/reduce_scatter_exchange.h"
+#include "dist/zero/reduce_scatter_exchange.h"
 
 #include "dtrain/core/error.h"
 

@@ -12,12 +12,12 @@
 // refused on every rank with the layer's name.
 // Checks come after the last collective of each test, so that a failure on one rank cannot
 // leave the others waiting.
-#include "dist/sharded/shard_layout.h"
+#include "dist/zero/shard_layout.h"
 #include "dtrain/core/environment.h"
 #include "dtrain/comm/nccl.h"
 #include "dtrain/dist/strategy/strategy_factory.h"
 #include "dtrain/dist/data_parallel/data_parallel_strategy.h"
-#include "dtrain/dist/sharded/sharded_strategy.h"
+#include "dtrain/dist/zero/zero_strategy.h"
 #include "dtrain/layers/activation.h"
 #include "dtrain/layers/linear.h"
 #include "dtrain/layers/models.h"
@@ -76,7 +76,7 @@ struct Trained {
 
 // The parameters, whole (stage 3 gathers them for the copy).
 std::vector<Tensor> whole_snapshot(dist::Strategy& strategy) {
-  auto* sharded = dynamic_cast<dist::ShardedDataParallelStrategy*>(&strategy);
+  auto* sharded = dynamic_cast<dist::ZeroStrategy*>(&strategy);
   if (sharded == nullptr) return snapshot(strategy.module());
   const auto whole = sharded->whole_parameters();
   return snapshot(strategy.module());
@@ -140,9 +140,8 @@ TEST_CASE("Sharded data parallel (stages 1, 2 and 3) equals plain data paralleli
             train_steps(std::make_shared<dist::DataParallelStrategy>(
                             world, Device::cpu(), dist::DataParallelStrategyOptions{{.bucket_bytes = buckets}}),
                         s);
-        auto sharded = std::make_shared<dist::ShardedDataParallelStrategy>(
-            world, Device::cpu(),
-            dist::ShardedDataParallelOptions{.stage = stage, .bucket_bytes = buckets, .unit_bytes = buckets});
+        auto sharded = std::make_shared<dist::ZeroStrategy>(
+            world, Device::cpu(), dist::ZeroOptions{.stage = stage, .bucket_bytes = buckets, .unit_bytes = buckets});
         const Trained zero = train_steps(sharded, s);
         // Stages 2 and 3 keep no whole gradient after a step; stage 1 keeps them, as data parallelism does.
         std::size_t with_gradient = 0;
@@ -201,9 +200,9 @@ TEST_CASE("Hybrid sharding (shard groups that replicate each other) equals plain
           train_steps(std::make_shared<dist::DataParallelStrategy>(
                           world, Device::cpu(), dist::DataParallelStrategyOptions{{.bucket_bytes = kTinyBuckets}}),
                       s);
-      auto hybrid = std::make_shared<dist::ShardedDataParallelStrategy>(
+      auto hybrid = std::make_shared<dist::ZeroStrategy>(
           world, Device::cpu(),
-          dist::ShardedDataParallelOptions{
+          dist::ZeroOptions{
               .stage = stage, .bucket_bytes = kTinyBuckets, .unit_bytes = kTinyBuckets, .shard_ranks = group});
       const Trained zero = train_steps(hybrid, s);
       const std::int64_t owned = hybrid->shard_elements();
@@ -226,7 +225,7 @@ TEST_CASE("zero=3,hybrid shards inside each host and equals plain data paralleli
   const Trained plain = train_steps(dist::make_strategy("dp", world, Device::cpu()), s);
   auto hybrid = dist::make_strategy("zero=3,gather_mb=0,hybrid", world, Device::cpu());
   const Trained zero = train_steps(hybrid, s);
-  const auto* sharded = dynamic_cast<const dist::ShardedDataParallelStrategy*>(hybrid.get());
+  const auto* sharded = dynamic_cast<const dist::ZeroStrategy*>(hybrid.get());
   REQUIRE(sharded != nullptr);
   Tensor total = Tensor::full({1}, static_cast<double>(sharded->shard_elements()), {DType::f64});
   world->all_reduce(total, ReduceOp::Sum);  // the last collective
@@ -256,9 +255,8 @@ TEST_CASE("Sharded data parallel on CUDA over NCCL (stages 1-3) equals plain dat
   const Device gpu = dist::rank_cuda_device();
   const dist::CommunicatorPtr nccl = comm->size() == 1 ? dist::nccl_communicator(comm, gpu) : comm;
   for (int stage : {1, 2, 3}) {
-    auto sharded = std::make_shared<dist::ShardedDataParallelStrategy>(
-        nccl, gpu,
-        dist::ShardedDataParallelOptions{.stage = stage, .bucket_bytes = kTinyBuckets, .unit_bytes = kTinyBuckets});
+    auto sharded = std::make_shared<dist::ZeroStrategy>(
+        nccl, gpu, dist::ZeroOptions{.stage = stage, .bucket_bytes = kTinyBuckets, .unit_bytes = kTinyBuckets});
     sharded->prepare(fresh_model());
     auto optimizer = make_optimizer(s.optimizer, sharded->module());
     const dist::StepConfig config{.loss = [](const Variable& out, const Tensor& y) { return cross_entropy(out, y); },
@@ -315,9 +313,9 @@ TEST_CASE("Sharded data parallel, stage 3: at most two gather units are whole, n
   auto world = dist::world();
   manual_seed(5);
   auto model = nn::mlp(5, {7, 7, 7, 7}, 3);  // five Linear layers
-  auto sharded = std::make_shared<dist::ShardedDataParallelStrategy>(
-      world, Device::cpu(), dist::ShardedDataParallelOptions{.stage = 3, .unit_bytes = 0});  // a layer per unit
-  const Trained trained = train_steps(sharded, {"adam", 2, 0.05}, model);  // ends with a gather of every unit
+  auto sharded = std::make_shared<dist::ZeroStrategy>(
+      world, Device::cpu(), dist::ZeroOptions{.stage = 3, .unit_bytes = 0});  // a layer per unit
+  const Trained trained = train_steps(sharded, {"adam", 2, 0.05}, model);     // ends with a gather of every unit
   sharded->take_peak_whole_units();
   optim::Adam adam(model->parameters(), {.lr = 0.01});
   const dist::StepConfig config{.loss = [](const Variable& out, const Tensor& y) { return cross_entropy(out, y); },
@@ -382,7 +380,7 @@ TEST_CASE("Sharded data parallel refuses bad stages and what stage 3 cannot gath
     auto model = fresh_model();
     model->named_parameters().back().second.set_requires_grad(false);
     auto zero3 = dist::make_strategy("zero=3", world, Device::cpu());
-    CHECK_THROWS_WITH(zero3->prepare(model), Contains("stage 3 cannot gather '3.bias': it is frozen"));
+    CHECK_THROWS_WITH(zero3->prepare(model), Contains("zero=3 cannot gather '3.bias': it is frozen"));
   }
   // A module that reads another's parameters: refused by the first forward, naming the layer.
   {

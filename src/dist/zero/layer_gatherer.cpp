@@ -1,6 +1,6 @@
-#include "dist/sharded/layer_gatherer.h"
+#include "dist/zero/layer_gatherer.h"
 
-#include "dist/sharded/shard_layout.h"
+#include "dist/zero/shard_layout.h"
 #include "dtrain/core/trace.h"
 
 #include <fmt/format.h>
@@ -37,7 +37,7 @@ void collect_layers(nn::Module& module, const std::string& path, std::vector<Lay
 std::vector<UnitPlan> plan_units(nn::Module& model, std::size_t unit_bytes) {
   std::vector<Layer> layers;
   collect_layers(model, "", layers);
-  DTRAIN_CHECK(!layers.empty(), "sharded data parallel, stage 3: the model has no parameters to shard");
+  DTRAIN_CHECK(!layers.empty(), "zero=3: the model has no parameters to shard");
   std::map<const void*, std::string> seen;  // parameter identity -> its name
   for (Layer& layer : layers) {
     layer.dtype = layer.module->own_parameters().front().second.dtype();
@@ -45,15 +45,15 @@ std::vector<UnitPlan> plan_units(nn::Module& model, std::size_t unit_bytes) {
       const std::string full = join(layer.path, name);
       const auto [it, fresh] = seen.emplace(p.id(), full);
       DTRAIN_CHECK(fresh,
-                   "sharded data parallel, stage 3 cannot gather '{}': it is also '{}', and a parameter shared by two "
+                   "zero=3 cannot gather '{}': it is also '{}', and a parameter shared by two "
                    "layers cannot be gathered with either alone (use stage 2, or untie them)",
                    full, it->second);
       DTRAIN_CHECK(p.requires_grad(),
-                   "sharded data parallel, stage 3 cannot gather '{}': it is frozen (requires no gradient), and stage "
+                   "zero=3 cannot gather '{}': it is frozen (requires no gradient), and stage "
                    "3 shards trained parameters only (use stage 2)",
                    full);
       DTRAIN_CHECK(p.dtype() == layer.dtype,
-                   "sharded data parallel, stage 3 cannot gather layer '{}': its parameters are {} and {}, and a "
+                   "zero=3 cannot gather layer '{}': its parameters are {} and {}, and a "
                    "layer is gathered as one flat buffer of one dtype",
                    layer.name(), dtype_name(layer.dtype), dtype_name(p.dtype()));
       layer.parameters.push_back(full);
@@ -113,8 +113,7 @@ LayerGatherer::LayerGatherer(CommunicatorPtr comm, std::vector<UnitPlan> units,
                              std::shared_ptr<nn::Module> model)
     : comm_(std::move(comm)), model_(std::move(model)) {
   DTRAIN_CHECK(units.size() == buckets.size() && units.size() == flat.size(),
-               "sharded data parallel, stage 3: {} units but {} buckets and {} flat buffers", units.size(),
-               buckets.size(), flat.size());
+               "zero=3: {} units but {} buckets and {} flat buffers", units.size(), buckets.size(), flat.size());
   std::map<std::string, Variable> params;
   for (auto& [name, p] : model_->named_parameters()) params.emplace(name, p);
   const int rank = comm_->rank(), ranks = comm_->size();
@@ -125,7 +124,7 @@ LayerGatherer::LayerGatherer(CommunicatorPtr comm, std::vector<UnitPlan> units,
                                                           : fmt::format("layers '{}' to '{}'", plan.layer_names.front(),
                                                                         plan.layer_names.back());
     unit->released_why = fmt::format(
-        "sharded data parallel, stage 3: the parameters of {} are whole only inside those layers' forward and "
+        "zero=3: the parameters of {} are whole only inside those layers' forward and "
         "backward, and something else read them (a module using another module's parameters, or code outside the "
         "training step; such a model trains under stage 1 or 2)",
         name);

@@ -12,7 +12,7 @@
 // every rank to hold its whole gradient buckets until their exchange, as ZeRO 1 and 2 do.
 #pragma once
 
-#include "dist/sharded/shard_layout.h"
+#include "dist/zero/shard_layout.h"
 #include "dtrain/dist/data_parallel/gradient_exchange.h"
 
 #include <vector>

@@ -1,5 +1,5 @@
 // ReplicaSync (private to dist): how the data-parallel replicas of one model stay one, the
-// component that ShardedDataParallelStrategy (a whole model) and PipelineStrategy (a
+// component that ZeroStrategy (a whole model) and PipelineStrategy (a
 // stage's layers) share. Over the replicas' mesh groups it owns the bucketed gradient
 // exchange and the update:
 //

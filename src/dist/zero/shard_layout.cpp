@@ -1,4 +1,4 @@
-#include "dist/sharded/shard_layout.h"
+#include "dist/zero/shard_layout.h"
 
 #include "dtrain/core/error.h"
 
@@ -7,9 +7,8 @@
 namespace dtrain::dist {
 
 BucketShard shard_bucket(const BucketLayout& bucket, int rank, int ranks) {
-  DTRAIN_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "sharded data parallel: rank {} of {} is out of range", rank,
-               ranks);
-  DTRAIN_CHECK(bucket.numel > 0, "sharded data parallel: a bucket holds no elements");
+  DTRAIN_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "zero: rank {} of {} is out of range", rank, ranks);
+  DTRAIN_CHECK(bucket.numel > 0, "zero: a bucket holds no elements");
   BucketShard s;
   s.numel = bucket.numel;
   s.chunk = (bucket.numel + ranks - 1) / ranks;
