@@ -9,18 +9,24 @@
 #      - bench_ps_data -np 3 (two async workers, one server; 300 us per sample read, 4 loader
 #        threads, 3 repetitions inside): the chief worker's data wait.
 # Prints the raw lines (JSON where the binary has it), then medians per side.
-#   bench/core_ab.sh [--trainer-only] BEFORE_BUILD AFTER_BUILD > bench/results/core2_before_after.txt
+#   bench/core_ab.sh [--trainer-only | --mesh] BEFORE_BUILD AFTER_BUILD > bench/results/core2_before_after.txt
 # BEFORE_BUILD needs bench_ps_data too: the file builds against 11555e7 unchanged. About 25
 # minutes on 2 vCPUs; run it on a quiet machine. --trainer-only: for a change to the
 # Trainer's loop alone, the main job and train_mnist (neither bench_ddp nor bench_ps_data,
 # which do not run the Trainer; only train_mnist is needed in the builds), about 8 minutes.
+# --mesh: for a change to how the strategies are laid out and composed (issue 56): the
+# main job, train_mnist and bench_ddp's CNN, and instead of bench_ps_data bench_zero_speed
+# -np 2 on the CNN under dp, zero=1, zero=2, zero=3 and pp=2,micro=4 (update time; each
+# spec's samples/s and its ratio to dp's in the same run), about 20 minutes.
 set -euo pipefail
-trainer_only=0
+trainer_only=0 mesh=0
 if [ "${1:-}" = "--trainer-only" ]; then trainer_only=1; shift; fi
-[ $# -eq 2 ] || { echo "usage: core_ab.sh [--trainer-only] BEFORE_BUILD AFTER_BUILD" >&2; exit 2; }
+if [ "${1:-}" = "--mesh" ]; then mesh=1; shift; fi
+[ $# -eq 2 ] || { echo "usage: core_ab.sh [--trainer-only | --mesh] BEFORE_BUILD AFTER_BUILD" >&2; exit 2; }
 before=$1 after=$2
 binaries=(examples/train_mnist)
-[ "$trainer_only" = 1 ] || binaries+=(bench/bench_ddp bench/bench_ps_data)
+if [ "$mesh" = 1 ]; then binaries+=(bench/bench_ddp bench/bench_zero_speed)
+elif [ "$trainer_only" = 0 ]; then binaries+=(bench/bench_ddp bench/bench_ps_data); fi
 for b in "$before" "$after"; do
   for t in "${binaries[@]}"; do
     [ -x "$b/$t" ] || { echo "core_ab: $b/$t not found (build it)" >&2; exit 1; }
@@ -60,6 +66,13 @@ for rep in 1 2 3 4 5; do
     rate=$(sed -E 's/.* ([0-9.]+) samples\/s.*/\1/' <<< "$line")
     echo "${tag}\"bench\": \"train_mnist\", \"samples_per_s\": $rate, \"line\": \"$line\"}" | tee -a "$raw"
     [ "$trainer_only" = 1 ] && continue
+    if [ "$mesh" = 1 ]; then
+      "${mpi[@]}" -np 2 "$build/bench/bench_ddp" --model cnn --json | grep '"efficiency"' \
+        | sed "s/^{/$tag/" | tee -a "$raw"
+      "${mpi[@]}" -np 2 "$build/bench/bench_zero_speed" --model cnn --steps 10 --json \
+        --specs dp zero=1 zero=2 zero=3 pp=2,micro=4 | grep '"spec"' | sed "s/^{/$tag/" | tee -a "$raw"
+      continue
+    fi
     for model in cnn mlp; do
       "${mpi[@]}" -np 2 "$build/bench/bench_ddp" --model "$model" --json | grep '"efficiency"' \
         | sed "s/^{/$tag/" | tee -a "$raw"
@@ -88,6 +101,10 @@ figure("train_mnist np2 cnn samples/s", lambda r: r.get("bench") == "train_mnist
 for model in ("cnn", "mlp"):
     figure(f"bench_ddp np2 {model} efficiency", lambda r, m=model: r.get("model") == m and "efficiency" in r,
            "efficiency")
+for spec in ("dp", "zero=1", "zero=2", "zero=3", "pp=2,micro=4"):
+    figure(f"bench_zero_speed np2 cnn {spec} samples/s", lambda r, s=spec: r.get("spec") == s, "samples_per_s")
+    if spec != "dp":
+        figure(f"bench_zero_speed np2 cnn {spec} / dp", lambda r, s=spec: r.get("spec") == s, "vs_first")
 figure("bench_ps_data np3 data wait (s)", lambda r: r.get("bench") == "ps_data", "data_wait_s")
 figure("bench_ps_data np3 epoch (s)", lambda r: r.get("bench") == "ps_data", "epoch_s")
 figure("bench_ps_data np3 samples/s", lambda r: r.get("bench") == "ps_data", "samples_per_s")
