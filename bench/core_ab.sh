@@ -16,7 +16,7 @@
 # which do not run the Trainer; only train_mnist is needed in the builds), about 8 minutes.
 # --mesh: for a change to how the strategies are laid out and composed (issue 56): the
 # main job, train_mnist and bench_ddp's CNN, and instead of bench_ps_data bench_zero_speed
-# -np 2 on the CNN under dp, zero=1, zero=2, zero=3 and pp=2,micro=4 (update time; each
+# -np 2 on the CNN under dp, zero=1, zero=2 and zero=3 (update time; each
 # spec's samples/s and its ratio to dp's in the same run), about 20 minutes.
 set -euo pipefail
 trainer_only=0 mesh=0
@@ -70,7 +70,7 @@ for rep in 1 2 3 4 5; do
       "${mpi[@]}" -np 2 "$build/bench/bench_ddp" --model cnn --json | grep '"efficiency"' \
         | sed "s/^{/$tag/" | tee -a "$raw"
       "${mpi[@]}" -np 2 "$build/bench/bench_zero_speed" --model cnn --steps 10 --json \
-        --specs dp zero=1 zero=2 zero=3 pp=2,micro=4 | grep '"spec"' | sed "s/^{/$tag/" | tee -a "$raw"
+        --specs dp zero=1 zero=2 zero=3 | grep '"spec"' | sed "s/^{/$tag/" | tee -a "$raw"
       continue
     fi
     for model in cnn mlp; do
@@ -101,7 +101,7 @@ figure("train_mnist np2 cnn samples/s", lambda r: r.get("bench") == "train_mnist
 for model in ("cnn", "mlp"):
     figure(f"bench_ddp np2 {model} efficiency", lambda r, m=model: r.get("model") == m and "efficiency" in r,
            "efficiency")
-for spec in ("dp", "zero=1", "zero=2", "zero=3", "pp=2,micro=4"):
+for spec in ("dp", "zero=1", "zero=2", "zero=3"):
     figure(f"bench_zero_speed np2 cnn {spec} samples/s", lambda r, s=spec: r.get("spec") == s, "samples_per_s")
     if spec != "dp":
         figure(f"bench_zero_speed np2 cnn {spec} / dp", lambda r, s=spec: r.get("spec") == s, "vs_first")
