@@ -137,6 +137,8 @@ TEST_CASE("make_strategy: ZeRO-3's gather units are its buckets, under a pipelin
                       Contains("at zero=3 the gradient buckets are the gather units; size them with gather_mb"));
     CHECK_THROWS_WITH(dist::make_strategy(pp + "zero=2,gather_mb=1", world, Device::cpu()),
                       Contains("gather_mb sizes stage 3's gather units, and zero=2 gathers no layers"));
+    CHECK_THROWS_WITH(dist::make_strategy(pp + "zero=3,exchange=powersgd:2", world, Device::cpu()),
+                      Contains("exchange=powersgd:2 with zero=3: it compresses whole gradient matrices"));
   }
 }
 

@@ -139,12 +139,12 @@ void zero_codec(StrategySpec& spec, const std::string& exchange, int zero, DType
   // Built once over this process alone, which parses the kind and its options (naming the
   // known kinds) before any communication.
   const GradientExchangePtr probe = make_gradient_exchange(exchange, single_process_communicator());
-  const std::string kind = exchange.substr(0, exchange.find(':'));
+  if (exchange.substr(0, exchange.find(':')) == "all_reduce") return;  // the plain reduce-scatter
   DTRAIN_CHECK(zero <= 2,
                "strategy spec '{}': exchange={} with zero={}: it compresses whole gradient matrices, which zero=3 "
                "never holds; give zero=1 or 2 (or fp16/bf16 shares)",
                spec.text(), exchange, zero);
-  if (kind != "all_reduce") codec = exchange;
+  codec = exchange;
 }
 
 // ZeRO-3's gather units, which are its gradient buckets too: sized by gather_mb (0: a unit
