@@ -87,6 +87,7 @@ void PsServer::run() {
   std::vector<WorkPtr> live;
   std::vector<std::size_t> which;
   const bool watch = server_ == 0 && options_.mode != PsMode::Sync;
+  PeerRecovery& mailboxes = peer_recovery(comm_, "parameter server");  // once, not per message
   // Server 0 also reads every other server's reports to the last (none is left unmatched).
   while (stopped_ < workers_ || reporters_ > 0) {
     live.clear();
@@ -97,7 +98,6 @@ void PsServer::run() {
         which.push_back(i);
       }
     }
-    PeerRecovery& mailboxes = peer_recovery(comm_, "parameter server");
     const std::size_t first = watch ? mailboxes.wait_any_for(live, kWatchPoll) : mailboxes.wait_any(live);
     if (first < live.size()) {
       Slot& slot = slots_[which[first]];
