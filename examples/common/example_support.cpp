@@ -196,6 +196,17 @@ void add_run_flags(CLI::App& app, RunFlags& r, const std::string& seed_use) {
   app.add_option("--clip-grad-norm", r.clip_grad_norm, "clip the gradients' global L2 norm to this (0: off)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--target-accuracy", r.target_accuracy,
+                 "stop after the first evaluation whose test accuracy (a fraction) reaches this; prints the time taken")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--evals-per-epoch", r.evaluations_per_epoch,
+                 "evaluate (and check --target-accuracy) this many times per epoch, evenly spaced")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  add_job_flags(app, r, seed_use);
+}
+
+void add_job_flags(CLI::App& app, RunFlags& r, const std::string& seed_use) {
   app.add_option("--device", r.device, "cpu, cuda (this rank's GPU: local rank mod device count) or cuda:N")
       ->capture_default_str();
   app.add_option("--precision", r.precision, "fp32, or bf16/f16 products under autocast (f16 with loss scaling)")
@@ -204,13 +215,6 @@ void add_run_flags(CLI::App& app, RunFlags& r, const std::string& seed_use) {
   app.add_option("--seed", r.seed, "seed for " + seed_use)->capture_default_str();
   app.add_option("--threads", r.threads, "intra-op threads (default: cores / local ranks)")->check(CLI::Range(1, 1024));
   app.add_option("--metrics", r.metrics, "write metrics as JSON lines to this file");
-  app.add_option("--target-accuracy", r.target_accuracy,
-                 "stop after the first evaluation whose test accuracy (a fraction) reaches this; prints the time taken")
-      ->check(CLI::Range(0.0, 1.0));
-  app.add_option("--evals-per-epoch", r.evaluations_per_epoch,
-                 "evaluate (and check --target-accuracy) this many times per epoch, evenly spaced")
-      ->check(CLI::Range(1, 1000))
-      ->capture_default_str();
   app.add_option("--timeout", r.timeout_s,
                  "seconds a collective may wait for the other ranks before the job is aborted")
       ->check(CLI::PositiveNumber)

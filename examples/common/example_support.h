@@ -50,6 +50,9 @@ struct RunFlags {
 };
 // `seed_use`: what the seed decides ("initialization and shuffling").
 void add_run_flags(CLI::App& app, RunFlags& r, const std::string& seed_use);
+// The same without the epoch-based ones (epochs, batch size, accumulation, clipping, target
+// accuracy, evaluations per epoch), for a trainer that counts steps (train_gpt).
+void add_job_flags(CLI::App& app, RunFlags& r, const std::string& seed_use);
 // The device the flags name (cuda: this rank's GPU, local rank mod device count).
 Device run_device(const RunFlags& r);
 // The Trainer's options the flags describe (epochs, accumulation, clipping, precision with

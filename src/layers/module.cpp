@@ -23,6 +23,14 @@ Variable Module::register_parameter(std::string name, Tensor value) {
   return v;
 }
 
+Variable Module::register_parameter(std::string name, Variable shared) {
+  check_new_name(name, "parameter");
+  DTRAIN_CHECK(shared.defined() && shared.is_leaf() && shared.requires_grad(),
+               "Module: shared parameter '{}' must be a leaf that requires grad", name);
+  parameters_.emplace_back(std::move(name), shared);
+  return shared;
+}
+
 void Module::register_buffer(std::string name, Tensor* slot) {
   check_new_name(name, "buffer");
   buffers_.emplace_back(std::move(name), slot);
@@ -56,8 +64,13 @@ void Module::collect_buffers(const std::string& prefix, std::vector<std::pair<st
 }
 
 std::vector<std::pair<std::string, Variable>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Variable>> all;
+  collect_parameters("", all);
   std::vector<std::pair<std::string, Variable>> out;
-  collect_parameters("", out);
+  std::unordered_set<const void*> seen;
+  for (auto& entry : all) {
+    if (seen.insert(entry.second.id()).second) out.push_back(std::move(entry));
+  }
   return out;
 }
 

@@ -49,7 +49,10 @@ class Module {
   // The layer's type and configuration, e.g. "Linear(784, 512)".
   virtual std::string describe() const = 0;
 
-  // Recursive, in registration order (the order a pipeline or reducer relies on).
+  // Recursive, in registration order (the order a pipeline or reducer relies on). A
+  // parameter registered by several modules (a tied weight) is listed once, under its first
+  // name, as PyTorch's parameters() does; a module that holds only its later registration
+  // (a pipeline stage) lists it under that one.
   std::vector<Variable> parameters() const;
   std::vector<std::pair<std::string, Variable>> named_parameters() const;
   std::vector<std::pair<std::string, Tensor>> named_buffers() const;
@@ -78,6 +81,8 @@ class Module {
 
  protected:
   Variable register_parameter(std::string name, Tensor value);
+  // A parameter another module registered too (a tied weight: the same Variable, trained once).
+  Variable register_parameter(std::string name, Variable shared);
   // `slot` is a member of the derived module; the module must outlive the registration.
   void register_buffer(std::string name, Tensor* slot);
   template <class M>

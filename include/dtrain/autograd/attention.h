@@ -1,0 +1,28 @@
+// Scaled dot-product attention, the core of a transformer's self-attention, as one
+// differentiable op: softmax(q k^T * scale + causal mask) v, with dropout on the attention
+// weights and grouped-query heads. One entry point, so that a fused, memory-efficient
+// kernel (flash attention) can take its place without the model changing.
+#pragma once
+
+#include "dtrain/autograd/variable.h"
+#include "dtrain/tensor/ops.h"
+
+#include <optional>
+
+namespace dtrain {
+
+struct AttentionOptions {
+  bool causal = true;              // position t attends to positions <= t only
+  double dropout = 0;              // on the attention weights, in [0, 1)
+  Generator* generator = nullptr;  // dropout's numbers (null: the default generator)
+  std::optional<double> scale;     // default 1 / sqrt(head dim)
+};
+
+// q (B, H, T, D); k and v (B, Hkv, T, D) with H a multiple of Hkv: grouped-query attention,
+// where query heads h*G .. h*G + G-1 (G = H / Hkv) share key/value head h, as Llama's
+// repeat_kv gives them. Returns (B, H, T, D). The backward keeps q, k, v and the attention
+// weights (B*H*T*T values): the memory a fused kernel saves.
+Variable scaled_dot_product_attention(const Variable& q, const Variable& k, const Variable& v,
+                                      const AttentionOptions& options = {});
+
+}  // namespace dtrain
