@@ -133,6 +133,20 @@ Variable gelu(const Variable& x) {
   });
 }
 
+Variable gelu(const Variable& x, GeluApproximation approx) {
+  if (approx == GeluApproximation::None) return gelu(x);
+  DTRAIN_CHECK(approx == GeluApproximation::Tanh, "gelu: unknown approximation {}", static_cast<int>(approx));
+  return Variable(gelu_tanh(x.data()), {x}, [](std::vector<Variable>& in, const Tensor& g) {
+    in[0].add_grad(binary(BinaryOp::GeluTanhGrad, g, in[0].data()));
+  });
+}
+
+Variable silu(const Variable& x) {
+  return Variable(silu(x.data()), {x}, [](std::vector<Variable>& in, const Tensor& g) {
+    in[0].add_grad(binary(BinaryOp::SiluGrad, g, in[0].data()));
+  });
+}
+
 Variable sigmoid(const Variable& x) {
   Tensor y = sigmoid(x.data());
   return Variable(y, {x}, [y](std::vector<Variable>& in, const Tensor& g) {

@@ -1,4 +1,4 @@
-// Matrix products, convolution, pooling and normalization.
+// Matrix products, convolution, pooling, normalization and rotary position embedding.
 #include "dtrain/autograd/functions.h"
 
 #include "dtrain/autograd/autocast.h"
@@ -212,10 +212,35 @@ Variable layer_norm(const Variable& x, int normalized_dims, const Variable& gamm
   DTRAIN_CHECK(!gamma.defined() || gamma.shape() == trailing,
                "layer_norm: weight {} does not match the normalized shape {}", shape_str(gamma.shape()),
                shape_str(trailing));
+  DTRAIN_CHECK(!beta.defined() || beta.shape() == trailing,
+               "layer_norm: bias {} does not match the normalized shape {}", shape_str(beta.shape()),
+               shape_str(trailing));
   std::vector<std::int64_t> dims;
   for (std::int64_t d = x.dim() - normalized_dims; d < x.dim(); ++d) dims.push_back(d);
   Normalized n = normalize(x, dims, eps);
   return affine(n.xhat, gamma, beta, trailing);
+}
+
+// Keeps x (an input) and rstd, one value per row.
+Variable rms_norm(const Variable& x, const Variable& weight, double eps) {
+  // rms_norm_forward checks the input and the weight.
+  RmsNormResult r = rms_norm_forward(x.data(), weight.defined() ? weight.data() : Tensor(), eps);
+  std::vector<Variable> inputs{x};
+  if (weight.defined()) inputs.push_back(weight);
+  return Variable(r.y, inputs, [rstd = r.rstd](std::vector<Variable>& in, const Tensor& g) {
+    const bool has_weight = in.size() > 1;
+    RmsNormGrads d = rms_norm_backward(g, in[0].data(), rstd, has_weight ? in[1].data() : Tensor());
+    if (in[0].requires_grad()) in[0].add_grad(d.x);
+    if (has_weight && in[1].requires_grad()) in[1].add_grad(d.weight);
+  });
+}
+
+// ---- position embeddings ---------------------------------------------------------------
+
+Variable rotary_embedding(const Variable& x, const Tensor& cos, const Tensor& sin) {
+  return Variable(rope_forward(x.data(), cos, sin), {x}, [cos, sin](std::vector<Variable>& in, const Tensor& g) {
+    in[0].add_grad(rope_backward(g, cos, sin));
+  });
 }
 
 }  // namespace dtrain

@@ -66,12 +66,13 @@ std::string BatchNorm::describe() const {
 BatchNorm1d::BatchNorm1d(std::int64_t channels, BatchNormOptions options) : BatchNorm(channels, {2, 3}, options) {}
 BatchNorm2d::BatchNorm2d(std::int64_t channels, BatchNormOptions options) : BatchNorm(channels, {4}, options) {}
 
-LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool affine) : shape_(std::move(normalized_shape)), eps_(eps) {
+LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool affine, bool with_bias)
+    : shape_(std::move(normalized_shape)), eps_(eps) {
   DTRAIN_CHECK(!shape_.empty() && shape_numel(shape_) > 0, "LayerNorm: normalized shape {} must be non-empty",
                shape_str(shape_));
   if (affine) {
     weight = register_parameter("weight", Tensor::ones(shape_));
-    bias = register_parameter("bias", Tensor::zeros(shape_));
+    if (with_bias) bias = register_parameter("bias", Tensor::zeros(shape_));
   }
 }
 
@@ -79,6 +80,23 @@ Variable LayerNorm::forward(const Variable& x) {
   return layer_norm(x, static_cast<int>(shape_.size()), weight, bias, eps_);
 }
 
-std::string LayerNorm::describe() const { return fmt::format("LayerNorm({})", shape_str(shape_)); }
+std::string LayerNorm::describe() const {
+  return fmt::format("LayerNorm({}{})", shape_str(shape_),
+                     !weight.defined() ? ", affine=false" : (bias.defined() ? "" : ", bias=false"));
+}
+
+RMSNorm::RMSNorm(std::int64_t dim, double eps) : dim_(dim), eps_(eps) {
+  DTRAIN_CHECK(dim > 0, "RMSNorm({}): dim must be positive", dim);
+  DTRAIN_CHECK(eps >= 0, "RMSNorm({}): eps must not be negative, got {}", dim, eps);
+  weight = register_parameter("weight", Tensor::ones({dim}));
+}
+
+Variable RMSNorm::forward(const Variable& x) {
+  DTRAIN_CHECK(x.dim() >= 1 && x.size(-1) == dim_, "{}: expected input (..., {}), got {}", describe(), dim_,
+               shape_str(x.shape()));
+  return rms_norm(x, weight, eps_);
+}
+
+std::string RMSNorm::describe() const { return fmt::format("RMSNorm({})", dim_); }
 
 }  // namespace dtrain::nn

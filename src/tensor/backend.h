@@ -113,6 +113,17 @@ class Backend {
                                    const Tensor& var, const Tensor& gamma, double eps, Tensor& grad_x,
                                    Tensor& grad_gamma, Tensor& grad_beta) = 0;
 
+  // ---- RMS normalization (contiguous x viewed as (rows, D); weight (D) or undefined) ----
+  // rstd: one value per row. grad_weight is undefined when weight is: skip it.
+  virtual void rms_norm(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd) = 0;
+  virtual void rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& rstd, const Tensor& weight,
+                                 Tensor& grad_x, Tensor& grad_weight) = 0;
+
+  // ---- rotary position embedding (rope_forward in ops.h) -----------------------------
+  // x contiguous (B, T, H, D); cos and sin contiguous (T, D / 2). inverse: rotate by -sin
+  // (the backward).
+  virtual void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse, Tensor& out) = 0;
+
   // ---- softmax family ------------------------------------------------------------------
   virtual void softmax(const Tensor& x, std::int64_t dim, bool log, Tensor& out) = 0;
   virtual void softmax_backward(const Tensor& grad_out, const Tensor& y, std::int64_t dim, bool log,

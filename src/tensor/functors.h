@@ -139,6 +139,31 @@ struct GeluDerivF {
     return cdf + x * pdf;
   }
 };
+// gelu with the tanh approximation (GPT-2's gelu_new, PyTorch's approximate='tanh'):
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), written as PyTorch writes it.
+struct GeluTanhF {
+  static constexpr const char* kName = "gelu_tanh";
+  static constexpr bool kIntegers = false;
+  template <class T> DTRAIN_HD T operator()(T x) const {
+    const T inner = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
+    return T(0.5) * x * (T(1) + std::tanh(inner));
+  }
+};
+// With t = tanh(k (x + c x^3)): 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2).
+struct GeluTanhDerivF {
+  template <class T> DTRAIN_HD T operator()(T x) const {
+    const T k = T(0.79788456080286535588), c = T(0.044715);
+    const T x2 = x * x;
+    const T t = std::tanh(k * (x + c * x2 * x));
+    return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x2);
+  }
+};
+// silu(x) = x * sigmoid(x) (swish), with sigmoid's stable form.
+struct SiluF {
+  static constexpr const char* kName = "silu";
+  static constexpr bool kIntegers = false;
+  template <class T> DTRAIN_HD T operator()(T x) const { return x * SigmoidF{}(x); }
+};
 
 // ---- binary --------------------------------------------------------------------------
 
@@ -189,6 +214,20 @@ struct GeluGradF {
   static constexpr bool kIntegers = false;
   template <class T> DTRAIN_HD T operator()(T g, T x) const { return g * GeluDerivF{}(x); }
 };
+struct GeluTanhGradF {
+  static constexpr const char* kName = "gelu_tanh_grad";
+  static constexpr bool kIntegers = false;
+  template <class T> DTRAIN_HD T operator()(T g, T x) const { return g * GeluTanhDerivF{}(x); }
+};
+// silu'(x) = s (1 + x (1 - s)) with s = sigmoid(x).
+struct SiluGradF {
+  static constexpr const char* kName = "silu_grad";
+  static constexpr bool kIntegers = false;
+  template <class T> DTRAIN_HD T operator()(T g, T x) const {
+    const T s = SigmoidF{}(x);
+    return g * s * (T(1) + x * (T(1) - s));
+  }
+};
 struct SigmoidGradF {
   static constexpr const char* kName = "sigmoid_grad";
   static constexpr bool kIntegers = false;
@@ -237,8 +276,8 @@ struct GeF {
 // visit_*(op, f) calls f(Functor{}) for the functor of `op`: the one switch per enum that
 // every backend shares.
 
-static_assert(static_cast<int>(UnaryOp::kCount) == 13, "a UnaryOp was added: give it a functor below");
-static_assert(static_cast<int>(BinaryOp::kCount) == 12, "a BinaryOp was added: give it a functor below");
+static_assert(static_cast<int>(UnaryOp::kCount) == 15, "a UnaryOp was added: give it a functor below");
+static_assert(static_cast<int>(BinaryOp::kCount) == 14, "a BinaryOp was added: give it a functor below");
 static_assert(static_cast<int>(CompareOp::kCount) == 6, "a CompareOp was added: give it a functor below");
 
 template <class F>
@@ -257,6 +296,8 @@ decltype(auto) visit_unary(UnaryOp op, F&& f) {
     case UnaryOp::Sigmoid: return f(SigmoidF{});
     case UnaryOp::Tanh: return f(TanhF{});
     case UnaryOp::Gelu: return f(GeluF{});
+    case UnaryOp::GeluTanh: return f(GeluTanhF{});
+    case UnaryOp::Silu: return f(SiluF{});
     case UnaryOp::kCount: break;
   }
   DTRAIN_FAIL("unknown UnaryOp {}", static_cast<int>(op));
@@ -277,6 +318,8 @@ decltype(auto) visit_binary(BinaryOp op, F&& f) {
     case BinaryOp::SigmoidGrad: return f(SigmoidGradF{});
     case BinaryOp::TanhGrad: return f(TanhGradF{});
     case BinaryOp::AddRelu: return f(AddReluF{});
+    case BinaryOp::GeluTanhGrad: return f(GeluTanhGradF{});
+    case BinaryOp::SiluGrad: return f(SiluGradF{});
     case BinaryOp::kCount: break;
   }
   DTRAIN_FAIL("unknown BinaryOp {}", static_cast<int>(op));

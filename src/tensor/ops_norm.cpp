@@ -1,5 +1,5 @@
-// Batch normalization ops: argument checks and output allocation, then the backend's
-// fused kernels.
+// Batch and RMS normalization ops: argument checks and output allocation, then the
+// backend's fused kernels.
 #include "dtrain/tensor/ops.h"
 
 #include "tensor/backend.h"
@@ -60,6 +60,66 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_y, const Tensor& x, const 
   detail::backend(x.device())
       .batch_norm_backward(grad_y.contiguous(), x.contiguous(), contiguous_or_undefined(relu_y), mean.contiguous(),
                            var.contiguous(), contiguous_or_undefined(gamma), eps, g.x, g.gamma, g.beta);
+  return g;
+}
+
+// ---- RMS normalization ------------------------------------------------------------------
+
+namespace {
+
+// x f32/f64 with a last dim; weight undefined or (D) of x's dtype and device.
+void check_rms_input(const Tensor& x, const Tensor& weight, const char* op) {
+  check_defined(x, op);
+  DTRAIN_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::f64,
+               "{}: input must be f32 or f64, got {}{}", op, dtype_name(x.dtype()),
+               is_half(x.dtype()) ? " (convert 16-bit activations with .to(DType::f32))" : "");
+  DTRAIN_CHECK(x.dim() >= 1 && x.size(-1) > 0, "{}: expected input (..., D) with D > 0, got {}", op,
+               shape_str(x.shape()));
+  if (!weight.defined()) return;
+  DTRAIN_CHECK(weight.shape() == Shape{x.size(-1)} && weight.dtype() == x.dtype() && weight.device() == x.device(),
+               "{}: weight must be ({}) {} on {} for input {}, got {} {} on {}", op, x.size(-1), dtype_name(x.dtype()),
+               x.device().str(), shape_str(x.shape()), shape_str(weight.shape()), dtype_name(weight.dtype()),
+               weight.device().str());
+}
+
+// x's shape with the last dim 1: one value per row.
+Shape row_shape(const Tensor& x) {
+  Shape s = x.shape();
+  s.back() = 1;
+  return s;
+}
+
+}  // namespace
+
+RmsNormResult rms_norm_forward(const Tensor& x, const Tensor& weight, double eps) {
+  check_rms_input(x, weight, "rms_norm");
+  DTRAIN_CHECK(eps >= 0, "rms_norm: eps must not be negative, got {}", eps);
+  RmsNormResult r{Tensor::empty(x.shape(), x.options()), Tensor::empty(row_shape(x), x.options())};
+  if (x.numel() == 0) return r;
+  detail::backend(x.device()).rms_norm(x.contiguous(), contiguous_or_undefined(weight), eps, r.y, r.rstd);
+  return r;
+}
+
+RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& rstd, const Tensor& weight) {
+  check_rms_input(x, weight, "rms_norm_backward");
+  DTRAIN_CHECK(grad_y.defined() && grad_y.shape() == x.shape() && grad_y.dtype() == x.dtype() &&
+                   grad_y.device() == x.device(),
+               "rms_norm_backward: gradient {} {} must match input {} {} on {}", shape_str(grad_y.shape()),
+               dtype_name(grad_y.dtype()), shape_str(x.shape()), dtype_name(x.dtype()), x.device().str());
+  DTRAIN_CHECK(rstd.defined() && rstd.numel() == x.numel() / x.size(-1) && rstd.dtype() == x.dtype() &&
+                   rstd.device() == x.device(),
+               "rms_norm_backward: rstd {} {} must hold one {} value per row of input {} on {}",
+               shape_str(rstd.shape()), dtype_name(rstd.dtype()), dtype_name(x.dtype()), shape_str(x.shape()),
+               x.device().str());
+  RmsNormGrads g{Tensor::empty(x.shape(), x.options()),
+                 weight.defined() ? Tensor::empty(weight.shape(), x.options()) : Tensor()};
+  if (x.numel() == 0) {
+    if (g.weight.defined()) g.weight.fill_(0);
+    return g;
+  }
+  detail::backend(x.device())
+      .rms_norm_backward(grad_y.contiguous(), x.contiguous(), rstd.contiguous(), contiguous_or_undefined(weight), g.x,
+                         g.weight);
   return g;
 }
 

@@ -45,6 +45,8 @@ TEST_CASE("grad: activations", "[autograd][cpu]") {
   require_grad_ok([](Inputs in) { return add_relu(in[0], in[1]); }, {x, y});
   require_grad_ok([](Inputs in) { return add_relu(in[1], in[0]); }, {x, y});
   require_grad_ok([](Inputs in) { return gelu(in[0]); }, {x});
+  require_grad_ok([](Inputs in) { return gelu(in[0], GeluApproximation::Tanh); }, {x});
+  require_grad_ok([](Inputs in) { return silu(in[0]); }, {x});
   require_grad_ok([](Inputs in) { return sigmoid(in[0]); }, {x});
   require_grad_ok([](Inputs in) { return tanh(in[0]); }, {x});
 }
@@ -132,6 +134,43 @@ TEST_CASE("grad: normalization", "[autograd][cpu]") {
   auto lgamma = param({3, 3}, 39, 0.5, 1.5);
   auto lbeta = param({3, 3}, 40);
   require_grad_ok([](Inputs in) { return layer_norm(in[0], 2, in[1], in[2], 1e-5); }, {x4, lgamma, lbeta});
+}
+
+TEST_CASE("grad: transformer activations over wide ranges (gelu tanh, silu, SwiGLU)", "[autograd][cpu]") {
+  auto x = param({3, 7}, 41, -6, 6);
+  auto w = param({3, 7}, 42, -2, 2);
+  require_grad_ok([](Inputs in) { return gelu(in[0], GeluApproximation::Tanh); }, {x});
+  require_grad_ok([](Inputs in) { return silu(in[0]); }, {x});
+  // SwiGLU's gate: silu(a) * b.
+  require_grad_ok([](Inputs in) { return mul(silu(in[0]), in[1]); }, {x, w});
+  require_grad_ok([](Inputs in) { return gelu(in[0], GeluApproximation::None); }, {x});
+}
+
+TEST_CASE("grad: layer_norm without a bias, rms_norm with and without a weight", "[autograd][cpu]") {
+  auto x = param({2, 3, 6}, 43);
+  auto weight = param({6}, 44, 0.5, 1.5);
+  auto weight2 = param({3, 6}, 45, 0.5, 1.5);
+  // GPT-2 without biases: a weight, no beta.
+  require_grad_ok([](Inputs in) { return layer_norm(in[0], 1, in[1], Variable(), 1e-5); }, {x, weight});
+  require_grad_ok([](Inputs in) { return layer_norm(in[0], 2, in[1], Variable(), 1e-5); }, {x, weight2});
+  require_grad_ok([](Inputs in) { return rms_norm(in[0], in[1], 1e-6); }, {x, weight});
+  require_grad_ok([](Inputs in) { return rms_norm(in[0], Variable(), 1e-6); }, {x});
+  // A larger eps, and a row of large values next to small ones.
+  auto wide = Variable(add(random_tensor({4, 5}, 46, DType::f64), Tensor::from_vector<double>({0, 0, 30, 0}, {4, 1})),
+                       true);
+  require_grad_ok([](Inputs in) { return rms_norm(in[0], in[1], 0.1); }, {wide, param({5}, 47, 0.5, 1.5)});
+  // The gradient of the weight alone.
+  Variable fixed(random_tensor({2, 3, 6}, 48, DType::f64), false);
+  require_grad_ok([fixed](Inputs in) { return rms_norm(fixed, in[0], 1e-6); }, {weight});
+}
+
+TEST_CASE("grad: rotary_embedding, of a contiguous input and of a transposed view", "[autograd][cpu]") {
+  const RopeTables t = rope_tables(5, 8, 100, DType::f64, Device::cpu(), 2);
+  auto x = param({2, 5, 3, 8}, 49);
+  require_grad_ok([t](Inputs in) { return rotary_embedding(in[0], t.cos, t.sin); }, {x});
+  // (B, H, T, D) viewed as (B, T, H, D), as attention code splits heads.
+  auto y = param({2, 3, 5, 8}, 50);
+  require_grad_ok([t](Inputs in) { return rotary_embedding(transpose(in[0], 1, 2), t.cos, t.sin); }, {y});
 }
 
 TEST_CASE("grad: softmax and losses", "[autograd][cpu]") {

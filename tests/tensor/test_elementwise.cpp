@@ -48,6 +48,13 @@ Tensor map2(const Tensor& a, const Tensor& b, const Fn2& f) {
 
 double gelu_ref(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
 double sigmoid_ref(double x) { return 1 / (1 + std::exp(-x)); }
+// PyTorch's F.gelu(x, approximate='tanh') and F.silu.
+double gelu_tanh_ref(double x) {
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+}
+double silu_ref(double x) { return x * sigmoid_ref(x); }
+// Central differences of f at x, accurate to ~1e-10 for these smooth functions.
+double derivative(double (*f)(double), double x) { return (f(x + 1e-6) - f(x - 1e-6)) / 2e-6; }
 
 struct UnaryCase {
   UnaryOp op;
@@ -71,6 +78,8 @@ std::vector<UnaryCase> unary_cases() {
       {UnaryOp::Sigmoid, "sigmoid", sigmoid_ref, -8, 8},
       {UnaryOp::Tanh, "tanh", [](double x) { return std::tanh(x); }, -4, 4},
       {UnaryOp::Gelu, "gelu", gelu_ref, -5, 5},
+      {UnaryOp::GeluTanh, "gelu_tanh", gelu_tanh_ref, -5, 5},
+      {UnaryOp::Silu, "silu", silu_ref, -8, 8},
   };
 }
 
@@ -134,6 +143,38 @@ TEST_CASE("sigmoid is stable and exact at large |x|; gelu matches known values",
   CHECK(gelu(Tensor::scalar(-5)).item() == Approx(gelu_ref(-5)).epsilon(1e-5));
 }
 
+TEST_CASE("gelu_tanh and silu match PyTorch's values, and stay finite at large |x|", "[cpu][tensor]") {
+  // torch.nn.functional.gelu(x, approximate='tanh') and silu at 1, -1, 0, 3, -3.
+  const Tensor x = Tensor::from_vector<double>({1, -1, 0, 3, -3}, {5});
+  const std::vector<double> gelu_tanh_expected{0.8411919906082768, -0.15880800939172324, 0, 2.996362607918227,
+                                               -0.0036373920817729943};
+  const std::vector<double> silu_expected{0.7310585786300049, -0.2689414213699951, 0, 2.8577223804672998,
+                                          -0.14227761953270035};
+  for (DType dtype : {DType::f64, DType::f32}) {
+    INFO(dtype_name(dtype));
+    const double rtol = dtype == DType::f64 ? 1e-14 : 2e-6;
+    const auto g = gelu_tanh(x.to(dtype)).to_vector<double>(), s = silu(x.to(dtype)).to_vector<double>();
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      CHECK(g[i] == Approx(gelu_tanh_expected[i]).epsilon(rtol).margin(1e-300));
+      CHECK(s[i] == Approx(silu_expected[i]).epsilon(rtol).margin(1e-300));
+    }
+  }
+  // gelu_tanh differs from the exact gelu by less than 1e-3 (its purpose).
+  const Tensor r = test::random_tensor({1000}, 3, DType::f64, -6, 6);
+  CHECK(max_abs_diff(gelu_tanh(r), gelu(r)) < 1e-3);
+  const Tensor big = Tensor::from_vector<float>({-1000, -100, 100, 1000}, {4});
+  const auto gb = gelu_tanh(big).to_vector<double>(), sb = silu(big).to_vector<double>();
+  CHECK(gb == std::vector<double>{0, 0, 100, 1000});
+  CHECK(sb[0] == 0);
+  CHECK(sb[1] == Approx(-100 * sigmoid_ref(-100)).margin(1e-38));
+  CHECK(sb[2] == 100);
+  CHECK(sb[3] == 1000);
+  const auto db = binary(BinaryOp::SiluGrad, Tensor::ones({4}), big).to_vector<double>();
+  CHECK(db[0] == 0);
+  CHECK(db[3] == 1);
+  CHECK_THROWS_WITH(silu(Tensor::from_vector<std::int64_t>({1}, {1})), Catch::Contains("silu"));
+}
+
 TEST_CASE("relu, maximum and minimum propagate NaN", "[cpu][tensor]") {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   Tensor a = Tensor::from_vector<double>({nan, 1, 2}, {3});
@@ -168,6 +209,8 @@ TEST_CASE("every binary op matches its formula in double", "[cpu][tensor]") {
       {BinaryOp::SigmoidGrad, "sigmoid_grad", [](double g, double y) { return g * y * (1 - y); }},
       {BinaryOp::TanhGrad, "tanh_grad", [](double g, double y) { return g * (1 - y * y); }},
       {BinaryOp::AddRelu, "add_relu", [](double a, double b) { return std::max(a + b, 0.0); }},
+      {BinaryOp::GeluTanhGrad, "gelu_tanh_grad", [](double g, double x) { return g * derivative(gelu_tanh_ref, x); }},
+      {BinaryOp::SiluGrad, "silu_grad", [](double g, double x) { return g * derivative(silu_ref, x); }},
   };
   REQUIRE(cases.size() == static_cast<std::size_t>(BinaryOp::kCount));
   for (const auto& c : cases) {
@@ -177,7 +220,9 @@ TEST_CASE("every binary op matches its formula in double", "[cpu][tensor]") {
       Tensor a = test::random_tensor({6, 9}, 21, dtype, 0.5, 2);
       Tensor b = test::random_tensor({6, 9}, 22, dtype, -2, 2);
       if (c.op == BinaryOp::Div || c.op == BinaryOp::Pow) b = test::random_tensor({6, 9}, 22, dtype, 0.5, 2);
-      const double tol = dtype == DType::f32 ? 3e-6 : (c.op == BinaryOp::GeluGrad ? 1e-8 : 1e-13);
+      const bool differenced =
+          c.op == BinaryOp::GeluGrad || c.op == BinaryOp::GeluTanhGrad || c.op == BinaryOp::SiluGrad;
+      const double tol = dtype == DType::f32 ? 3e-6 : (differenced ? 1e-8 : 1e-13);
       test::require_close(binary(c.op, a, b), map2(a, b, c.ref), tol, tol);
     }
   }

@@ -33,7 +33,14 @@ Variable relu(const Variable& x);
 // relu(add(a, b)) (broadcasting) in one pass each way, without keeping the sum for the
 // backward: the gradient passes where the output is positive. A residual block's join.
 Variable add_relu(const Variable& a, const Variable& b);
+// gelu(x) is the exact form, x * Phi(x) with erf; the tanh approximation is GPT-2's
+// gelu_new, PyTorch's F.gelu(x, approximate='tanh'): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+enum class GeluApproximation { None, Tanh };
 Variable gelu(const Variable& x);
+Variable gelu(const Variable& x, GeluApproximation approx);
+// x * sigmoid(x) (swish), keeping its input for the backward. A SwiGLU MLP is
+// mul(silu(linear(x, w1, {})), linear(x, w3, {})).
+Variable silu(const Variable& x);
 Variable sigmoid(const Variable& x);
 Variable tanh(const Variable& x);
 
@@ -76,9 +83,20 @@ Variable batch_norm_relu_train(const Variable& x, const Variable& gamma, const V
 // Normalizes with fixed statistics (evaluation).
 Variable batch_norm_eval(const Variable& x, const Variable& gamma, const Variable& beta, const Tensor& mean,
                          const Tensor& var, double eps);
-// Normalizes over the trailing `normalized_dims` dims; gamma/beta have those dims' shape.
+// Normalizes over the trailing `normalized_dims` dims; gamma/beta have those dims' shape,
+// and either may be undefined (GPT-2 without biases: a weight and no beta).
 Variable layer_norm(const Variable& x, int normalized_dims, const Variable& gamma, const Variable& beta,
                     double eps);
+// Llama's RMSNorm over the last dim, x * rsqrt(mean(x^2, -1) + eps) * weight as torch
+// computes it; weight (D) or undefined. One fused kernel each way (rms_norm_forward and
+// rms_norm_backward in ops.h); f32 and f64.
+Variable rms_norm(const Variable& x, const Variable& weight, double eps);
+
+// ---- position embeddings ------------------------------------------------------------------
+// Rotary position embedding of x (B, T, H, D) with the tables of rope_tables (ops.h),
+// (T, D/2) each, in Hugging Face Llama's rotate_half convention (rope_forward). The
+// gradient flows to x only; the tables are constants.
+Variable rotary_embedding(const Variable& x, const Tensor& cos, const Tensor& sin);
 
 // ---- softmax, losses, regularization -------------------------------------------------------
 Variable softmax(const Variable& x, std::int64_t dim);

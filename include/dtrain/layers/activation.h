@@ -13,8 +13,21 @@ class ReLU final : public Module {
 
 class GELU : public Module {
  public:
-  Variable forward(const Variable& x) override { return gelu(x); }
-  std::string describe() const override { return "GELU"; }
+  // GeluApproximation::Tanh: GPT-2's gelu_new (autograd/functions.h).
+  explicit GELU(GeluApproximation approximate = GeluApproximation::None) : approximate_(approximate) {}
+  Variable forward(const Variable& x) override { return gelu(x, approximate_); }
+  std::string describe() const override {
+    return approximate_ == GeluApproximation::Tanh ? "GELU(approximate=tanh)" : "GELU";
+  }
+
+ private:
+  GeluApproximation approximate_;
+};
+
+class SiLU final : public Module {
+ public:
+  Variable forward(const Variable& x) override { return silu(x); }
+  std::string describe() const override { return "SiLU"; }
 };
 
 class Tanh : public Module {

@@ -1,4 +1,4 @@
-// Batch normalization (running statistics for evaluation) and layer normalization.
+// Batch normalization (running statistics for evaluation), layer normalization and RMSNorm.
 // A synchronized BatchNorm needs a communicator and lives in dist.
 #pragma once
 
@@ -61,15 +61,32 @@ class BatchNorm2d : public BatchNorm {
 
 class LayerNorm : public Module {
  public:
-  // Normalizes over the trailing dims given by `normalized_shape`.
-  explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool affine = true);
+  // Normalizes over the trailing dims given by `normalized_shape`. With affine, a weight
+  // (ones) and, unless !bias, a bias (zeros): GPT-2 without biases is bias = false, as
+  // nanoGPT's LayerNorm(ndim, bias).
+  explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool affine = true, bool bias = true);
   Variable forward(const Variable& x) override;
   std::string describe() const override;
 
-  Variable weight, bias;
+  Variable weight, bias;  // each undefined when absent
 
  private:
   Shape shape_;
+  double eps_;
+};
+
+// Llama's RMSNorm over the last dim: x * rsqrt(mean(x^2, -1) + eps) * weight, the weight (dim)
+// starting at ones (rms_norm in autograd/functions.h).
+class RMSNorm : public Module {
+ public:
+  explicit RMSNorm(std::int64_t dim, double eps = 1e-6);
+  Variable forward(const Variable& x) override;
+  std::string describe() const override;
+
+  Variable weight;
+
+ private:
+  std::int64_t dim_;
   double eps_;
 };
 

@@ -18,16 +18,20 @@ namespace dtrain {
 enum class UnaryOp : std::uint8_t {
   Neg, Exp, Log, Sqrt, Rsqrt, Abs, Square, Reciprocal, Sign,
   Relu, Sigmoid, Tanh, Gelu,  // gelu: the exact erf form
+  GeluTanh,  // gelu's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  Silu,      // x * sigmoid(x)
   kCount
 };
 // Binary ops broadcast (numpy rules). The *Grad ops compute the backward of an activation:
 // ReluGrad(g, x) = g * (x > 0); GeluGrad(g, x) = g * gelu'(x);
 // SigmoidGrad(g, y) = g * y * (1 - y); TanhGrad(g, y) = g * (1 - y^2) with y the forward output.
 // AddRelu(a, b) = relu(a + b) in one pass: a residual block's addition and ReLU.
+// GeluTanhGrad(g, x) = g * gelu_tanh'(x); SiluGrad(g, x) = g * silu'(x), both of the input x.
 enum class BinaryOp : std::uint8_t {
   Add, Sub, Mul, Div, Max, Min, Pow,
   ReluGrad, GeluGrad, SigmoidGrad, TanhGrad,
   AddRelu,
+  GeluTanhGrad, SiluGrad,
   kCount
 };
 enum class CompareOp : std::uint8_t { Eq, Ne, Lt, Le, Gt, Ge, kCount };
@@ -49,6 +53,8 @@ inline Tensor relu(const Tensor& x) { return unary(UnaryOp::Relu, x); }
 inline Tensor sigmoid(const Tensor& x) { return unary(UnaryOp::Sigmoid, x); }
 inline Tensor tanh(const Tensor& x) { return unary(UnaryOp::Tanh, x); }
 inline Tensor gelu(const Tensor& x) { return unary(UnaryOp::Gelu, x); }
+inline Tensor gelu_tanh(const Tensor& x) { return unary(UnaryOp::GeluTanh, x); }
+inline Tensor silu(const Tensor& x) { return unary(UnaryOp::Silu, x); }
 
 inline Tensor add(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Add, a, b); }
 inline Tensor sub(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Sub, a, b); }
@@ -183,6 +189,45 @@ struct BatchNormGrads {
 };
 BatchNormGrads batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& var,
                                    const Tensor& gamma, double eps, const Tensor& relu_y = Tensor());
+
+// ============================================================================
+// RMS normalization over the last dim (Llama's RMSNorm)
+// ============================================================================
+// y = x * rstd * weight with rstd = 1 / sqrt(mean(x^2 over the last dim) + eps) per row, as
+// torch computes x * rsqrt(mean(x^2, -1) + eps) * weight; weight (D) or undefined (1). f32
+// and f64, summed in the input's dtype; the 16-bit floats are refused (convert first). rstd
+// has x's shape with the last dim 1 and x's dtype: what the backward needs besides x.
+struct RmsNormResult {
+  Tensor y, rstd;
+};
+RmsNormResult rms_norm_forward(const Tensor& x, const Tensor& weight, double eps);
+// With xhat = x * rstd and h = grad_y * weight: dx = rstd * (h - xhat * mean(h * xhat)) per
+// row and dweight = the sum over rows of grad_y * xhat (undefined when weight is).
+struct RmsNormGrads {
+  Tensor x, weight;
+};
+RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& rstd, const Tensor& weight);
+
+// ============================================================================
+// Rotary position embedding (RoPE), in Hugging Face Llama's "rotate_half" convention
+// ============================================================================
+// The tables for positions first_position .. first_position + positions - 1 of a head of
+// head_dim (even) values: cos[t, i] = cos(p * inv_freq[i]), sin likewise, with p the position
+// and inv_freq[i] = theta^(-2i / head_dim), i < head_dim / 2. Computed in f64, then cast to
+// dtype; both (positions, head_dim / 2) on `device`.
+struct RopeTables {
+  Tensor cos, sin;
+};
+RopeTables rope_tables(std::int64_t positions, std::int64_t head_dim, double theta, DType dtype, Device device,
+                       std::int64_t first_position = 0);
+// x (B, T, H, D), D even, any strides; cos and sin (T, D / 2) of x's dtype (f32, f64) and
+// device. With h = D / 2 and i < h, at every (b, t, head):
+//   out[i]     = x[i] * cos[t, i] - x[i + h] * sin[t, i]
+//   out[i + h] = x[i + h] * cos[t, i] + x[i] * sin[t, i]
+// Returns a new contiguous tensor.
+Tensor rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin);
+// The gradient of rope_forward: the same rotation by -sin (its transpose).
+Tensor rope_backward(const Tensor& grad_out, const Tensor& cos, const Tensor& sin);
 
 // ============================================================================
 // Softmax family (along `dim`)

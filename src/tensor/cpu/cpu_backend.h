@@ -1,6 +1,7 @@
 // The CPU backend. Its methods are defined across src/tensor/cpu/*.cpp, one file per
 // kind of primitive (memory.cpp, copy_fill.cpp, unary.cpp, binary.cpp, compare_where.cpp, update.cpp, reduce.cpp,
-// matmul.cpp, conv.cpp, pool.cpp, batch_norm.cpp, softmax.cpp, index.cpp, random.cpp).
+// matmul.cpp, conv.cpp, pool.cpp, batch_norm.cpp, rms_norm.cpp, rope.cpp, softmax.cpp, index.cpp,
+// random.cpp).
 #pragma once
 
 #include "tensor/backend.h"
@@ -46,6 +47,11 @@ class CpuBackend final : public Backend {
   void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& relu_y, const Tensor& mean,
                            const Tensor& var, const Tensor& gamma, double eps, Tensor& grad_x, Tensor& grad_gamma,
                            Tensor& grad_beta) override;
+
+  void rms_norm(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd) override;
+  void rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& rstd, const Tensor& weight,
+                         Tensor& grad_x, Tensor& grad_weight) override;
+  void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse, Tensor& out) override;
 
   void softmax(const Tensor& x, std::int64_t dim, bool log, Tensor& out) override;
   void softmax_backward(const Tensor& grad_out, const Tensor& y, std::int64_t dim, bool log, Tensor& grad_x) override;

@@ -1,7 +1,7 @@
 // The CUDA backend of one device. Its methods are defined across src/tensor/cuda/:
 // memory.cpp (allocation, host transfers, asynchronous uploads from pinned memory),
 // elementwise.cu (copy, fill and the element-wise primitives), reduce.cu, matmul.cpp
-// (cuBLAS), cudnn_conv.cpp (cuDNN convolutions), pool.cu, batch_norm.cu, softmax.cu,
+// (cuBLAS), cudnn_conv.cpp (cuDNN convolutions), pool.cu, batch_norm.cu, rms_norm.cu, rope.cu, softmax.cu,
 // index.cu and random.cu; registry.cpp creates one per device, and pinned_memory.cpp
 // serves the page-locked host memory all devices share.
 //
@@ -103,6 +103,11 @@ class CudaBackend final : public Backend {
   void batch_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& relu_y, const Tensor& mean,
                            const Tensor& var, const Tensor& gamma, double eps, Tensor& grad_x, Tensor& grad_gamma,
                            Tensor& grad_beta) override;
+
+  void rms_norm(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd) override;
+  void rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& rstd, const Tensor& weight,
+                         Tensor& grad_x, Tensor& grad_weight) override;
+  void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse, Tensor& out) override;
 
   void softmax(const Tensor& x, std::int64_t dim, bool log, Tensor& out) override;
   void softmax_backward(const Tensor& grad_out, const Tensor& y, std::int64_t dim, bool log, Tensor& grad_x) override;
