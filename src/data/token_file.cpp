@@ -49,11 +49,12 @@ std::string read_all(const fs::path& file) {
 // Reads `count` ids of `width` bytes at `at`, which must end the file; each below `vocab` (> 0).
 std::vector<std::int32_t> read_ids(const fs::path& file, const std::string& bytes, std::size_t at, std::int64_t count,
                                    std::uint32_t width, std::int64_t vocab) {
-  const std::size_t have = bytes.size() - at;
-  DTRAIN_CHECK(count >= 0 && static_cast<std::uint64_t>(count) <= have / width && have == count * width,
+  const std::uint64_t have = bytes.size() - at;
+  const bool fits = count >= 0 && static_cast<std::uint64_t>(count) <= have / width;
+  DTRAIN_CHECK(fits && have == static_cast<std::uint64_t>(count) * width,
                "token file '{}': {}: the header says {} tokens of {} bytes ({} bytes) after its {}, the file has {}",
-               file.string(), have < static_cast<std::uint64_t>(count) * width ? "truncated" : "wrong size", count,
-               width, count * width, at, have);
+               file.string(), fits ? "wrong size" : "truncated", count, width,
+               static_cast<std::uint64_t>(count) * width, at, have);
   std::vector<std::int32_t> ids(static_cast<std::size_t>(count));
   const std::int64_t limit = vocab > 0 ? vocab : std::int64_t{1} << 31;
   for (std::size_t i = 0; i < ids.size(); ++i) {
