@@ -10,8 +10,10 @@
 #       with --system-site-packages, so that it sees Debian's torch and numpy), the two
 #       packages Debian 12 does not have, from PyPI: safetensors and tensorboard. ctest then
 #       loads a checkpoint in PyTorch and reads the event files with TensorBoard's reader
-#       instead of skipping both. Also Slurm's daemons and client and munge, for the test that runs
-#       the main job under srun on a one-node Slurm (docs/SLURM.md).
+#       instead of skipping both; and tiktoken, with GPT-2's rank file (gpt2.tiktoken, from the
+#       openai-whisper source package on PyPI) in .venv-tests/share/, which text.tiktoken_gpt2
+#       checks dtrain's GPT-2 encoding against. Also Slurm's daemons and client and munge, for
+#       the test that runs the main job under srun on a one-node Slurm (docs/SLURM.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,10 +36,12 @@ packages=(
   zlib1g-dev                                # .gz MNIST files
   libjpeg62-turbo-dev                       # JPEG decoding and encoding (ImageNet-style folders)
   libarchive-dev                            # tar shards of records (WebDataset layout)
+  libpcre2-dev                              # GPT-2's pre-tokenization regex (the text layer's tokenizers)
   libxxhash-dev                             # checkpoint checksums (XXH3, header-only)
   libopenmpi-dev openmpi-bin                # multi-process training
   catch2                                    # unit tests (v2)
   dataset-fashion-mnist                     # the example trainer's default data
+  fortunes dict-gcide                       # corpora for train_gpt (fortune-mod's files, the GCIDE dictionary); the text tests
 )
 if [ "$tests" -eq 1 ]; then
   packages+=(python3-venv python3-torch)    # the interoperability checks (see above)
@@ -78,7 +82,7 @@ fi
 
 if [ "$tests" -eq 1 ]; then
   # Pinned, so that a test run today and one next month check against the same readers.
-  pins=(safetensors==0.8.0 tensorboard==2.21.0)
+  pins=(safetensors==0.8.0 tensorboard==2.21.0 tiktoken==0.14.0)
   # Debian's interpreter, whichever python3 comes first on PATH: its site packages hold torch.
   # Its own environment: bench/peers/setup-venv.sh's .venv holds PyPI's torch for benchmarks.
   if [ ! -x .venv-tests/bin/python3 ]; then
@@ -89,5 +93,28 @@ if [ "$tests" -eq 1 ]; then
   else
     echo "install-deps: pip could not install ${pins[*]} into .venv-tests" >&2
     exit 1
+  fi
+  # GPT-2's BPE ranks for the tiktoken interoperability check (ctest text.tiktoken_gpt2): tiktoken's
+  # get_encoding would download them at test time, so they are fetched once, from the pinned
+  # openai-whisper source package, which ships them as whisper/assets/gpt2.tiktoken.
+  rank_file=.venv-tests/share/gpt2.tiktoken
+  if [ ! -s "$rank_file" ]; then
+    whisper=openai-whisper==20250625
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    .venv-tests/bin/python3 -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: \
+      -d "$tmp" "$whisper"
+    mkdir -p "$(dirname "$rank_file")"
+    .venv-tests/bin/python3 - "$tmp" "$rank_file" <<'PY'
+import pathlib, sys, tarfile
+src, dst = sys.argv[1:]
+(sdist,) = pathlib.Path(src).glob("openai_whisper-*.tar.gz")
+with tarfile.open(sdist) as tar:
+    member = next(m for m in tar.getmembers() if m.name.endswith("/whisper/assets/gpt2.tiktoken"))
+    data = tar.extractfile(member).read()
+pathlib.Path(dst + ".part").write_bytes(data)
+pathlib.Path(dst + ".part").rename(dst)
+PY
+    echo "install-deps: $rank_file (GPT-2's ranks, from $whisper)"
   fi
 fi

@@ -10,7 +10,8 @@ if ! command -v clang-format > /dev/null; then
   echo "check_format: clang-format is not installed (scripts/install-deps.sh installs it): skipped"
   exit 77
 fi
-folders=(src/dist include/dtrain/dist src/train include/dtrain/train examples tests/dist tests/train)
+folders=(src/dist include/dtrain/dist src/train include/dtrain/train src/text include/dtrain/text examples tests/dist tests/train
+  tests/text)
 mapfile -t files < <(find "${folders[@]}" -type f \( -name '*.cpp' -o -name '*.h' \) | sort)
 bad=0
 for f in "${files[@]}"; do

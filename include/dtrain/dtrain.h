@@ -8,7 +8,9 @@
 //   layers    Module, Sequential, the layers, init, ready-made models
 //   optim     Optimizer, SGD, Adam/AdamW, LARS, LAMB, LR schedules, gradient clipping, loss scaling
 //   data      Dataset, MNIST, ImageFolder, tar shards, JPEG and transforms, Subset, TensorDataset,
-//             samplers, DataLoader
+//             samplers, DataLoader, token files
+//   text      Tokenizers (bytes, dtrain's byte-level BPE, GPT-2's tiktoken ranks), GPT-2's
+//             pre-tokenization, text corpora
 //   dist      Communicator, NCCL, DataParallel, Strategy, SyncBatchNorm
 //   train     Trainer (the training loop) and its observers, progress, metrics log,
 //             TensorBoard event files
@@ -78,6 +80,13 @@
 #include "dtrain/data/subset.h"
 #include "dtrain/data/tar_shards.h"
 #include "dtrain/data/tensor_dataset.h"
+#include "dtrain/data/token_file.h"
+
+#include "dtrain/text/bpe.h"
+#include "dtrain/text/corpus.h"
+#include "dtrain/text/pretokenize.h"
+#include "dtrain/text/tiktoken.h"
+#include "dtrain/text/tokenizer.h"
 
 #include "dtrain/dist/strategy/cluster_spec.h"
 #include "dtrain/comm/collective_table.h"
