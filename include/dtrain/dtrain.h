@@ -39,6 +39,7 @@
 #include "dtrain/tensor/tensor.h"
 #include "dtrain/tensor/upload.h"
 
+#include "dtrain/autograd/attention.h"
 #include "dtrain/autograd/autocast.h"
 #include "dtrain/autograd/functions.h"
 #include "dtrain/autograd/grad_check.h"
@@ -48,6 +49,7 @@
 #include "dtrain/layers/activation.h"
 #include "dtrain/layers/conv.h"
 #include "dtrain/layers/embedding.h"
+#include "dtrain/layers/gpt.h"
 #include "dtrain/layers/init.h"
 #include "dtrain/layers/layers.h"
 #include "dtrain/layers/linear.h"
@@ -81,6 +83,7 @@
 #include "dtrain/data/tar_shards.h"
 #include "dtrain/data/tensor_dataset.h"
 #include "dtrain/data/token_file.h"
+#include "dtrain/data/token_windows.h"
 
 #include "dtrain/text/bpe.h"
 #include "dtrain/text/corpus.h"

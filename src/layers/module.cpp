@@ -118,7 +118,9 @@ void Module::zero_grad() {
 
 StateDict Module::state_dict() const {
   StateDict out;
-  for (auto& [name, p] : named_parameters()) out.emplace_back(name, p.data());
+  std::vector<std::pair<std::string, Variable>> all;  // a tied weight under each of its names
+  collect_parameters("", all);
+  for (auto& [name, p] : all) out.emplace_back(name, p.data());
   for (auto& [name, b] : named_buffers()) out.emplace_back(name, b);
   return out;
 }
@@ -128,8 +130,10 @@ void Module::load_state_dict(const StateDict& state, bool strict) {
   for (const auto& [name, t] : state) {
     DTRAIN_CHECK(given.emplace(name, &t).second, "load_state_dict: key '{}' appears twice", name);
   }
+  std::vector<std::pair<std::string, Variable>> all;  // a tied weight under each of its names
+  collect_parameters("", all);
   std::vector<std::pair<std::string, Tensor>> targets;
-  for (auto& [name, p] : named_parameters()) targets.emplace_back(name, p.data());
+  for (auto& [name, p] : all) targets.emplace_back(name, p.data());
   std::vector<std::pair<std::string, Tensor*>> buffer_slots;
   collect_buffers("", buffer_slots);
   for (auto& [name, slot] : buffer_slots) targets.emplace_back(name, *slot);

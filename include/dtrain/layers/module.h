@@ -71,6 +71,8 @@ class Module {
   void to(Device device);
   void zero_grad();
 
+  // A tied weight appears under each of its names (as in PyTorch's state_dict), so that a
+  // pipeline stage holding one of its modules finds the name it knows it by.
   StateDict state_dict() const;
   // Copies values into the existing tensors. Strict: every key of the module must be
   // present and no other; shapes must match. Errors name the key and both shapes.

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
 
 namespace dtrain::dist {
 namespace {
@@ -230,6 +231,7 @@ std::shared_ptr<nn::Module> PipelineStrategy::prepare(std::shared_ptr<nn::Module
   check_same_everywhere(world_, description, "(layers, parts, cut points..., parameters per layer...)");
   check_stages_have_parameters(layers, params, names);
 
+  tie_shared_parameters(*sequential, layers);
   std::map<int, nn::ModulePtr> mine;
   for (int i = 0; i < layers; ++i) {
     if (holds(i, layers)) mine[i] = (*sequential)[static_cast<std::size_t>(i)];
@@ -237,6 +239,48 @@ std::shared_ptr<nn::Module> PipelineStrategy::prepare(std::shared_ptr<nn::Module
   sequential.reset();  // the other stages' layers go with the caller's last reference
   model.reset();
   return build_stage(std::move(mine), layers);
+}
+
+void PipelineStrategy::tie_shared_parameters(const nn::Sequential& model, int layers) {
+  const PipelineShape shape{options_.stages, options_.virtual_stages, options_.micro_batches};
+  // Each parameter, in model order, with the stages whose layers use it.
+  std::vector<std::pair<Variable, std::set<int>>> uses;
+  std::map<const void*, std::size_t> index;
+  std::map<const void*, std::vector<int>> layers_of;
+  for (int c = 0; c < parts(); ++c) {
+    const auto [begin, end] = chunk_layers(c, layers);
+    for (int i = begin; i < end; ++i) {
+      for (const Variable& p : model[static_cast<std::size_t>(i)]->parameters()) {
+        auto [it, fresh] = index.emplace(p.id(), uses.size());
+        if (fresh) uses.push_back({p, {}});
+        uses[it->second].second.insert(stage_of(options_.schedule, shape, c));
+        layers_of[p.id()].push_back(i);
+      }
+    }
+  }
+  std::vector<Variable> counted_elsewhere;
+  for (const auto& [param, stages] : uses) {
+    if (stages.size() < 2) continue;
+    const std::vector<int>& in = layers_of[param.id()];
+    DTRAIN_CHECK(options_.zero == 0,
+                 "pipeline strategy: layers {} on stages {} share a parameter (tied weights); with zero={} each stage "
+                 "holds a slice of it, which cannot be summed across the stages: use zero=0 under pp",
+                 fmt::join(in, " and "), fmt::join(stages, " and "), options_.zero);
+    const bool held = stages.count(stage_) > 0;
+    CommunicatorPtr group = pipe_->split(held ? 0 : 1, pipe_->rank());  // every stage of the pipeline takes part
+    if (!held) continue;
+    tied_.push_back({param, group});
+    if (stage_ != *stages.begin()) counted_elsewhere.push_back(param);
+  }
+  set_counted_elsewhere(std::move(counted_elsewhere));
+}
+
+void PipelineStrategy::sum_tied_gradients() {
+  for (TiedParameter& t : tied_) {
+    if (!t.param.has_grad()) t.param.set_grad(Tensor::zeros(t.param.shape(), t.param.data().options()));
+    Tensor g = t.param.grad();
+    t.stages->all_reduce(g, ReduceOp::Sum);
+  }
 }
 
 std::shared_ptr<nn::Module> PipelineStrategy::prepare_layers(int layers, const LayerFactory& layer,
@@ -403,6 +447,7 @@ StepStats PipelineStrategy::train_step(std::span<const MicroBatch> micro, optim:
   const PipelineExecutor::Timing t = executor_->run(inputs, /*train=*/true, config.autocast, last, before_gradients);
   no_sync.reset();
   if (sync_) sync_->finish();
+  sum_tied_gradients();
   update(stepped_optimizer(optimizer), config, stats);
   timing_ = {.step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
              .wait_s = t.wait_s,

@@ -4,6 +4,8 @@
 #include "dtrain/core/trace.h"
 #include "dtrain/optim/clip_grad.h"
 
+#include <algorithm>
+
 #include <cmath>
 
 namespace dtrain::dist {
@@ -114,7 +116,18 @@ void Strategy::update(optim::Optimizer& optimizer, const StepConfig& config, Ste
   bool nonfinite = false;
   if (config.clip_grad_norm > 0 || shared_overflow) {
     if (config.scaler) config.scaler->unscale(optimizer);  // clip the true gradients
-    double squared = optim::grad_squared_norm(optimizer.params());
+    double squared = 0;
+    if (counted_elsewhere_.empty()) {
+      squared = optim::grad_squared_norm(optimizer.params());
+    } else {
+      std::vector<Variable> counted;
+      for (const Variable& p : optimizer.params()) {
+        const bool elsewhere = std::any_of(counted_elsewhere_.begin(), counted_elsewhere_.end(),
+                                           [&](const Variable& e) { return e.is(p); });
+        if (!elsewhere) counted.push_back(p);
+      }
+      squared = optim::grad_squared_norm(counted);
+    }
     if (spread) {
       Tensor t = Tensor::full({1}, squared, {DType::f64});
       parts->all_reduce(t, ReduceOp::Sum);

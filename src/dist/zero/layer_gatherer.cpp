@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <map>
-#include <iterator>
 
 namespace dtrain::dist {
 namespace {
@@ -21,6 +20,7 @@ struct Layer {
   std::string path;  // in the model ("" for the model itself)
   nn::Module* module;
   std::vector<std::string> parameters;  // full names, in registration order
+  std::vector<std::string> borrowed;    // parameters of earlier layers it uses (tied), their first names
   DType dtype = DType::f32;
   std::size_t bytes = 0;
 
@@ -44,10 +44,10 @@ std::vector<UnitPlan> plan_units(nn::Module& model, std::size_t unit_bytes) {
     for (const auto& [name, p] : layer.module->own_parameters()) {
       const std::string full = join(layer.path, name);
       const auto [it, fresh] = seen.emplace(p.id(), full);
-      DTRAIN_CHECK(fresh,
-                   "zero=3 cannot gather '{}': it is also '{}', and a parameter shared by two "
-                   "layers cannot be gathered with either alone (use stage 2, or untie them)",
-                   full, it->second);
+      if (!fresh) {
+        layer.borrowed.push_back(it->second);  // gathered with the layer that registered it first
+        continue;
+      }
       DTRAIN_CHECK(p.requires_grad(),
                    "zero=3 cannot gather '{}': it is frozen (requires no gradient), and stage "
                    "3 shards trained parameters only (use stage 2)",
@@ -62,18 +62,49 @@ std::vector<UnitPlan> plan_units(nn::Module& model, std::size_t unit_bytes) {
   }
   // Backward order: the last layer first; a unit closes once it holds unit_bytes, or
   // before a layer of another dtype.
+  // A layer whose parameters are all borrowed joins the unit of the layer before it.
   std::vector<UnitPlan> units;
   std::size_t bytes = 0;
+  std::vector<const Layer*> carried;  // such layers, waiting for that unit
+  const Layer* previous = nullptr;
   for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
-    if (units.empty() || bytes >= unit_bytes || std::prev(it)->dtype != it->dtype) {
+    if (it->parameters.empty()) {
+      carried.push_back(&*it);
+      continue;
+    }
+    if (units.empty() || bytes >= unit_bytes || previous->dtype != it->dtype) {
       units.emplace_back();
       bytes = 0;
     }
+    previous = &*it;
     UnitPlan& unit = units.back();
+    for (const Layer* c : carried) {  // later in the model than this layer
+      unit.layers.insert(unit.layers.begin(), c->module);
+      unit.layer_names.insert(unit.layer_names.begin(), c->name());
+    }
+    carried.clear();
     unit.layers.insert(unit.layers.begin(), it->module);
     unit.layer_names.insert(unit.layer_names.begin(), it->name());
     unit.parameters.insert(unit.parameters.end(), it->parameters.rbegin(), it->parameters.rend());
     bytes += it->bytes;
+  }
+  for (const Layer* c : carried) {  // the model's first layers own nothing: the last unit's
+    units.back().layers.insert(units.back().layers.begin(), c->module);
+    units.back().layer_names.insert(units.back().layer_names.begin(), c->name());
+  }
+  // Which unit holds each parameter; a layer's borrowed ones make its unit borrow theirs.
+  std::map<std::string, std::size_t> unit_of;
+  for (std::size_t u = 0; u < units.size(); ++u)
+    for (const std::string& name : units[u].parameters) unit_of[name] = u;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    for (const Layer& layer : layers) {
+      if (std::find(units[u].layers.begin(), units[u].layers.end(), layer.module) == units[u].layers.end()) continue;
+      for (const std::string& name : layer.borrowed) {
+        const std::size_t owner = unit_of.at(name);
+        if (owner != u && std::find(units[u].borrows.begin(), units[u].borrows.end(), owner) == units[u].borrows.end())
+          units[u].borrows.push_back(owner);
+      }
+    }
   }
   return units;
 }
@@ -89,6 +120,7 @@ struct LayerGatherer::Unit {
   int active = 0;                           // the unit's layers inside their forward
   bool last_done = false;                   // its last layer finished its forward in this pass
   std::size_t parameters = 0, pending = 0;  // gradients still to come in this backward
+  std::vector<std::size_t> borrows;         // units whose parameters its layers use too (UnitPlan)
 };
 
 namespace {
@@ -129,6 +161,7 @@ LayerGatherer::LayerGatherer(CommunicatorPtr comm, std::vector<UnitPlan> units,
         "training step; such a model trains under stage 1 or 2)",
         name);
     unit->last = plan.layers.back();
+    unit->borrows = plan.borrows;
     const std::int64_t chunk = flat[u].numel() / ranks;
     unit->chunk = flat[u].narrow(0, chunk * rank, chunk).clone();
     unit->flat = std::move(flat[u]);
@@ -216,6 +249,7 @@ std::size_t LayerGatherer::take_peak_whole() {
 
 void LayerGatherer::before_forward(std::size_t u) {
   ensure_whole(u);
+  for (std::size_t b : units_[u]->borrows) ensure_whole(b);
   ++units_[u]->active;
   // Forward runs the units from the last to the first: prefetch the next one.
   if (u > 0 && units_[u - 1]->state == Unit::State::Released) start_gather(u - 1);
@@ -229,6 +263,12 @@ Variable LayerGatherer::after_forward(std::size_t u, nn::Module& layer, Variable
   if (x.active == 0 && x.last_done) {
     x.last_done = false;
     if (!(u == 0 && grad_enabled())) release(u);
+    // A borrowed unit stays whole for the backward, until its gradients are complete
+    // (gradient_ready); without one, it goes now unless its own layers run.
+    if (!grad_enabled()) {
+      for (std::size_t b : x.borrows)
+        if (units_[b]->active == 0 && units_[b]->state != Unit::State::Released) release(b);
+    }
   }
   if (!grad_enabled() || !output.requires_grad()) return output;
   Tensor data = output.data();
@@ -240,6 +280,7 @@ Variable LayerGatherer::after_forward(std::size_t u, nn::Module& layer, Variable
 
 void LayerGatherer::before_backward(std::size_t u) {
   ensure_whole(u);
+  for (std::size_t b : units_[u]->borrows) ensure_whole(b);
   if (u + 1 < units_.size() && units_[u + 1]->state == Unit::State::Released) start_gather(u + 1);
 }
 

@@ -38,12 +38,17 @@ struct UnitPlan {
   std::vector<nn::Module*> layers;
   std::vector<std::string> layer_names;
   std::vector<std::string> parameters;
+  // Units whose parameters this unit's layers use too (a tied weight: a GPT's output
+  // projection is its token embedding, sharded with the embedding's unit).
+  std::vector<std::size_t> borrows;
 };
 
-// The units of `model`, in the order backward reaches them (the last layers first). Throws,
-// naming the layer or parameter, for what stage 3 cannot gather: a parameter registered
-// twice (shared by two layers), a frozen parameter, a layer whose parameters differ in
-// dtype, a model without parameters.
+// The units of `model`, in the order backward reaches them (the last layers first). A
+// parameter that several layers register (a tied weight) belongs to the unit of the first,
+// which the others' units borrow: gathered for their forward and kept whole through the
+// backward until its gradients are complete, as FSDP keeps a tied weight in its root unit.
+// Throws, naming the layer or parameter, for what stage 3 cannot gather: a frozen
+// parameter, a layer whose parameters differ in dtype, a model without parameters.
 std::vector<UnitPlan> plan_units(nn::Module& model, std::size_t unit_bytes);
 
 class LayerGatherer {

@@ -185,6 +185,12 @@ class PipelineStrategy final : public Strategy {
   // The stage from this rank's layers (by index in the model): DataParallel over the
   // replicas, the chunks and the executor.
   std::shared_ptr<nn::Module> build_stage(std::map<int, nn::ModulePtr> layers, int count);
+  // Parameters that layers on different stages share (a GPT's token embedding, tied to its
+  // output projection): each holding stage trains its copy on the sum of the stages'
+  // gradients (Megatron's embedding group), and the clipping norm counts it once.
+  void tie_shared_parameters(const nn::Sequential& model, int layers);
+  // After the replicas' exchange: each tied parameter's gradient summed over its stages.
+  void sum_tied_gradients();
 
   std::shared_ptr<const DeviceMesh> mesh_;
   CommunicatorPtr pipe_, replicas_comm_;  // the mesh's "pp" and "dp" groups
@@ -196,6 +202,11 @@ class PipelineStrategy final : public Strategy {
   std::unique_ptr<ReplicaSync> sync_;
   std::unique_ptr<PipelineExecutor> executor_;
   Timing timing_;
+  struct TiedParameter {
+    Variable param;
+    CommunicatorPtr stages;  // the stages that hold it, of this rank's pipeline
+  };
+  std::vector<TiedParameter> tied_;
 };
 
 }  // namespace dtrain::dist

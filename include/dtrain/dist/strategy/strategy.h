@@ -283,6 +283,10 @@ class Strategy {
   // shard group), or null when this rank holds all of them: the norm for clipping is summed
   // over them, and an inf/NaN found by one rank's loss scaler skips the step on all of them.
   void set_model_parts(CommunicatorPtr parts) { model_parts_ = std::move(parts); }
+  // Parameters whose gradient another model part holds too (a weight tied across pipeline
+  // stages, summed there and here): left out of this rank's share of the clipping norm, so
+  // that the norm counts them once.
+  void set_counted_elsewhere(std::vector<Variable> params) { counted_elsewhere_ = std::move(params); }
 
   // ---- the step's parts, for strategies that run the base train_step ----
   // Forward, loss (times `weight`, scaled by the config's scaler) and backward of one
@@ -325,6 +329,7 @@ class Strategy {
   std::string name_;
   Placement placement_;
   CommunicatorPtr model_parts_;
+  std::vector<Variable> counted_elsewhere_;
 };
 
 // One process: the model on `device`, no communication.

@@ -1,0 +1,164 @@
+#include "layers/transformer_blocks.h"
+
+#include "dtrain/autograd/attention.h"
+#include "dtrain/layers/normalization.h"
+
+#include <cmath>
+
+namespace dtrain::nn::detail {
+
+namespace {
+// nanoGPT's initialization: N(0, std) weights, zero biases.
+void init_linear(Linear& l, double stddev) {
+  NoGradGuard no_grad;
+  Tensor w = l.weight.data();
+  normal_(w, 0, stddev);
+  if (l.bias.defined()) {
+    Tensor b = l.bias.data();
+    b.fill_(0);
+  }
+}
+constexpr double kInitStd = 0.02;
+double residual_std(const GptConfig& c) { return kInitStd / std::sqrt(2.0 * static_cast<double>(c.layers)); }
+bool is_llama(const GptConfig& c) { return c.architecture == GptArchitecture::Llama; }
+bool has_bias(const GptConfig& c) { return c.bias && !is_llama(c); }
+Variable maybe_dropout(const Variable& x, double p, bool training, Generator* gen) {
+  return training && p > 0 ? dropout(x, p, gen) : x;
+}
+
+// The output projection's weight: its own, or the token embedding's (tied).
+class OutputProjection : public Module {
+ public:
+  OutputProjection(const GptConfig& c, const Variable& tied) {
+    if (tied.defined()) {
+      weight = register_parameter("weight", tied);
+    } else {
+      Tensor w = Tensor::empty({c.vocab_size, c.embd});
+      normal_(w, 0, kInitStd);
+      weight = register_parameter("weight", w);
+    }
+  }
+  Variable forward(const Variable& x) override { return linear(x, weight, Variable()); }
+  std::string describe() const override { return "OutputProjection"; }
+  Variable weight;
+};
+}  // namespace
+
+ModulePtr make_norm(const GptConfig& c) {
+  if (is_llama(c)) return std::make_shared<RMSNorm>(c.embd, c.norm_eps);
+  return std::make_shared<LayerNorm>(Shape{c.embd}, c.norm_eps, true, c.bias);
+}
+
+// ---- embedding
+// -------------------------------------------------------------------------
+
+GptEmbedding::GptEmbedding(const GptConfig& config, std::shared_ptr<Generator> gen)
+    : config_(config), gen_(std::move(gen)) {
+  NoGradGuard no_grad;
+  wte_ = register_module("wte", std::make_shared<Embedding>(config.vocab_size, config.embd));
+  Tensor w = wte_->weight.data();
+  normal_(w, 0, kInitStd);
+  if (!is_llama(config)) {
+    wpe_ = register_module("wpe", std::make_shared<Embedding>(config.block_size, config.embd));
+    Tensor p = wpe_->weight.data();
+    normal_(p, 0, kInitStd);
+  }
+}
+
+Variable GptEmbedding::forward(const Variable& tokens) {
+  DTRAIN_CHECK(tokens.dim() == 2, "GptEmbedding: expected tokens (B, T), got {}", shape_str(tokens.shape()));
+  const std::int64_t t = tokens.size(1);
+  DTRAIN_CHECK(t <= config_.block_size, "GptEmbedding: a sequence of {} tokens is longer than the block size {}", t,
+               config_.block_size);
+  Variable x = (*wte_)(tokens);
+  if (wpe_) x = add(x, narrow(wpe_->weight, 0, 0, t));  // (T, d) broadcast over the batch
+  return maybe_dropout(x, config_.dropout, is_training(), gen_.get());
+}
+
+// ---- attention
+// ---------------------------------------------------------------------------
+
+CausalSelfAttention::CausalSelfAttention(const GptConfig& c, std::shared_ptr<Generator> gen)
+    : config_(c), gen_(std::move(gen)) {
+  const std::int64_t hd = c.head_dim();
+  c_attn_ = register_module("c_attn",
+                            std::make_shared<Linear>(c.embd, (c.heads + 2 * c.kv_heads_or_heads()) * hd, has_bias(c)));
+  c_proj_ = register_module("c_proj", std::make_shared<Linear>(c.embd, c.embd, has_bias(c)));
+  init_linear(*c_attn_, kInitStd);
+  init_linear(*c_proj_, residual_std(c));
+}
+
+Variable CausalSelfAttention::forward(const Variable& x) {
+  const std::int64_t b = x.size(0), t = x.size(1);
+  const std::int64_t h = config_.heads, hkv = config_.kv_heads_or_heads(), hd = config_.head_dim();
+  Variable qkv = reshape((*c_attn_)(x), {b, t, h + 2 * hkv, hd});
+  Variable q = narrow(qkv, 2, 0, h), k = narrow(qkv, 2, h, hkv), v = narrow(qkv, 2, h + hkv, hkv);
+  if (is_llama(config_)) {
+    RopeTables tables = rope_tables(t, hd, config_.rope_theta, x.dtype(), x.device());
+    q = rotary_embedding(q, tables.cos, tables.sin);
+    k = rotary_embedding(k, tables.cos, tables.sin);
+  }
+  AttentionOptions options{.causal = true, .dropout = is_training() ? config_.dropout : 0.0, .generator = gen_.get()};
+  Variable y = scaled_dot_product_attention(transpose(q, 1, 2), transpose(k, 1, 2), transpose(v, 1, 2), options);
+  y = reshape(transpose(y, 1, 2), {b, t, config_.embd});
+  return maybe_dropout((*c_proj_)(y), config_.dropout, is_training(), gen_.get());
+}
+
+std::string CausalSelfAttention::describe() const {
+  return fmt::format("CausalSelfAttention(heads={}, kv_heads={}, head_dim={}{})", config_.heads,
+                     config_.kv_heads_or_heads(), config_.head_dim(), is_llama(config_) ? ", rope" : "");
+}
+
+// ---- MLP
+// -------------------------------------------------------------------------------
+
+GptMlp::GptMlp(const GptConfig& c, std::shared_ptr<Generator> gen) : config_(c), gen_(std::move(gen)) {
+  const std::int64_t hidden = c.mlp_width();
+  if (is_llama(c)) {
+    gate_ = register_module("gate_proj", std::make_shared<Linear>(c.embd, hidden, false));
+    up_ = register_module("up_proj", std::make_shared<Linear>(c.embd, hidden, false));
+    down_ = register_module("down_proj", std::make_shared<Linear>(hidden, c.embd, false));
+    init_linear(*gate_, kInitStd);
+    init_linear(*up_, kInitStd);
+    init_linear(*down_, residual_std(c));
+  } else {
+    c_fc_ = register_module("c_fc", std::make_shared<Linear>(c.embd, hidden, has_bias(c)));
+    c_proj_ = register_module("c_proj", std::make_shared<Linear>(hidden, c.embd, has_bias(c)));
+    init_linear(*c_fc_, kInitStd);
+    init_linear(*c_proj_, residual_std(c));
+  }
+}
+
+Variable GptMlp::forward(const Variable& x) {
+  Variable y = is_llama(config_) ? (*down_)(mul(silu((*gate_)(x)), (*up_)(x)))
+                                 : (*c_proj_)(gelu((*c_fc_)(x), GeluApproximation::Tanh));
+  return maybe_dropout(y, config_.dropout, is_training(), gen_.get());
+}
+
+std::string GptMlp::describe() const {
+  return fmt::format("GptMlp({}, hidden={})", is_llama(config_) ? "swiglu" : "gelu_tanh", config_.mlp_width());
+}
+
+// ---- block and head
+// ----------------------------------------------------------------------
+
+TransformerBlock::TransformerBlock(const GptConfig& c, std::shared_ptr<Generator> gen) {
+  ln_1_ = register_module("ln_1", make_norm(c));
+  attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(c, gen));
+  ln_2_ = register_module("ln_2", make_norm(c));
+  mlp_ = register_module("mlp", std::make_shared<GptMlp>(c, gen));
+}
+
+Variable TransformerBlock::forward(const Variable& x) {
+  Variable h = add(x, (*attn_)((*ln_1_)(x)));
+  return add(h, (*mlp_)((*ln_2_)(h)));
+}
+
+GptHead::GptHead(const GptConfig& c, Variable tied_weight) {
+  ln_f_ = register_module("ln_f", make_norm(c));
+  lm_head_ = register_module("lm_head", std::make_shared<OutputProjection>(c, tied_weight));
+}
+
+Variable GptHead::forward(const Variable& x) { return (*lm_head_)((*ln_f_)(x)); }
+
+}  // namespace dtrain::nn::detail
