@@ -9,7 +9,8 @@ namespace dtrain::nn {
 Conv2d::Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel_size, Conv2dOptions o)
     : in_(in_channels), out_(out_channels), kernel_(kernel_size) {
   DTRAIN_CHECK(in_channels > 0 && out_channels > 0 && kernel_size > 0,
-               "Conv2d({}, {}, {}): channels and kernel size must be positive", in_channels, out_channels, kernel_size);
+               "Conv2d({}, {}, {}): channels and kernel size must be positive", in_channels, out_channels,
+               kernel_size);
   DTRAIN_CHECK(o.groups > 0 && in_channels % o.groups == 0 && out_channels % o.groups == 0,
                "Conv2d({}, {}): groups={} must divide both channel counts", in_channels, out_channels, o.groups);
   DTRAIN_CHECK(o.stride > 0 && o.dilation > 0 && o.padding >= 0,

@@ -13,8 +13,8 @@ Embedding::Embedding(std::int64_t num_embeddings, std::int64_t embedding_dim)
 
 Variable Embedding::forward(const Variable& indices) {
   const Tensor& idx = indices.data();
-  DTRAIN_CHECK(idx.dtype() == DType::i64 || idx.dtype() == DType::i32, "Embedding: indices must be i64 or i32, got {}",
-               dtype_name(idx.dtype()));
+  DTRAIN_CHECK(idx.dtype() == DType::i64 || idx.dtype() == DType::i32,
+               "Embedding: indices must be i64 or i32, got {}", dtype_name(idx.dtype()));
   Shape out_shape = idx.shape();
   out_shape.push_back(dim_);
   return reshape(index_select(weight, 0, idx.reshape({-1})), out_shape);

@@ -14,7 +14,9 @@ void check_weight(const Tensor& w, const char* op) {
   DTRAIN_CHECK(w.dim() >= 2, "{}: expected a weight with at least 2 dims, got {}", op, shape_str(w.shape()));
 }
 
-double fan(const Tensor& w, FanMode mode) { return static_cast<double>(mode == FanMode::In ? fan_in(w) : fan_out(w)); }
+double fan(const Tensor& w, FanMode mode) {
+  return static_cast<double>(mode == FanMode::In ? fan_in(w) : fan_out(w));
+}
 }  // namespace
 
 std::int64_t fan_in(const Tensor& w) {
@@ -27,7 +29,9 @@ std::int64_t fan_out(const Tensor& w) {
   return w.size(0) * receptive_field(w);
 }
 
-void kaiming_normal_(Tensor& w, FanMode mode, Generator* gen) { normal_(w, 0, std::sqrt(2.0 / fan(w, mode)), gen); }
+void kaiming_normal_(Tensor& w, FanMode mode, Generator* gen) {
+  normal_(w, 0, std::sqrt(2.0 / fan(w, mode)), gen);
+}
 
 void kaiming_uniform_(Tensor& w, double a, FanMode mode, Generator* gen) {
   double gain = std::sqrt(2.0 / (1 + a * a));

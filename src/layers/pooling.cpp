@@ -5,8 +5,8 @@ namespace {
 Pool2dParams make_params(std::int64_t kernel, std::int64_t stride, std::int64_t padding, bool include_pad) {
   if (stride == 0) stride = kernel;
   DTRAIN_CHECK(kernel > 0 && stride > 0 && padding >= 0 && 2 * padding <= kernel,
-               "pooling: kernel {} and stride {} must be positive, padding {} at most half the kernel", kernel, stride,
-               padding);
+               "pooling: kernel {} and stride {} must be positive, padding {} at most half the kernel", kernel,
+               stride, padding);
   return {kernel, kernel, stride, stride, padding, padding, include_pad};
 }
 }  // namespace
