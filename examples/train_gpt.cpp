@@ -184,6 +184,7 @@ class GptReport final : public train::TrainObserver {
 
   void on_fit_start(const train::FitStart& s) override {
     seed_dropout(s.global_step);
+    if (prints_ && s.global_step > 0) fmt::print("train_gpt: resumed at step {}\n", s.global_step);
     last_ = std::chrono::steady_clock::now();
     last_step_ = s.global_step;
   }
