@@ -1,7 +1,6 @@
 #include "dtrain/text/bpe.h"
 
 #include "dtrain/core/error.h"
-#include "dtrain/text/pretokenize.h"
 #include "text/byte_pair_merge.h"
 #include "text/text_file.h"
 
@@ -110,10 +109,8 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<std::int32_t
 }
 
 std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text) const {
-  std::vector<std::int32_t> ids;
-  ids.reserve(text.size() / 3 + 1);
-  for (std::string_view piece : pretokenize_gpt2(text)) encode_piece(piece, ids);
-  return ids;
+  return detail::encode_pieces(
+      text, [this](std::string_view piece, std::vector<std::int32_t>& ids) { encode_piece(piece, ids); });
 }
 
 std::string BpeTokenizer::decode(std::span<const std::int32_t> ids) const {
