@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <fstream>
 
@@ -57,7 +58,8 @@ BpeTokenizer BpeTokenizer::load(const std::filesystem::path& file) {
   DTRAIN_CHECK(vocab >= 256 && vocab <= (std::int64_t{1} << 31) - 1, "'{}' line 1: vocab size {} is not in [256, 2^31)",
                where, vocab);
   std::vector<Merge> merges;
-  merges.reserve(static_cast<std::size_t>(vocab - 256));
+  merges.reserve(
+      std::min<std::size_t>(static_cast<std::size_t>(vocab - 256), content.size() / 4));  // not what a header claims
   while (lines.next(line)) {
     const std::size_t number = lines.number();
     const auto id = static_cast<std::int64_t>(256 + merges.size());
