@@ -49,8 +49,9 @@ std::string read_all(const fs::path& file) {
 // Reads `count` ids of `width` bytes at `at`, which must end the file; each below `vocab` (> 0).
 std::vector<std::int32_t> read_ids(const fs::path& file, const std::string& bytes, std::size_t at, std::int64_t count,
                                    std::uint32_t width, std::int64_t vocab) {
+  DTRAIN_CHECK(count >= 0, "token file '{}': the header's token count {} is negative", file.string(), count);
   const std::uint64_t have = bytes.size() - at;
-  const bool fits = count >= 0 && static_cast<std::uint64_t>(count) <= have / width;
+  const bool fits = static_cast<std::uint64_t>(count) <= have / width;
   DTRAIN_CHECK(fits && have == static_cast<std::uint64_t>(count) * width,
                "token file '{}': {}: the header says {} tokens of {} bytes ({} bytes) after its {}, the file has {}",
                file.string(), fits ? "wrong size" : "truncated", count, width,
@@ -60,8 +61,9 @@ std::vector<std::int32_t> read_ids(const fs::path& file, const std::string& byte
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const std::int64_t id = width == 2 ? std::int64_t{load<std::uint16_t>(bytes, at + 2 * i)}
                                        : std::int64_t{load<std::uint32_t>(bytes, at + 4 * i)};
-    DTRAIN_CHECK(id < limit, "token file '{}': token {} is id {}, beyond the vocabulary of {}", file.string(), i, id,
-                 limit);
+    DTRAIN_CHECK(id<limit, "token file '{}': token {} is id {}, beyond {}", file.string(), i, id, vocab> 0
+                     ? fmt::format("the vocabulary of {}", vocab)
+                     : std::string("an int32 (2^31 - 1)"));
     ids[i] = static_cast<std::int32_t>(id);
   }
   return ids;

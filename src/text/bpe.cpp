@@ -1,12 +1,12 @@
 #include "dtrain/text/bpe.h"
 
 #include "dtrain/core/error.h"
-#include "dtrain/text/pretokenize.h"
 #include "text/byte_pair_merge.h"
 #include "text/text_file.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <fstream>
 
@@ -58,7 +58,8 @@ BpeTokenizer BpeTokenizer::load(const std::filesystem::path& file) {
   DTRAIN_CHECK(vocab >= 256 && vocab <= (std::int64_t{1} << 31) - 1, "'{}' line 1: vocab size {} is not in [256, 2^31)",
                where, vocab);
   std::vector<Merge> merges;
-  merges.reserve(static_cast<std::size_t>(vocab - 256));
+  merges.reserve(
+      std::min<std::size_t>(static_cast<std::size_t>(vocab - 256), content.size() / 4));  // not what a header claims
   while (lines.next(line)) {
     const std::size_t number = lines.number();
     const auto id = static_cast<std::int64_t>(256 + merges.size());
@@ -110,10 +111,8 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<std::int32_t
 }
 
 std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text) const {
-  std::vector<std::int32_t> ids;
-  ids.reserve(text.size() / 3 + 1);
-  for (std::string_view piece : pretokenize_gpt2(text)) encode_piece(piece, ids);
-  return ids;
+  return detail::encode_pieces(
+      text, [this](std::string_view piece, std::vector<std::int32_t>& ids) { encode_piece(piece, ids); });
 }
 
 std::string BpeTokenizer::decode(std::span<const std::int32_t> ids) const {

@@ -139,7 +139,7 @@ BpeTokenizer train_bpe(const std::vector<std::string>& texts, std::int64_t vocab
                "train_bpe: vocab size {} is not in [256, 2^31) (256 byte tokens, then merges)", vocab_size);
   Trainer trainer(texts);
   std::vector<BpeTokenizer::Merge> merges;
-  merges.reserve(static_cast<std::size_t>(vocab_size - 256));
+  merges.reserve(static_cast<std::size_t>(std::min<std::int64_t>(vocab_size - 256, 1 << 16)));
   BpeTokenizer::Merge merge;
   while (static_cast<std::int64_t>(256 + merges.size()) < vocab_size &&
          trainer.merge_next(static_cast<std::int32_t>(256 + merges.size()), merge)) {

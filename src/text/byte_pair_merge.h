@@ -5,6 +5,8 @@
 // byte_pair_merge. Quadratic in the piece's length, as tiktoken's is; pieces are short.
 #pragma once
 
+#include "dtrain/text/pretokenize.h"
+
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -42,6 +44,15 @@ void byte_pair_merge(std::string_view piece, ByteId byte_id, Joined joined, std:
     if (best > 0) update(best - 1);
   }
   for (const Part& part : parts) out.push_back(part.id);
+}
+
+// Both BPEs' encode: GPT-2's pieces, each encoded by `encode_piece(piece, ids)` onto the ids.
+template <class EncodePiece>
+std::vector<std::int32_t> encode_pieces(std::string_view text, EncodePiece encode_piece) {
+  std::vector<std::int32_t> ids;
+  ids.reserve(text.size() / 3 + 1);
+  for (std::string_view piece : pretokenize_gpt2(text)) encode_piece(piece, ids);
+  return ids;
 }
 
 }  // namespace dtrain::text::detail

@@ -11,9 +11,18 @@
 namespace dtrain::text {
 namespace {
 
-// GPT-2's pattern (OpenAI's encoder.py, tiktoken's "gpt2" pat_str).
-constexpr std::string_view kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+// GPT-2's pattern (OpenAI's encoder.py, tiktoken's "gpt2" pat_str), with \s spelled out as the
+// Unicode White_Space property, which \s is in tiktoken's regex engine (Rust's): PCRE2's \s also
+// takes U+180E, a format character since Unicode 6.3.
+//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+constexpr std::string_view kWhiteSpace =
+    R"(\t-\r \x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000})";
+
+std::string gpt2_pattern() {
+  const std::string ws(kWhiteSpace);
+  return R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^)" + ws + R"(\p{L}\p{N}]+|[)" + ws + "]+(?![^" + ws + "])|[" +
+         ws + "]+";
+}
 
 std::string pcre2_message(int code) {
   PCRE2_UCHAR buffer[256];
@@ -29,7 +38,8 @@ class Gpt2Regex {
   Gpt2Regex() {
     int code = 0;
     PCRE2_SIZE offset = 0;
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kGpt2Pattern.data()), kGpt2Pattern.size(),
+    const std::string pattern = gpt2_pattern();
+    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
                           PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &code, &offset, nullptr);
     DTRAIN_CHECK(code_, "GPT-2's pre-tokenization pattern does not compile in PCRE2 (at {}): {}", offset,
                  pcre2_message(code));

@@ -1,7 +1,6 @@
 #include "dtrain/text/tiktoken.h"
 
 #include "dtrain/core/error.h"
-#include "dtrain/text/pretokenize.h"
 #include "text/byte_pair_merge.h"
 #include "text/text_file.h"
 
@@ -122,10 +121,8 @@ void TiktokenTokenizer::encode_piece(std::string_view piece, std::vector<std::in
 }
 
 std::vector<std::int32_t> TiktokenTokenizer::encode(std::string_view text) const {
-  std::vector<std::int32_t> ids;
-  ids.reserve(text.size() / 3 + 1);
-  for (std::string_view piece : pretokenize_gpt2(text)) encode_piece(piece, ids);
-  return ids;
+  return detail::encode_pieces(
+      text, [this](std::string_view piece, std::vector<std::int32_t>& ids) { encode_piece(piece, ids); });
 }
 
 std::string TiktokenTokenizer::decode(std::span<const std::int32_t> ids) const {

@@ -3,7 +3,9 @@
 (fortune-mod's files): dtrain-tokenize encodes the folder with gpt2:RANKS into a token file,
 which must hold, in the same order, exactly the ids tiktoken's encode_ordinary gives each file
 (the Encoding built from the same rank file, with GPT-2's pattern and <|endoftext|> = 50256);
-dtrain-tokenize decode must then print the files' bytes back.
+dtrain-tokenize decode must then print the files' bytes back. Then the same for a file of random
+text drawn from a fixed seed over what English text rarely holds: Unicode spaces (and U+180E,
+which is not one), letters and digits of other scripts, combining marks, emoji, contractions.
 
 usage: check_tiktoken.py DTRAIN_TOKENIZE RANKS CORPUS_DIR WORK_DIR
        (e.g. build/release/examples/dtrain-tokenize .venv-tests/share/gpt2.tiktoken
@@ -13,11 +15,18 @@ instead when DTRAIN_REQUIRE_INTEROP is set (CI: scripts/install-deps.sh --tests 
 first two, scripts/install-deps.sh the fortunes)."""
 import os
 import pathlib
+import random
 import struct
 import subprocess
 import sys
 
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+# What the random text is drawn from.
+ALPHABET = list("abcdeXYZ  '\t\n\r.,!?-_0123") + [
+    "'", "'", "\u00a0", "\u2003", "\u3000", "\u0085", "\u2028", "\u000b", "\u000c", "\u1680", "\u202f",
+    "\u205f", "\u200b", "\ufeff", "\u180e", "\u00e9", "\u00df", "\u03a9", "\u65e5", "\u672c", "\u0663",
+    "\u00bd", "\u00b2", "\u216b", "\U0001f600", "\U0001f44d\U0001f3fd", "\u0301", "\u0915\u093f", "\ufb01",
+    "'s", "'ll", "'S", "'VE"]
 
 
 def missing(what):
@@ -114,8 +123,25 @@ def main():
         failures += 1
     if failures:
         return 1
+
+    rng = random.Random(57)
+    text = "".join(rng.choice(ALPHABET) for _ in range(20000))
+    (work / "random").mkdir(exist_ok=True)
+    (work / "random" / "unicode.txt").write_text(text, encoding="utf-8")
+    run = subprocess.run([tool, "encode", "--tokenizer", spec, "--out", str(work / "random.tok"),
+                          str(work / "random" / "unicode.txt")], capture_output=True, text=True)
+    got = read_token_file(work / "random.tok")[0] if run.returncode == 0 else None
+    want = enc.encode_ordinary(text)
+    if got != want:
+        first = 0 if got is None else next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), len(want))
+        print(f"FAIL: random Unicode text (seed 57, {work / 'random' / 'unicode.txt'}): dtrain-tokenize exit "
+              f"{run.returncode} {run.stderr}; ids differ from tiktoken's at token {first}: "
+              f"dtrain {[enc.decode([t]) for t in (got or [])[first:first + 6]]}, "
+              f"tiktoken {[enc.decode([t]) for t in want[first:first + 6]]}")
+        return 1
     print(f"dtrain's GPT-2 ids equal tiktoken {tiktoken.__version__ if hasattr(tiktoken, '__version__') else ''}'s "
-          f"on {len(files)} files of {corpus} ({sum(map(len, texts))} bytes, {len(ids)} tokens), and decode back")
+          f"on {len(files)} files of {corpus} ({sum(map(len, texts))} bytes, {len(ids)} tokens), and decode back; "
+          f"and on {len(text)} characters of random Unicode text ({len(want)} tokens)")
     return 0
 
 

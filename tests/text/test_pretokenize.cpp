@@ -58,4 +58,9 @@ TEST_CASE("pretokenize_gpt2: Unicode letters and invalid bytes", "[cpu]") {
   CHECK(pieces("a\xff"
                "b") == Pieces{"a", "\xff", "b"});
   CHECK(pieces("\xc3") == Pieces{"\xc3"});  // a character cut short
+  // \s is Unicode's White_Space, as in tiktoken: U+3000 and U+00A0 are spaces, U+180E (a format
+  // character, which PCRE2's own \s takes) is not.
+  CHECK(pieces("a\xe3\x80\x80\xc2\xa0"
+               "b") == Pieces{"a", "\xe3\x80\x80", "\xc2\xa0", "b"});
+  CHECK(pieces("d \xe1\xa0\x8e\xc3\x9f") == Pieces{"d", " \xe1\xa0\x8e", "\xc3\x9f"});
 }
