@@ -25,6 +25,7 @@
 #include "dtrain/optim/adam.h"
 #include "dtrain/text/corpus.h"
 #include "dtrain/text/tokenizer.h"
+#include "dtrain/train/huggingface.h"
 #include "dtrain/train/trainer.h"
 
 #include <CLI/CLI.hpp>
@@ -57,6 +58,7 @@ struct Config {
   double temperature = 0.8;
   std::int64_t top_k = 40;
   std::string prompt = "\n";
+  std::string export_hf;
   examples::RunFlags run{.timeout_s = 300};
   examples::ParallelFlags parallel;
 };
@@ -122,6 +124,9 @@ void add_flags(CLI::App& app, Config& c) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--prompt", c.prompt, "text the sample continues")->capture_default_str();
+  app.add_option("--export-hf", c.export_hf,
+                 "at the end, write the model for Hugging Face transformers' GPT2LMHeadModel.from_pretrained into "
+                 "this folder (gpt2 only)");
   examples::add_job_flags(app, c.run, "initialization, the training windows, dropout and sampling");
   examples::add_parallel_flags(app, c.parallel);
 }
@@ -324,12 +329,22 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
   }
   trainer.add_observer(
       std::make_shared<GptReport>(c, *gpt, strategy->reports(), shard.index, c.global_batch * c.block_size, peak));
+  const bool pipelined = c.parallel.spec.find("pp=") != std::string::npos || c.parallel.pipeline_stages;
+  const bool sharded_parameters = c.parallel.spec.find("zero=3") != std::string::npos;
+  DTRAIN_CHECK(
+      c.export_hf.empty() || (config.architecture == nn::GptArchitecture::Gpt2 && !pipelined && !sharded_parameters),
+      "--export-hf: needs a gpt2 model held whole by a rank (not --arch llama, a pipeline or zero=3: save a "
+      "checkpoint and resume it in one process with --export-hf)");
   trainer.fit(optimizer, &schedule);
 
+  if (!c.export_hf.empty() && strategy->reports()) {
+    train::export_gpt2(*gpt, c.export_hf);
+    fmt::print("train_gpt: exported for GPT2LMHeadModel.from_pretrained('{}')\n", c.export_hf);
+  }
   if (c.sample > 0) {
     // Every rank generates the same tokens (the same seed), so that a sharded model gathers
     // its layers together; a pipeline holds one stage per rank and cannot.
-    if (c.parallel.spec.find("pp=") != std::string::npos || c.parallel.pipeline_stages) {
+    if (pipelined) {
       if (strategy->reports()) fmt::print("sample: skipped (a pipeline has no rank with the whole model)\n");
       return 0;
     }

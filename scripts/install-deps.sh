@@ -12,7 +12,8 @@
 #       loads a checkpoint in PyTorch and reads the event files with TensorBoard's reader
 #       instead of skipping both; and tiktoken, with GPT-2's rank file (gpt2.tiktoken, from the
 #       openai-whisper source package on PyPI) in .venv-tests/share/, which text.tiktoken_gpt2
-#       checks dtrain's GPT-2 encoding against. Also Slurm's daemons and client and munge, for
+#       checks dtrain's GPT-2 encoding against; and transformers (4.38.2, a release that
+#       runs on Debian's torch 1.13), whose GPT2LMHeadModel loads dtrain's GPT-2 export. Also Slurm's daemons and client and munge, for
 #       the test that runs the main job under srun on a one-node Slurm (docs/SLURM.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -82,7 +83,7 @@ fi
 
 if [ "$tests" -eq 1 ]; then
   # Pinned, so that a test run today and one next month check against the same readers.
-  pins=(safetensors==0.8.0 tensorboard==2.21.0 tiktoken==0.14.0)
+  pins=(safetensors==0.8.0 tensorboard==2.21.0 tiktoken==0.14.0 transformers==4.38.2)
   # Debian's interpreter, whichever python3 comes first on PATH: its site packages hold torch.
   # Its own environment: bench/peers/setup-venv.sh's .venv holds PyPI's torch for benchmarks.
   if [ ! -x .venv-tests/bin/python3 ]; then

@@ -119,6 +119,7 @@
 
 #include "dtrain/train/checkpointer.h"
 #include "dtrain/train/guard.h"
+#include "dtrain/train/huggingface.h"
 #include "dtrain/train/metrics_log.h"
 #include "dtrain/train/observer.h"
 #include "dtrain/train/progress.h"

@@ -2,12 +2,15 @@
 // GPT (GPT-2 or Llama style, dropout off) with its initial weights, a batch of tokens and
 // targets, dtrain's logits, loss and every parameter's gradient on that batch, and the
 // losses of 10 AdamW steps on it (nanoGPT's groups: decay on tensors of 2 or more dims).
-//   write_gpt_reference gpt2|llama f64|f32 OUT.safetensors
+// GPT-2 models are also exported for Hugging Face (train/huggingface.h) into OUT_hf/, before
+// the steps, for check_gpt2_transformers.py.
+//   write_gpt_reference gpt2|gpt2-nobias|llama f64|f32 OUT.safetensors
 #include "dtrain/checkpoint/atomic_file.h"
 #include "dtrain/checkpoint/safetensors.h"
 #include "dtrain/core/error.h"
 #include "dtrain/layers/gpt.h"
 #include "dtrain/optim/adam.h"
+#include "dtrain/train/huggingface.h"
 
 #include <cstdio>
 #include <string>
@@ -15,9 +18,10 @@
 int main(int argc, char** argv) {
   using namespace dtrain;
   try {
-    DTRAIN_CHECK(argc == 4, "usage: write_gpt_reference gpt2|llama f64|f32 OUT.safetensors");
+    DTRAIN_CHECK(argc == 4, "usage: write_gpt_reference gpt2|gpt2-nobias|llama f64|f32 OUT.safetensors");
     const std::string arch = argv[1], dtype_name = argv[2];
-    DTRAIN_CHECK(arch == "gpt2" || arch == "llama", "architecture '{}': expected gpt2 or llama", arch);
+    DTRAIN_CHECK(arch == "gpt2" || arch == "gpt2-nobias" || arch == "llama",
+                 "architecture '{}': expected gpt2, gpt2-nobias or llama", arch);
     DTRAIN_CHECK(dtype_name == "f64" || dtype_name == "f32", "dtype '{}': expected f64 or f32", dtype_name);
     const DType dtype = dtype_name == "f64" ? DType::f64 : DType::f32;
     nn::GptConfig config{.vocab_size = 61, .block_size = 16, .layers = 2, .heads = 4, .embd = 32};
@@ -26,6 +30,7 @@ int main(int argc, char** argv) {
       config.kv_heads = 2;  // grouped-query attention
       config.bias = false;
     }
+    if (arch == "gpt2-nobias") config.bias = false;
     manual_seed(7);
     auto model = nn::gpt(config);
     for (auto& p : model->parameters()) p.set_data(p.data().to(dtype));
@@ -45,6 +50,7 @@ int main(int argc, char** argv) {
     out.emplace_back("logits", logits.data());
     out.emplace_back("loss", loss.data().reshape({1}));
     for (const auto& [name, p] : model->named_parameters()) out.emplace_back("grad." + name, p.grad().clone());
+    if (arch != "llama") train::export_gpt2(*model, std::string(argv[3]) + "_hf");
 
     // 10 AdamW steps on the same batch, from the first step's gradients on.
     optim::AdamW adamw(
@@ -63,7 +69,7 @@ int main(int argc, char** argv) {
     out.emplace_back("adamw_losses", losses);
     checkpoint::AtomicFile file(argv[3]);
     checkpoint::write_safetensors(file, out,
-                                  {{"architecture", arch},
+                                  {{"architecture", arch == "llama" ? arch : "gpt2"},
                                    {"dtype", dtype_name},
                                    {"vocab_size", "61"},
                                    {"block_size", "16"},
