@@ -140,22 +140,25 @@ struct GeluDerivF {
   }
 };
 // gelu with the tanh approximation (GPT-2's gelu_new, PyTorch's approximate='tanh'):
-// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), written as PyTorch writes it.
+// 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3). Written as x * sigmoid(2u), the
+// same value, which keeps its relative accuracy for negative x where 1 + tanh(u) would
+// cancel (as gelu's erfc form does).
 struct GeluTanhF {
   static constexpr const char* kName = "gelu_tanh";
   static constexpr bool kIntegers = false;
   template <class T> DTRAIN_HD T operator()(T x) const {
-    const T inner = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
-    return T(0.5) * x * (T(1) + std::tanh(inner));
+    const T u = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
+    return x * SigmoidF{}(T(2) * u);
   }
 };
-// With t = tanh(k (x + c x^3)): 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2).
+// With s = sigmoid(2u) = 0.5 (1 + tanh(u)), so that 1 - tanh(u)^2 = 4 s (1 - s):
+// gelu_tanh'(x) = s + 2 x s (1 - s) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
 struct GeluTanhDerivF {
   template <class T> DTRAIN_HD T operator()(T x) const {
     const T k = T(0.79788456080286535588), c = T(0.044715);
     const T x2 = x * x;
-    const T t = std::tanh(k * (x + c * x2 * x));
-    return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x2);
+    const T s = SigmoidF{}(T(2) * k * (x + c * x2 * x));
+    return s + T(2) * x * s * (T(1) - s) * k * (T(1) + T(3) * c * x2);
   }
 };
 // silu(x) = x * sigmoid(x) (swish), with sigmoid's stable form.

@@ -16,7 +16,8 @@ TEST_CASE("RMSNorm: a weight of ones, x * rsqrt(mean(x^2, -1) + eps) * weight, g
   CHECK(max_abs_diff(norm.weight.data(), Tensor::ones({6})) == 0);
   CHECK(norm.describe() == "RMSNorm(6)");
 
-  norm.weight.data().copy_(test::random_tensor({6}, 1, DType::f32, 0.5, 1.5));
+  Tensor weight = norm.weight.data();  // shares the parameter's storage
+  weight.copy_(test::random_tensor({6}, 1, DType::f32, 0.5, 1.5));
   const Tensor x = test::random_tensor({2, 3, 6}, 2);
   Variable xv(x, true);
   Variable y = norm(xv);
@@ -39,8 +40,10 @@ TEST_CASE("LayerNorm(bias = false) has a weight only and matches LayerNorm with 
   CHECK(bare.named_parameters().empty());
   CHECK(no_bias.describe() == "LayerNorm([6], bias=false)");
   const Tensor w = test::random_tensor({6}, 3, DType::f32, 0.5, 1.5);
-  plain.weight.data().copy_(w);
-  no_bias.weight.data().copy_(w);
+  for (LayerNorm* layer : {&plain, &no_bias}) {
+    Tensor weight = layer->weight.data();  // shares the parameter's storage
+    weight.copy_(w);
+  }
   const Tensor x = test::random_tensor({4, 6}, 4);
   test::require_close(no_bias(Variable(x)).data(), plain(Variable(x)).data(), 0, 0);
 }
