@@ -70,9 +70,8 @@ namespace {
 // x f32/f64 with a last dim; weight undefined or (D) of x's dtype and device.
 void check_rms_input(const Tensor& x, const Tensor& weight, const char* op) {
   check_defined(x, op);
-  DTRAIN_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::f64,
-               "{}: input must be f32 or f64, got {}{}", op, dtype_name(x.dtype()),
-               is_half(x.dtype()) ? " (convert 16-bit activations with .to(DType::f32))" : "");
+  DTRAIN_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::f64, "{}: input must be f32 or f64, got {}{}", op,
+               dtype_name(x.dtype()), is_half(x.dtype()) ? " (convert 16-bit activations with .to(DType::f32))" : "");
   DTRAIN_CHECK(x.dim() >= 1 && x.size(-1) > 0, "{}: expected input (..., D) with D > 0, got {}", op,
                shape_str(x.shape()));
   if (!weight.defined()) return;
@@ -102,10 +101,10 @@ RmsNormResult rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
 
 RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& rstd, const Tensor& weight) {
   check_rms_input(x, weight, "rms_norm_backward");
-  DTRAIN_CHECK(grad_y.defined() && grad_y.shape() == x.shape() && grad_y.dtype() == x.dtype() &&
-                   grad_y.device() == x.device(),
-               "rms_norm_backward: gradient {} {} must match input {} {} on {}", shape_str(grad_y.shape()),
-               dtype_name(grad_y.dtype()), shape_str(x.shape()), dtype_name(x.dtype()), x.device().str());
+  DTRAIN_CHECK(
+      grad_y.defined() && grad_y.shape() == x.shape() && grad_y.dtype() == x.dtype() && grad_y.device() == x.device(),
+      "rms_norm_backward: gradient {} {} must match input {} {} on {}", shape_str(grad_y.shape()),
+      dtype_name(grad_y.dtype()), shape_str(x.shape()), dtype_name(x.dtype()), x.device().str());
   DTRAIN_CHECK(rstd.defined() && rstd.numel() == x.numel() / x.size(-1) && rstd.dtype() == x.dtype() &&
                    rstd.device() == x.device(),
                "rms_norm_backward: rstd {} {} must hold one {} value per row of input {} on {}",

@@ -156,8 +156,8 @@ TEST_CASE("grad: layer_norm without a bias, rms_norm with and without a weight",
   require_grad_ok([](Inputs in) { return rms_norm(in[0], in[1], 1e-6); }, {x, weight});
   require_grad_ok([](Inputs in) { return rms_norm(in[0], Variable(), 1e-6); }, {x});
   // A larger eps, and a row of large values next to small ones.
-  auto wide = Variable(add(random_tensor({4, 5}, 46, DType::f64), Tensor::from_vector<double>({0, 0, 30, 0}, {4, 1})),
-                       true);
+  auto wide =
+      Variable(add(random_tensor({4, 5}, 46, DType::f64), Tensor::from_vector<double>({0, 0, 30, 0}, {4, 1})), true);
   require_grad_ok([](Inputs in) { return rms_norm(in[0], in[1], 0.1); }, {wide, param({5}, 47, 0.5, 1.5)});
   // The gradient of the weight alone.
   Variable fixed(random_tensor({2, 3, 6}, 48, DType::f64), false);

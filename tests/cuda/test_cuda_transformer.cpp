@@ -74,12 +74,11 @@ TEST_CASE("CUDA transformer: rms_norm forward and backward, with and without a w
       const Tensor x = input({3, 100, d}, 3, dt, -2, 2), w = input({d}, 4, dt, 0.5, 1.5);
       const Tensor g = input({3, 100, d}, 5, dt);
       for (const bool weighted : {true, false}) {
-        check_parity(name + (weighted ? " weight" : " no weight"), {x, weighted ? w : Tensor(), g},
-                     [](const auto& in) {
-                       const RmsNormResult r = rms_norm_forward(in[0], in[1], 1e-6);
-                       const RmsNormGrads d = rms_norm_backward(in[2], in[0], r.rstd, in[1]);
-                       return std::vector{r.y, r.rstd, d.x, d.weight};
-                     });
+        check_parity(name + (weighted ? " weight" : " no weight"), {x, weighted ? w : Tensor(), g}, [](const auto& in) {
+          const RmsNormResult r = rms_norm_forward(in[0], in[1], 1e-6);
+          const RmsNormGrads d = rms_norm_backward(in[2], in[0], r.rstd, in[1]);
+          return std::vector{r.y, r.rstd, d.x, d.weight};
+        });
       }
     }
   }
@@ -98,9 +97,8 @@ TEST_CASE("CUDA transformer: rope tables, forward and backward, of a contiguous 
     check_parity("rope " + t, {x, cpu_tables.cos, cpu_tables.sin}, [](const auto& in) {
       return std::vector{rope_forward(in[0], in[1], in[2]), rope_backward(in[0], in[1], in[2])};
     });
-    check_parity("rope transposed " + t, {stored, cpu_tables.cos, cpu_tables.sin}, [](const auto& in) {
-      return std::vector{rope_forward(in[0].transpose(1, 2), in[1], in[2])};
-    });
+    check_parity("rope transposed " + t, {stored, cpu_tables.cos, cpu_tables.sin},
+                 [](const auto& in) { return std::vector{rope_forward(in[0].transpose(1, 2), in[1], in[2])}; });
   }
 }
 

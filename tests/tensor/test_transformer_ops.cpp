@@ -93,10 +93,10 @@ TEST_CASE("rms_norm forward and backward match the formulas, with and without a 
 }
 
 TEST_CASE("rms_norm: non-contiguous input, many rows, one thread or several", "[cpu][tensor]") {
-  // (40, 300) transposed: rows of 40 read through strides; enough rows for several blocks
+  // (40, 2000) transposed: rows of 40 read through strides; enough rows for several blocks
   // of the weight gradient.
-  const Tensor x = test::random_tensor({40, 300}, 4).t();
-  const Tensor w = test::random_tensor({40}, 5), g = test::random_tensor({300, 40}, 6);
+  const Tensor x = test::random_tensor({40, 2000}, 4).t();
+  const Tensor w = test::random_tensor({40}, 5), g = test::random_tensor({2000, 40}, 6);
   const RmsNormResult r = rms_norm_forward(x, w, 1e-5);
   const RmsNormResult rc = rms_norm_forward(x.contiguous(), w, 1e-5);
   test::require_close(r.y, rc.y, 0, 0);
@@ -107,6 +107,8 @@ TEST_CASE("rms_norm: non-contiguous input, many rows, one thread or several", "[
   set_num_threads(threads);
   test::require_close(d.x, d1.x, 0, 0);
   test::require_close(d.weight, d1.weight, 0, 0);  // fixed blocks: the same sums
+  // The blocks' partial sums add up to the sum over every row.
+  test::require_close(d.weight, sum(mul(mul(g, x), r.rstd), {0}), 1e-4, 1e-4);
 }
 
 TEST_CASE("rms_norm refuses 16-bit floats, integers and a mismatched weight, naming them", "[cpu][tensor]") {
@@ -180,8 +182,9 @@ TEST_CASE("rope_forward refuses mismatched tables and shapes, naming them", "[cp
   const Tensor x = test::random_tensor({2, 5, 3, 8}, 12);
   const RopeTables t = rope_tables(5, 8, 10000, DType::f32, Device::cpu());
   const RopeTables longer = rope_tables(6, 8, 10000, DType::f32, Device::cpu());
-  CHECK_THROWS_WITH(rope_forward(x, longer.cos, longer.sin),
-                    Catch::Contains("rope_forward: cos and sin must be (T, D/2) = [5, 4]") && Catch::Contains("[6, 4]"));
+  CHECK_THROWS_WITH(
+      rope_forward(x, longer.cos, longer.sin),
+      Catch::Contains("rope_forward: cos and sin must be (T, D/2) = [5, 4]") && Catch::Contains("[6, 4]"));
   CHECK_THROWS_WITH(rope_forward(x, t.cos.to(DType::f64), t.sin.to(DType::f64)), Catch::Contains("f64"));
   CHECK_THROWS_WITH(rope_forward(x.reshape({10, 3, 8}), t.cos, t.sin), Catch::Contains("(B, T, H, D)"));
   CHECK_THROWS_WITH(rope_forward(x.to(DType::f16), t.cos, t.sin), Catch::Contains("f16"));

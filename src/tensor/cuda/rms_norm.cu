@@ -120,8 +120,8 @@ void CudaBackend::rms_norm_backward(const Tensor& grad_y, const Tensor& x, const
     weight_partial_kernel<T><<<dim3(column_blocks, static_cast<unsigned>(chunks)), gpu::kThreads, 0, stream_>>>(
         grad_y.data<T>(), x.data<T>(), rstd.data<T>(), rows, d, chunks, partial.as<T>());
     DTRAIN_CUDA_CHECK(cudaGetLastError());
-    sum_chunks_kernel<T><<<column_blocks, gpu::kThreads, 0, stream_>>>(partial.as<T>(), d, chunks,
-                                                                       grad_weight.data<T>());
+    sum_chunks_kernel<T>
+        <<<column_blocks, gpu::kThreads, 0, stream_>>>(partial.as<T>(), d, chunks, grad_weight.data<T>());
     DTRAIN_CUDA_CHECK(cudaGetLastError());
   });
 }
