@@ -12,10 +12,10 @@
 namespace dtrain {
 
 struct AttentionOptions {
-  bool causal = true;              // position t attends to positions <= t only
-  double dropout = 0;              // on the attention weights, in [0, 1)
-  Generator* generator = nullptr;  // dropout's numbers (null: the default generator)
-  std::optional<double> scale;     // default 1 / sqrt(head dim)
+  bool causal = true;                          // position t attends to positions <= t only
+  double dropout = 0;                          // on the attention weights, in [0, 1)
+  Generator* generator = nullptr;              // dropout's numbers (null: the default generator)
+  std::optional<double> scale = std::nullopt;  // default 1 / sqrt(head dim)
 };
 
 // q (B, H, T, D); k and v (B, Hkv, T, D) with H a multiple of Hkv: grouped-query attention,
