@@ -12,13 +12,14 @@
 #                                  result line to summary.txt as soon as they end:
 #                                    preflight  versions; ldd of the carried libraries
 #                                    build      only test_cuda, bench_gpu_ops, bench_train,
-#                                               train_mnist and train_imagenet (sm_90, CUDA
+#                                               train_mnist, train_imagenet and train_gpt (sm_90, CUDA
 #                                               on, MPI off)
 #                                    tests      test_cuda, under timeout
 #                                    e2e        train_mnist on CUDA (fp32, bf16, f16) against
 #                                               the CPU, a CUDA checkpoint resumed on the CPU,
-#                                               and train_imagenet for 10 steps of ResNet-18
-#                                               at 224x224 on synthetic images (its images/s)
+#                                               train_imagenet for 10 steps of ResNet-18
+#                                               at 224x224 on synthetic images (its images/s),
+#                                               and 30 steps of train_gpt against the CPU
 #                                    benches    GPU benches beside PyTorch, under timeout
 #                                    multi-gpu  what one GPU cannot show (--multi-gpu runs it)
 #
@@ -321,7 +322,7 @@ phase_preflight() {
   fi
 }
 
-check_targets=(test_cuda bench_gpu_ops bench_train train_mnist train_imagenet)
+check_targets=(test_cuda bench_gpu_ops bench_train train_mnist train_imagenet train_gpt)
 target_path() {
   case "$1" in
     test_cuda | test_dist) echo "$build/tests/$1" ;;
@@ -516,6 +517,34 @@ e2e_mnist() {
   fi
 }
 
+# train_gpt on CUDA against the CPU (in phase_e2e's scope: $gpt, $log; sets gpt_line, adds to
+# failures): the same 30 steps of a small GPT on the repository's docs (text that every checkout
+# carries), whose final validation losses must agree within 0.5% (f32 sums in other orders).
+e2e_gpt() {
+  local common=(--data "$root/docs" --layers 2 --heads 4 --embd 64 --block-size 64 --steps 30 --warmup-steps 5
+                --eval-every 30 --eval-windows 20 --sample 0 --seed 3)
+  local device t rc loss cuda_loss= cpu_loss=
+  for device in cuda cpu; do
+    t=$(limit 60)
+    if [ "$t" -eq 0 ]; then
+      failures+=("train_gpt $device: the budget is spent")
+      continue
+    fi
+    echo "== e2e: train_gpt --device $device" >> "$log"
+    with_libs "$t" "$gpt" "${common[@]}" --device "$device" > "$state/e2e.log" 2>&1
+    rc=$?
+    cat "$state/e2e.log" >> "$log"
+    loss=$(sed -n 's/^step [0-9]*: val loss \([0-9.]*\).*/\1/p' "$state/e2e.log" | tail -n 1)
+    if [ "$device" = cuda ]; then cuda_loss=$loss; else cpu_loss=$loss; fi
+    [ "$rc" -eq 0 ] || failures+=("train_gpt $device: $(describe_exit "$rc" "$t")")
+  done
+  gpt_line="train_gpt val loss: cuda ${cuda_loss:--}, cpu ${cpu_loss:--}"
+  if [ -n "$cuda_loss" ] && [ -n "$cpu_loss" ]; then
+    awk -v a="$cuda_loss" -v b="$cpu_loss" 'BEGIN { d = (a - b) / b; exit !(d > 0.005 || d < -0.005) }' \
+      && failures+=("train_gpt: CUDA's val loss $cuda_loss is more than 0.5% from the CPU's $cpu_loss")
+  fi
+}
+
 # train_imagenet's run (in phase_e2e's scope: $imagenet, $log; sets ips, adds to failures):
 # its images/s in the result line and, as a JSON line in $state, beside PyTorch's in the
 # benches phase and the table.
@@ -572,7 +601,7 @@ phase_e2e() {
     result skipped "$(joined "$no_mnist" ${no_imagenet:+"$no_imagenet"})"
     return
   fi
-  local failures=() accs=() notes=() ips=
+  local failures=() accs=() notes=() ips= gpt_line=
   if [ -z "$no_mnist" ]; then
     e2e_mnist
   else
@@ -584,11 +613,19 @@ phase_e2e() {
     else
       notes+=("train_imagenet skipped: $no_imagenet")
     fi
+    local gpt
+    gpt=$(target_path train_gpt)
+    if [ -x "$gpt" ]; then
+      e2e_gpt
+    else
+      notes+=("train_gpt skipped: no $gpt (see build)")
+    fi
   fi
   local label="test accuracy" parts=()
   [ ${#failures[@]} -eq 0 ] || label=accuracy
   [ ${#accs[@]} -eq 0 ] || parts+=("$label: $(joined "${accs[@]}")")
   [ -z "$ips" ] || parts+=("$ips")
+  [ -z "$gpt_line" ] || parts+=("$gpt_line")
   parts+=("${notes[@]}")
   if [ ${#failures[@]} -eq 0 ]; then
     result ok "$(joined "${parts[@]}")"

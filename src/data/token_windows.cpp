@@ -1,6 +1,7 @@
 #include "dtrain/data/token_windows.h"
 
 #include "dtrain/core/error.h"
+#include "dtrain/data/distributed_sampler.h"
 
 #include <cstring>
 
@@ -64,6 +65,12 @@ std::int64_t TokenWindows::position(std::int64_t index) const {
   if (!random_) return begin_ + index * block_;
   const auto positions = static_cast<std::uint64_t>(end_ - begin_ - block_);  // starts with a full target
   return begin_ + static_cast<std::int64_t>(splitmix64(seed_, static_cast<std::uint64_t>(index)) % positions);
+}
+
+std::shared_ptr<const Sampler> TokenWindows::rank_sampler(int rank, int world_size, std::uint64_t seed,
+                                                          bool training) const {
+  if (!random_ || !training) return nullptr;
+  return std::make_shared<DistributedSampler>(count_, rank, world_size, seed, /*shuffle=*/false);
 }
 
 Example TokenWindows::get(std::int64_t index) const {

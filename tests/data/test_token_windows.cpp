@@ -3,6 +3,8 @@
 // and too little text is refused naming the remedy.
 #include "dtrain/data/token_windows.h"
 
+#include "dtrain/data/sampler.h"
+
 #include <catch2/catch.hpp>
 
 #include <numeric>
@@ -74,4 +76,26 @@ TEST_CASE("token windows: too little text is refused", "[data]") {
   REQUIRE_THROWS_WITH(TokenWindows::sequential(tokens, 36, 40, 8),
                       Catch::Contains("the validation tokens (4) are fewer than one window of block size 8 + 1"));
   REQUIRE_THROWS_WITH(TokenWindows::random(tokens, 0, 50, 4, 10, 1), Catch::Contains("outside the stream of 40"));
+}
+
+TEST_CASE("token windows: every rank count draws the same global batches", "[data]") {
+  auto tokens = counting(1000);
+  auto train = TokenWindows::random(tokens, 0, 900, 16, 48, 3);
+  // One rank: in index order. Two and three ranks: the first 4 (3) of each rank's indices,
+  // together, are windows 0-11, the first global batch of 12.
+  REQUIRE(train->rank_sampler(0, 1, 9, true)->indices(0) == [] {
+    std::vector<std::int64_t> all(48);
+    std::iota(all.begin(), all.end(), 0);
+    return all;
+  }());
+  for (int world : {2, 3}) {
+    std::set<std::int64_t> first_batch;
+    for (int r = 0; r < world; ++r) {
+      const auto mine = train->rank_sampler(r, world, 9, true)->indices(0);
+      first_batch.insert(mine.begin(), mine.begin() + 12 / world);
+    }
+    REQUIRE(first_batch == std::set<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  }
+  REQUIRE(train->rank_sampler(0, 2, 9, false) == nullptr);  // evaluation: the Trainer's split
+  REQUIRE(TokenWindows::sequential(tokens, 900, 1000, 16)->rank_sampler(0, 2, 9, true) == nullptr);
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The control flow of scripts/gpu-check.sh run (issue 34), without a GPU and without
-# building: stub programs stand in for test_cuda, train_mnist, train_imagenet, the benches,
+# building: stub programs stand in for test_cuda, train_mnist, train_imagenet, train_gpt, the benches,
 # their PyTorch peers and nvidia-smi, in a stub build folder (--dry-run builds nothing).
 # Checks that
 #   - without a GPU every phase reports, the device phases as skipped with the reason;
@@ -77,6 +77,9 @@ echo "train_imagenet: resnet18 (11689512 parameters, 1000 classes) at 224x224, 3
 echo "epoch 1/2: train loss 6.9512, train accuracy 0.00%, 812 samples/s, 0.4 s"
 echo "epoch 2/2: train loss 6.9377, train accuracy 0.31%, 2468 samples/s, 0.1 s, waited 0.2 s for data"
 echo "trained 2 epoch(s) in 0.6 s (training 1207 samples/s); the steps waited 0.2 s for the loader"'
+stub "$build/examples/train_gpt" '
+case " $* " in *" --device cuda "*|*" --device cpu "*) ;; *) echo "no --device" >&2; exit 2 ;; esac
+echo "step 30: val loss 3.1234 (20 windows)"'
 stub "$build/bench/bench_gpu_ops" 'echo "{\"case\":\"gemm 1024\",\"group\":\"gemm\",\"tflops\":1,\"cublas_tflops\":1}"'
 stub "$build/bench/bench_train" 'echo "{\"case\":\"stub\",\"samples_per_s\":1}"'
 # pytorch_train.py's line for ResNet-18 at 224, batch 64, fp32 (as json.dumps writes it).
@@ -116,7 +119,7 @@ expect_line "$s" build "skipped +[0-9]+ s  --dry-run"
 expect_line "$s" tests "FAILED +[0-9]+ s  test_cuda \(deliberately crashed\): killed by SIGABRT"
 expect_line "$s" e2e "ok +[0-9]+ s  test accuracy: cuda fp32 81.25%; cuda bf16 81.25%; cuda f16 81.25%; cpu fp32 81.25%; \
 cuda->cpu resume 81.25%; train_imagenet resnet18 224x224 b64 fp32 2468 images/s \(epoch 2, 5 steps; \
-epoch 1 with start-up 812; waited 0.2 s for data\)$"
+epoch 1 with start-up 812; waited 0.2 s for data\); train_gpt val loss: cuda 3.1234, cpu 3.1234$"
 expect_line "$s" benches "ok +[0-9]+ s  10 runs, 10 JSON lines, TF32 [01]; \
 train_imagenet \(e2e\) 2468 images/s, PyTorch resnet18_224 b64 fp32 3000 \(0.82x\)$"
 grep -qE "^e2e resnet18_224 b64 fp32 +2468.00 +3000.00 +0.82$" "$work/crash.out" \
@@ -173,7 +176,7 @@ STUB_TRAIN_IMAGENET=silent DTRAIN_GPU_CHECK_ASSUME_GPU=1 OUT=$work/silent \
 s=$work/silent/summary.txt
 expect_every_phase "$s"
 expect_line "$s" e2e "FAILED +[0-9]+ s  train_imagenet: no epoch line with samples/s in its output \(check.log\); \
-accuracy: cuda fp32 81.25%; .*cuda->cpu resume 81.25%$"
+accuracy: cuda fp32 81.25%; .*cuda->cpu resume 81.25%; train_gpt val loss: cuda 3.1234, cpu 3.1234$"
 expect_line "$s" benches "ok +[0-9]+ s  10 runs, 10 JSON lines, TF32 [01]$"
 grep -q "^e2e resnet18_224" "$work/silent.out" && fail "silent: a table row without a figure"
 

@@ -34,6 +34,11 @@ class TokenWindows : public Dataset {
                                                   std::int64_t block_size, std::int64_t max_windows = 0);
 
   std::int64_t size() const override { return count_; }
+  // Training windows in index order, rank r of W taking r, r + W, ... (the positions are
+  // random already): the k-th global batch of G is windows k*G .. k*G + G-1 however many
+  // ranks and micro-batches share it. Validation windows: the Trainer's default split.
+  std::shared_ptr<const Sampler> rank_sampler(int rank, int world_size, std::uint64_t seed,
+                                              bool training) const override;
   Example get(std::int64_t index) const override;
   Batch get_batch(const std::vector<std::int64_t>& indices) const override;
   // Where window `index` starts in the stream.
