@@ -20,6 +20,7 @@
 #include "dtrain/core/parallel.h"
 #include "dtrain/data/token_file.h"
 #include "dtrain/data/token_windows.h"
+#include "dtrain/dist/pipeline/pipeline_strategy.h"
 #include "dtrain/dist/strategy/strategy.h"
 #include "dtrain/layers/gpt.h"
 #include "dtrain/optim/adam.h"
@@ -321,16 +322,27 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
         per_replica / micro, micro, c.lr, c.warmup_steps, c.min_lr, c.betas[0], c.betas[1], c.weight_decay, c.clip,
         on_cpu ? "cpu" : "cuda", examples::autocast_description(r.precision, device));
     if (on_cpu)
-      fmt::print("train_gpt: peak {:.1f} GFLOP/s ({} FMA loop, {} thread(s)); {:.3g} FLOPs per token\n", peak / 1e9,
-                 examples::peak_flops_isa(), num_threads(), gpt->flops_per_token(c.block_size));
+      fmt::print("train_gpt: peak {:.1f} GFLOP/s per rank ({} FMA loop, {} thread(s)); {:.3g} FLOPs per token\n",
+                 peak / 1e9, examples::peak_flops_isa(), num_threads(), gpt->flops_per_token(c.block_size));
     if (const std::string layout = examples::describe_layout(*strategy, comm->size()); !layout.empty())
       fmt::print("{}\n", layout);
     std::fflush(stdout);
   }
-  trainer.add_observer(
-      std::make_shared<GptReport>(c, *gpt, strategy->reports(), shard.index, c.global_batch * c.block_size, peak));
-  const bool pipelined = c.parallel.spec.find("pp=") != std::string::npos || c.parallel.pipeline_stages;
-  const bool sharded_parameters = c.parallel.spec.find("zero=3") != std::string::npos;
+  // MFU is the job's: its tokens/s against every rank's peak (each measured at start-up, all
+  // at once, so that ranks sharing a host share its cores as they do in training).
+  trainer.add_observer(std::make_shared<GptReport>(c, *gpt, strategy->reports(), shard.index,
+                                                   c.global_batch * c.block_size, peak * comm->size()));
+  const bool pipelined = dynamic_cast<const dist::PipelineStrategy*>(strategy.get()) != nullptr;
+  const std::string spec = examples::parallel_spec(c.parallel, *comm);
+  const bool sharded_parameters = spec.find("zero=3") != std::string::npos;
+  // A pipeline's recomputed forward replays the default generator's numbers, not the model's
+  // own dropout generator: its masks would differ from the first forward's.
+  DTRAIN_CHECK(
+      !(pipelined && c.dropout > 0 &&
+        (spec.find("recompute") != std::string::npos || c.parallel.recompute || !c.parallel.recompute_stages.empty())),
+      "--dropout {} with a recomputing pipeline: the recomputed forward would drop other units; use "
+      "--dropout 0 or no recompute",
+      c.dropout);
   DTRAIN_CHECK(
       c.export_hf.empty() || (config.architecture == nn::GptArchitecture::Gpt2 && !pipelined && !sharded_parameters),
       "--export-hf: needs a gpt2 model held whole by a rank (not --arch llama, a pipeline or zero=3: save a "

@@ -135,6 +135,7 @@ def main():
     p.add_argument("--embd", type=int, default=128)
     p.add_argument("--block-size", type=int, default=64)
     p.add_argument("--bias", default="false")
+    p.add_argument("--dropout", type=float, default=0.0, help="0 only: the comparison runs without dropout")
     p.add_argument("--global-batch-size", type=int, default=12)
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--lr", type=float, default=1e-3)
@@ -150,6 +151,8 @@ def main():
     p.add_argument("--compile", action="store_true")
     p.add_argument("--time-steps", type=int, default=0, help="only time this many steps after 5 warm-up steps")
     a = p.parse_args()
+    if a.dropout != 0:
+        sys.exit("pytorch_gpt.py: --dropout: only 0 (train_gpt's dropout draws from its own generator)")
     if a.threads:
         torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)

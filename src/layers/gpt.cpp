@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 namespace dtrain::nn {
@@ -75,7 +76,12 @@ std::vector<std::int32_t> Gpt::generate(std::vector<std::int32_t> prompt, std::i
   for (std::int32_t id : prompt)
     DTRAIN_CHECK(id >= 0 && id < config_.vocab_size, "Gpt::generate: prompt token {} outside the vocabulary [0, {})",
                  id, config_.vocab_size);
-  const bool was_training = is_training();
+  // The mode as it was, also when a forward throws.
+  struct RestoreMode {
+    Gpt& model;
+    bool training;
+    ~RestoreMode() { model.train(training); }
+  } restore{*this, is_training()};
   eval();
   NoGradGuard no_grad;
   const Device device = parameters().front().device();
@@ -91,7 +97,9 @@ std::vector<std::int32_t> Gpt::generate(std::vector<std::int32_t> prompt, std::i
     const std::int64_t v = config_.vocab_size;
     std::vector<std::int64_t> order(static_cast<std::size_t>(v));
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return l[a] > l[b]; });
+    // NaN logits rank last (a strict weak order for the sort).
+    const auto key = [&](std::int64_t i) { return std::isnan(l[i]) ? -std::numeric_limits<double>::infinity() : l[i]; };
+    std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return key(a) > key(b); });
     if (temperature == 0) {
       out.push_back(static_cast<std::int32_t>(order[0]));
       continue;
@@ -99,7 +107,7 @@ std::vector<std::int32_t> Gpt::generate(std::vector<std::int32_t> prompt, std::i
     const std::size_t keep =
         top_k > 0 ? std::min<std::size_t>(static_cast<std::size_t>(top_k), order.size()) : order.size();
     std::vector<double> p(keep);
-    for (std::size_t j = 0; j < keep; ++j) p[j] = std::exp((l[order[j]] - l[order[0]]) / temperature);
+    for (std::size_t j = 0; j < keep; ++j) p[j] = std::exp((key(order[j]) - key(order[0])) / temperature);
     const double total = std::accumulate(p.begin(), p.end(), 0.0);
     Tensor u = Tensor::empty({1}, {DType::f64});
     uniform_(u, 0, total, &gen);
@@ -114,7 +122,6 @@ std::vector<std::int32_t> Gpt::generate(std::vector<std::int32_t> prompt, std::i
     }
     out.push_back(static_cast<std::int32_t>(order[pick]));
   }
-  train(was_training);
   return out;
 }
 

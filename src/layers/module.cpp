@@ -74,6 +74,18 @@ std::vector<std::pair<std::string, Variable>> Module::named_parameters() const {
   return out;
 }
 
+std::vector<std::pair<std::string, std::string>> Module::parameter_aliases() const {
+  std::vector<std::pair<std::string, Variable>> all;
+  collect_parameters("", all);
+  std::unordered_map<const void*, std::string> first;
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [name, p] : all) {
+    const auto [it, fresh] = first.emplace(p.id(), name);
+    if (!fresh) out.emplace_back(name, it->second);
+  }
+  return out;
+}
+
 std::vector<Variable> Module::parameters() const {
   std::vector<Variable> out;
   for (auto& [name, p] : named_parameters()) out.push_back(p);

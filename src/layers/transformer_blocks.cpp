@@ -49,8 +49,7 @@ ModulePtr make_norm(const GptConfig& c) {
   return std::make_shared<LayerNorm>(Shape{c.embd}, c.norm_eps, true, c.bias);
 }
 
-// ---- embedding
-// -------------------------------------------------------------------------
+// ---- embedding ---------------------------------------------------------------------------------
 
 GptEmbedding::GptEmbedding(const GptConfig& config, std::shared_ptr<Generator> gen)
     : config_(config), gen_(std::move(gen)) {
@@ -71,12 +70,16 @@ Variable GptEmbedding::forward(const Variable& tokens) {
   DTRAIN_CHECK(t <= config_.block_size, "GptEmbedding: a sequence of {} tokens is longer than the block size {}", t,
                config_.block_size);
   Variable x = (*wte_)(tokens);
-  if (wpe_) x = add(x, narrow(wpe_->weight, 0, 0, t));  // (T, d) broadcast over the batch
+  // Positions 0 .. T-1 through the position embedding's own forward (not its weight read
+  // directly), so that ZeRO-3's hooks gather it for the read.
+  if (wpe_) {
+    const Tensor positions = Tensor::arange(0, static_cast<double>(t), 1, {DType::i64, tokens.device()});
+    x = add(x, (*wpe_)(Variable(positions)));  // (T, d) broadcast over the batch
+  }
   return maybe_dropout(x, config_.dropout, is_training(), gen_.get());
 }
 
-// ---- attention
-// ---------------------------------------------------------------------------
+// ---- attention ---------------------------------------------------------------------------
 
 CausalSelfAttention::CausalSelfAttention(const GptConfig& c, std::shared_ptr<Generator> gen)
     : config_(c), gen_(std::move(gen)) {
@@ -109,8 +112,7 @@ std::string CausalSelfAttention::describe() const {
                      config_.kv_heads_or_heads(), config_.head_dim(), is_llama(config_) ? ", rope" : "");
 }
 
-// ---- MLP
-// -------------------------------------------------------------------------------
+// ---- MLP ---------------------------------------------------------------------------------------
 
 GptMlp::GptMlp(const GptConfig& c, std::shared_ptr<Generator> gen) : config_(c), gen_(std::move(gen)) {
   const std::int64_t hidden = c.mlp_width();
@@ -139,8 +141,7 @@ std::string GptMlp::describe() const {
   return fmt::format("GptMlp({}, hidden={})", is_llama(config_) ? "swiglu" : "gelu_tanh", config_.mlp_width());
 }
 
-// ---- block and head
-// ----------------------------------------------------------------------
+// ---- block and head ----------------------------------------------------------------------------
 
 TransformerBlock::TransformerBlock(const GptConfig& c, std::shared_ptr<Generator> gen) {
   ln_1_ = register_module("ln_1", make_norm(c));

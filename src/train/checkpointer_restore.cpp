@@ -75,9 +75,16 @@ void load_model(const checkpoint::OpenCheckpoint& c, SavedTensors& saved, nn::Mo
                "hold '{}'... (saved from: {})",
                dir, mine.size(), mine.front().first, files, found.empty() ? "" : found.begin()->first,
                c.manifest.model);
+  // A tied weight's later names: saved where the saver listed them (a whole model's state
+  // dict), else (ZeRO-3's parameter ranges, one per parameter) read under the first name.
+  std::map<std::string, std::string> first_name;
+  for (const auto& [alias, name] : module.parameter_aliases()) first_name.emplace(alias, name);
   nn::StateDict load;
   for (const auto& [name, t] : mine) {
-    const auto it = found.find(name);
+    const auto alias = first_name.find(name);
+    if (alias != first_name.end() && plan.load_model_share) continue;  // the share loads parameters once
+    auto it = found.find(name);
+    if (it == found.end() && alias != first_name.end()) it = found.find(alias->second);
     DTRAIN_CHECK(it != found.end(), "checkpoint {}: tensor '{}' of this model is missing from {} (saved from: {})", dir,
                  name, files, c.manifest.model);
     const Tensor& tensor = it->second.first;

@@ -1,5 +1,5 @@
 // A GPT (tied embeddings, dropout off, clipping on) trained for 20 AdamW updates through the
-// Trainer on token windows: data parallelism, ZeRO-2 and ZeRO-3 at np 2 (and 4) and a
+// Trainer on token windows: data parallelism, ZeRO-2 and ZeRO-3 (also one unit per layer) at np 2 (and 4) and a
 // 2-stage pipeline, whose first and last stages share the tied weight and sum its gradient,
 // end with one process's validation loss on the same global batches within 1e-5 relative
 // (f32 sums in other orders). The clipping norm is low enough to act at every update, so a
@@ -72,7 +72,8 @@ TEST_CASE("GPT: dp, ZeRO-2, ZeRO-3 and a 2-stage pipeline with tied weights equa
   INFO("one process: validation loss " << one.first_loss << " -> " << one.val_loss << ", last norm " << one.grad_norm);
   REQUIRE(one.val_loss < 0.9 * one.first_loss);  // it learned: a comparison that can fail
   REQUIRE(one.grad_norm > 0.05);                 // clipping acted at the last update
-  for (const std::string spec : {"dp", "zero=2", "zero=3", "pp=2,micro=2"}) {
+  // zero=3,gather_mb=0: a gather unit per layer, the head's borrowing the embedding's.
+  for (const std::string spec : {"dp", "zero=2", "zero=3", "zero=3,gather_mb=0", "pp=2,micro=2"}) {
     const Outcome run = train_gpt(spec, world);
     INFO(spec << " at np " << W << ": validation loss " << run.val_loss << ", one process's " << one.val_loss
               << "; last norm " << run.grad_norm << ", one process's " << one.grad_norm);

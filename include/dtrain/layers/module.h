@@ -56,6 +56,9 @@ class Module {
   std::vector<Variable> parameters() const;
   std::vector<std::pair<std::string, Variable>> named_parameters() const;
   std::vector<std::pair<std::string, Tensor>> named_buffers() const;
+  // The later names of parameters registered more than once (tied weights), each with the
+  // first: (alias, name), e.g. ("3.lm_head.weight", "0.wte.weight").
+  std::vector<std::pair<std::string, std::string>> parameter_aliases() const;
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
   std::int64_t num_parameters() const;
   // This module's own parameters, without its children's (names relative to it).

@@ -279,7 +279,14 @@ void PipelineStrategy::sum_tied_gradients() {
   for (TiedParameter& t : tied_) {
     if (!t.param.has_grad()) t.param.set_grad(Tensor::zeros(t.param.shape(), t.param.data().options()));
     Tensor g = t.param.grad();
-    t.stages->all_reduce(g, ReduceOp::Sum);
+    if (g.device().is_cuda()) {
+      // The stages' group is a host communicator (a split of the pipeline's): through host memory.
+      Tensor host = g.to(Device::cpu());
+      t.stages->all_reduce(host, ReduceOp::Sum);
+      g.copy_(host);
+    } else {
+      t.stages->all_reduce(g, ReduceOp::Sum);
+    }
   }
 }
 

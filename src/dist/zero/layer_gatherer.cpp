@@ -19,8 +19,8 @@ std::string join(const std::string& prefix, const std::string& name) {
 struct Layer {
   std::string path;  // in the model ("" for the model itself)
   nn::Module* module;
-  std::vector<std::string> parameters;  // full names, in registration order
-  std::vector<std::string> borrowed;    // parameters of earlier layers it uses (tied), their first names
+  std::vector<std::string> parameters = {};  // full names, in registration order
+  std::vector<std::string> borrowed = {};    // parameters of earlier layers it uses (tied), their first names
   DType dtype = DType::f32;
   std::size_t bytes = 0;
 
