@@ -18,6 +18,7 @@
 #include "common/peak_flops.h"
 #include "dtrain/core/log.h"
 #include "dtrain/core/parallel.h"
+#include "dtrain/dist/tensor_parallel/gpt_plan.h"
 #include "dtrain/data/token_file.h"
 #include "dtrain/data/token_windows.h"
 #include "dtrain/dist/pipeline/pipeline_strategy.h"
@@ -258,11 +259,21 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
   const auto n = static_cast<std::int64_t>(tokens->size());
   const std::int64_t split = data::validation_split(n);
 
+  nn::GptConfig config{.architecture = c.arch == "llama" ? nn::GptArchitecture::Llama : nn::GptArchitecture::Gpt2,
+                       .vocab_size = tokenizer->vocab_size(),
+                       .block_size = c.block_size,
+                       .layers = c.layers,
+                       .heads = c.heads,
+                       .kv_heads = c.kv_heads,
+                       .embd = c.embd,
+                       .dropout = c.dropout,
+                       .bias = c.bias};
   const Device device = examples::run_device(r);
   auto strategy =
       examples::make_strategy(c.parallel, comm, device,
                               {.batch_size = c.global_batch,
-                               .timeout = std::chrono::milliseconds(static_cast<std::int64_t>(r.timeout_s * 1000))});
+                               .timeout = std::chrono::milliseconds(static_cast<std::int64_t>(r.timeout_s * 1000)),
+                               .tensor_parallel_plan = dist::gpt_tensor_parallel_plan(config)});
   const dist::Strategy::Shard shard = strategy->data_shard();
   DTRAIN_CHECK(c.global_batch % shard.count == 0,
                "--global-batch-size {} does not split over {} data-parallel replicas", c.global_batch, shard.count);
@@ -273,15 +284,6 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
                "(--global-batch-size {})",
                micro, per_replica, shard.count, c.global_batch);
 
-  nn::GptConfig config{.architecture = c.arch == "llama" ? nn::GptArchitecture::Llama : nn::GptArchitecture::Gpt2,
-                       .vocab_size = tokenizer->vocab_size(),
-                       .block_size = c.block_size,
-                       .layers = c.layers,
-                       .heads = c.heads,
-                       .kv_heads = c.kv_heads,
-                       .embd = c.embd,
-                       .dropout = c.dropout,
-                       .bias = c.bias};
   manual_seed(r.seed);  // the same initial model on every rank
   auto gpt = nn::gpt(config);
   const std::int64_t parameters = gpt->parameter_count();
@@ -300,7 +302,9 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
   rr.clip_grad_norm = c.clip;
   rr.evaluations_per_epoch = static_cast<int>(std::max<std::int64_t>(c.steps / c.eval_every, 1));
   train::TrainerOptions options = examples::trainer_options(rr);
-  options.loss = nn::lm_loss;
+  // Under tensor parallelism the model's output is this rank's vocabulary columns, never gathered.
+  dist::TensorParallel* const tensor_parallel = strategy->tensor_parallel();
+  options.loss = tensor_parallel ? dist::LossFn(tensor_parallel->loss()) : dist::LossFn(nn::lm_loss);
   options.eval_metrics = std::vector<train::Metric>{};
   options.verbose = false;
   train::Trainer trainer(
@@ -344,8 +348,9 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
       "--dropout 0 or no recompute",
       c.dropout);
   DTRAIN_CHECK(
-      c.export_hf.empty() || (config.architecture == nn::GptArchitecture::Gpt2 && !pipelined && !sharded_parameters),
-      "--export-hf: needs a gpt2 model held whole by a rank (not --arch llama, a pipeline or zero=3: save a "
+      c.export_hf.empty() ||
+          (config.architecture == nn::GptArchitecture::Gpt2 && !pipelined && !sharded_parameters && !tensor_parallel),
+      "--export-hf: needs a gpt2 model held whole by a rank (not --arch llama, a pipeline, tp or zero=3: save a "
       "checkpoint and resume it in one process with --export-hf)");
   trainer.fit(optimizer, &schedule);
 
@@ -363,6 +368,7 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
     std::vector<std::int32_t> prompt = tokenizer->encode(c.prompt);
     if (prompt.empty()) prompt.push_back(0);
     Generator gen(r.seed);
+    if (tensor_parallel) tensor_parallel->gather_output(true);  // the whole vocabulary's logits to sample from
     const auto out = gpt->generate(prompt, c.sample, c.temperature, c.top_k, gen);
     if (strategy->reports()) {
       const std::span<const std::int32_t> ids(out);

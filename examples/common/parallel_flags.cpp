@@ -101,7 +101,22 @@ std::shared_ptr<dist::Strategy> make_strategy(const ParallelFlags& p, const dist
   return dist::make_strategy(parallel_spec(p, *world), world, device, hints);
 }
 
+namespace {
+std::string describe_layout_of_kind(const dist::Strategy& strategy, int world_size);
+}  // namespace
+
 std::string describe_layout(const dist::Strategy& strategy, int world_size) {
+  std::string layout = describe_layout_of_kind(strategy, world_size);
+  if (const dist::TensorParallel* tp = strategy.tensor_parallel()) {
+    if (!layout.empty()) layout += "\n";
+    layout += fmt::format("tensor parallel: {} ranks per layer{}; this rank holds {} parameters", tp->group()->size(),
+                          tp->sequence_parallel() ? ", sequence parallel" : "", strategy.module().num_parameters());
+  }
+  return layout;
+}
+
+namespace {
+std::string describe_layout_of_kind(const dist::Strategy& strategy, int world_size) {
   if (const auto* ps = dynamic_cast<const dist::ParameterServerStrategy*>(&strategy)) {
     const int workers = ps->mesh().role_size("worker"), servers = ps->mesh().role_size("ps");
     const dist::PsOptions& o = ps->options();
@@ -131,9 +146,10 @@ std::string describe_layout(const dist::Strategy& strategy, int world_size) {
   if (const auto* dp = dynamic_cast<const dist::DataParallelStrategy*>(&strategy)) {
     const std::string& exchange = dp->options().data_parallel.gradient_exchange;
     if (exchange != "all_reduce")
-      return fmt::format("data parallel: {} replicas, gradient exchange {}", world_size, exchange);
+      return fmt::format("data parallel: {} replicas, gradient exchange {}", dp->data_shard().count, exchange);
   }
   return "";
 }
+}  // namespace
 
 }  // namespace dtrain::examples

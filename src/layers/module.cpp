@@ -106,11 +106,38 @@ std::int64_t Module::num_parameters() const {
   return n;
 }
 
+void Module::add_forward_hooks(std::shared_ptr<ForwardHooks> hooks) {
+  DTRAIN_CHECK(hooks != nullptr, "Module::add_forward_hooks: null hooks for {}", describe());
+  hooks_.push_back(std::move(hooks));
+}
+
+void Module::remove_forward_hooks(const ForwardHooks* hooks) {
+  std::erase_if(hooks_, [&](const std::shared_ptr<ForwardHooks>& h) { return h.get() == hooks; });
+}
+
+bool Module::transforms_input() const {
+  return std::any_of(hooks_.begin(), hooks_.end(), [](const auto& h) { return h->transforms_input(); });
+}
+
+Variable Module::hooked_forward(const Variable& x) {
+  const auto hooks = hooks_;  // the hooks may remove themselves
+  for (const auto& h : hooks) h->before(*this);
+  Variable in = x;
+  for (const auto& h : hooks) in = h->input(*this, std::move(in));
+  Variable out = forward(in);
+  for (auto h = hooks.rbegin(); h != hooks.rend(); ++h) out = (*h)->after(*this, std::move(out));
+  return out;
+}
+
 Variable Module::hooked(const std::function<Variable()>& run) {
-  if (!hooks_) return run();
-  const std::shared_ptr<ForwardHooks> hooks = hooks_;  // the hooks may remove themselves
-  hooks->before(*this);
-  return hooks->after(*this, run());
+  if (hooks_.empty()) return run();
+  DTRAIN_CHECK(!transforms_input(), "{}: its forward hooks transform the input, which a fused forward cannot give them",
+               describe());
+  const auto hooks = hooks_;
+  for (const auto& h : hooks) h->before(*this);
+  Variable out = run();
+  for (auto h = hooks.rbegin(); h != hooks.rend(); ++h) out = (*h)->after(*this, std::move(out));
+  return out;
 }
 
 void Module::train(bool on) {

@@ -27,13 +27,13 @@ Variable Sequential::forward(const Variable& x) {
   };
   for (std::size_t i = 0; i < modules.size(); ++i) {
     Module& m = *modules[i].second;
-    if (auto* bn = dynamic_cast<BatchNorm*>(&m); bn != nullptr && is_relu(i + 1)) {
+    if (auto* bn = dynamic_cast<BatchNorm*>(&m); bn != nullptr && is_relu(i + 1) && !m.transforms_input()) {
       y = bn->hooked([&] { return bn->forward_relu(y); });
       ++i;  // the ReLU ran inside
       continue;
     }
     // Only the class itself: a subclass may compute its forward differently.
-    if (typeid(m) == typeid(Linear) && is_relu(i + 1)) {
+    if (typeid(m) == typeid(Linear) && is_relu(i + 1) && !m.transforms_input()) {
       y = m.hooked([&] { return static_cast<Linear&>(m).forward_relu(y); });
       ++i;
       continue;

@@ -92,9 +92,14 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& c, std::shared_ptr<Gen
 }
 
 Variable CausalSelfAttention::forward(const Variable& x) {
-  const std::int64_t b = x.size(0), t = x.size(1);
-  const std::int64_t h = config_.heads, hkv = config_.kv_heads_or_heads(), hd = config_.head_dim();
-  Variable qkv = reshape((*c_attn_)(x), {b, t, h + 2 * hkv, hd});
+  // The heads and the sequence are those of the projection's output: on a tensor-parallel
+  // rank (dist/tensor_parallel) its share of the heads, and under sequence parallelism the
+  // whole sequence gathered from the ranks' shards of x.
+  const Variable projected = (*c_attn_)(x);
+  const std::int64_t hd = config_.head_dim(), groups = config_.heads / config_.kv_heads_or_heads();
+  const std::int64_t b = projected.size(0), t = projected.size(1);
+  const std::int64_t hkv = projected.size(2) / hd / (groups + 2), h = hkv * groups;
+  Variable qkv = reshape(projected, {b, t, h + 2 * hkv, hd});
   Variable q = narrow(qkv, 2, 0, h), k = narrow(qkv, 2, h, hkv), v = narrow(qkv, 2, h + hkv, hkv);
   if (is_llama(config_)) {
     RopeTables tables = rope_tables(t, hd, config_.rope_theta, x.dtype(), x.device());
@@ -103,7 +108,7 @@ Variable CausalSelfAttention::forward(const Variable& x) {
   }
   AttentionOptions options{.causal = true, .dropout = is_training() ? config_.dropout : 0.0, .generator = gen_.get()};
   Variable y = scaled_dot_product_attention(transpose(q, 1, 2), transpose(k, 1, 2), transpose(v, 1, 2), options);
-  y = reshape(transpose(y, 1, 2), {b, t, config_.embd});
+  y = reshape(transpose(y, 1, 2), {b, t, h * hd});
   return maybe_dropout((*c_proj_)(y), config_.dropout, is_training(), gen_.get());
 }
 

@@ -7,6 +7,7 @@
 #include "dtrain/comm/communicator.h"
 #include "dtrain/data/token_windows.h"
 #include "dtrain/dist/strategy/strategy_factory.h"
+#include "dtrain/dist/tensor_parallel/gpt_plan.h"
 #include "dtrain/layers/gpt.h"
 #include "dtrain/optim/adam.h"
 #include "dtrain/train/trainer.h"
@@ -33,19 +34,25 @@ data::TokenStream token_stream() {
   return v;
 }
 
-Outcome train_gpt(const std::string& spec, const dist::CommunicatorPtr& world) {
-  auto strategy = dist::make_strategy(spec, world, Device::cpu());
+// 17 ids: uneven vocabulary shards under tensor parallelism.
+const nn::GptConfig kConfig{.vocab_size = 17, .block_size = 8, .layers = 2, .heads = 4, .embd = 16};
+
+Outcome train_gpt(const std::string& spec, const dist::CommunicatorPtr& world, std::int64_t updates = 20) {
+  auto strategy = dist::make_strategy(spec, world, Device::cpu(),
+                                      {.tensor_parallel_plan = dist::gpt_tensor_parallel_plan(kConfig)});
   manual_seed(11);
-  nn::GptConfig config{.vocab_size = 17, .block_size = 8, .layers = 2, .heads = 2, .embd = 8};
-  strategy->prepare(nn::gpt(config));
+  strategy->prepare(nn::gpt(kConfig));
   optim::AdamW adamw(
       strategy->module().parameters(),
       {.lr = 3e-3, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1, .exclude_1d_from_weight_decay = true});
   const auto tokens = token_stream();
   const std::int64_t split = data::validation_split(static_cast<std::int64_t>(tokens->size()));
-  auto train_set = data::TokenWindows::random(tokens, 0, split, 8, 20 * 8, 5);
+  auto train_set = data::TokenWindows::random(tokens, 0, split, 8, updates * 8, 5);
   auto val_set = data::TokenWindows::sequential(tokens, split, static_cast<std::int64_t>(tokens->size()), 8);
-  train::TrainerOptions options{.epochs = 1, .clip_grad_norm = 0.05, .loss = nn::lm_loss, .verbose = false};
+  // Under tensor parallelism the model's output is this rank's vocabulary columns.
+  const dist::TensorParallel* tp = strategy->tensor_parallel();
+  train::TrainerOptions options{
+      .epochs = 1, .clip_grad_norm = 0.05, .loss = tp ? dist::LossFn(tp->loss()) : nn::lm_loss, .verbose = false};
   options.eval_metrics = std::vector<train::Metric>{};
   train::Trainer trainer(
       strategy, {.train = train_set, .test = val_set, .batch_size = 8, .eval_batch_size = 8, .seed = 5}, options);
@@ -61,7 +68,9 @@ Outcome train_gpt(const std::string& spec, const dist::CommunicatorPtr& world) {
 
 }  // namespace
 
-TEST_CASE("GPT: dp, ZeRO-2, ZeRO-3 and a 2-stage pipeline with tied weights equal one process", "[dist][mpi][gpt]") {
+TEST_CASE(
+    "GPT: dp, ZeRO-2 and 3, a pipeline with tied weights, tensor parallelism alone and composed equal one process",
+    "[dist][mpi][gpt]") {
   auto world = dist::world();
   const int W = world->size();
   if (W != 2 && W != 4) {
@@ -73,7 +82,15 @@ TEST_CASE("GPT: dp, ZeRO-2, ZeRO-3 and a 2-stage pipeline with tied weights equa
   REQUIRE(one.val_loss < 0.9 * one.first_loss);  // it learned: a comparison that can fail
   REQUIRE(one.grad_norm > 0.05);                 // clipping acted at the last update
   // zero=3,gather_mb=0: a gather unit per layer, the head's borrowing the embedding's.
-  for (const std::string spec : {"dp", "zero=2", "zero=3", "zero=3,gather_mb=0", "pp=2,micro=2"}) {
+  // Tensor parallelism (the 17-id vocabulary in uneven shards), alone, with sequence
+  // parallelism, and composed with data parallelism and a pipeline.
+  std::vector<std::string> specs = {"dp", "zero=2", "zero=3", "zero=3,gather_mb=0", "pp=2,micro=2"};
+  for (const std::string spec :
+       W == 2 ? std::vector<std::string>{"tp=2", "tp=2,sp"}
+              : std::vector<std::string>{"tp=4", "tp=4,sp", "dp=2,tp=2", "pp=2,tp=2,micro=2", "pp=2,tp=2,sp,micro=2"}) {
+    specs.push_back(spec);
+  }
+  for (const std::string& spec : specs) {
     const Outcome run = train_gpt(spec, world);
     INFO(spec << " at np " << W << ": validation loss " << run.val_loss << ", one process's " << one.val_loss
               << "; last norm " << run.grad_norm << ", one process's " << one.grad_norm);
@@ -84,4 +101,19 @@ TEST_CASE("GPT: dp, ZeRO-2, ZeRO-3 and a 2-stage pipeline with tied weights equa
   REQUIRE_THROWS_WITH(
       train_gpt("pp=2,micro=2,zero=1", world),
       Catch::Contains("layers 0 and 3 on stages 0 and 1 share a parameter (tied weights); with zero=1"));
+}
+
+// The 3-D layout at 8 ranks (ctest dist.np8_gpt_3d), 5 updates: pipeline stages of
+// tensor-parallel groups, two replicas of each, with and without sequence parallelism.
+TEST_CASE("GPT: pp=2,dp=2,tp=2 at np 8 equals one process", "[.np8]") {
+  auto world = dist::world();
+  REQUIRE(world->size() == 8);
+  const Outcome one = train_gpt("", dist::single_process_communicator(), 5);
+  for (const std::string spec : {"pp=2,dp=2,tp=2,micro=2", "pp=2,dp=2,tp=2,sp,micro=2"}) {
+    const Outcome run = train_gpt(spec, world, 5);
+    INFO(spec << ": validation loss " << run.val_loss << ", one process's " << one.val_loss << "; last norm "
+              << run.grad_norm << ", one process's " << one.grad_norm);
+    CHECK(std::abs(run.val_loss - one.val_loss) <= 1e-5 * one.val_loss);
+    CHECK(std::abs(run.grad_norm - one.grad_norm) <= 1e-4 * one.grad_norm);
+  }
 }

@@ -69,7 +69,7 @@ dist::ParallelDims dims(const std::string& text, int world, int per_host = 2) {
 TEST_CASE("parallel dims: one grammar, sizes inferred, the product the world's size", "[cpu][dist]") {
   struct Case {
     std::string spec;
-    int world, pp, dp_replicate, dp_shard, zero;
+    int world, pp, dp_replicate, dp_shard, zero, tp = 1;
   };
   for (const Case& c : std::vector<Case>{{"", 4, 1, 4, 1, 0},
                                          {"dp=4", 4, 1, 4, 1, 0},
@@ -81,22 +81,29 @@ TEST_CASE("parallel dims: one grammar, sizes inferred, the product the world's s
                                          {"zero", 2, 1, 1, 2, 1},
                                          {"zero=3", 3, 1, 1, 3, 3},
                                          {"zero=2,shard=2", 4, 1, 2, 2, 2},
-                                         {"zero=2,hybrid", 6, 1, 3, 2, 2}}) {
+                                         {"zero=2,hybrid", 6, 1, 3, 2, 2},
+                                         {"tp=2", 4, 1, 2, 1, 0, 2},
+                                         {"tp=2,sp", 2, 1, 1, 1, 0, 2},
+                                         {"pp=2,tp=2", 4, 2, 1, 1, 0, 2},
+                                         {"pp=2,dp=2,tp=2", 8, 2, 2, 1, 0, 2}}) {
     INFO(c.spec << " on " << c.world << " ranks");
     const dist::ParallelDims d = dims(c.spec, c.world);
     CHECK(d.pp == c.pp);
     CHECK(d.dp_replicate == c.dp_replicate);
     CHECK(d.dp_shard == c.dp_shard);
     CHECK(d.zero == c.zero);
+    CHECK(d.tp == c.tp);
     CHECK(d.size() == c.world);
   }
   const dist::ParallelDims hybrid = dims("zero=2,shard=2", 4);
   CHECK(hybrid.describe() == "pp=1 x dp=4 (zero=2 over 2)");
   const std::vector<dist::MeshDim> mesh = hybrid.mesh_dims();
-  REQUIRE(mesh.size() == 3);
+  REQUIRE(mesh.size() == 4);
   CHECK((mesh[0].name == "dp_replicate" && mesh[0].size == 2));
   CHECK((mesh[1].name == "dp_shard" && mesh[1].size == 2));
   CHECK((mesh[2].name == "pp" && mesh[2].size == 1));
+  CHECK((mesh[3].name == "tp" && mesh[3].size == 1));  // last: a tensor-parallel group is consecutive ranks
+  CHECK(dims("pp=2,tp=2,sp", 8).describe() == "pp=2 x dp=2 x tp=2 (sequence parallel)");
 }
 
 TEST_CASE("parallel dims: what does not fit or is not offered is refused when parsed, naming the keys", "[cpu][dist]") {
@@ -104,7 +111,10 @@ TEST_CASE("parallel dims: what does not fit or is not offered is refused when pa
     INFO(text << " on " << world << " ranks");
     CHECK_THROWS_WITH(dims(text, world), Contains(fmt::format("strategy spec '{}': {}", text, message)));
   };
-  refused("tp=2", 4, "tp (tensor parallelism) is not offered yet");
+  refused("tp=2,zero=2", 4, "tp with zero is not offered yet");
+  refused("dp=2,sp", 2, "sp (sequence parallelism) splits inside tensor-parallel groups");
+  refused("tp=3", 4, "4 ranks is not a multiple of pp=1 x tp=3");
+  refused("dp=3,tp=2", 4, "pp=1 x dp=3 x tp=2 is 6 ranks, the job has 4");
   refused("dp=2,cp=2", 4, "cp (context parallelism) is not offered yet");
   refused("pp=3", 4, "4 ranks is not a multiple of the 3 stages");
   refused("pp=2,dp=3", 4, "pp=2 x dp=3 is 6 ranks, the job has 4");

@@ -276,7 +276,7 @@ TEST_CASE("forward hooks run around operator() and a Sequential's fused layers",
   std::vector<std::string> log;
   auto hooks = std::make_shared<RecordingHooks>(log, 1.0);
   for (const auto& [name, child] : model->children()) {
-    if (!child->own_parameters().empty()) child->set_forward_hooks(hooks);
+    if (!child->own_parameters().empty()) child->add_forward_hooks(hooks);
   }
   (void)(*model)(Variable(x));
   CHECK(log == std::vector<std::string>{"before Linear(4, 3)", "after Linear(4, 3)", "before BatchNorm1d(3)",
@@ -284,7 +284,7 @@ TEST_CASE("forward hooks run around operator() and a Sequential's fused layers",
   // forward() called directly runs without them; removed hooks run no more.
   log.clear();
   (void)model->children().front().second->forward(Variable(x));
-  for (const auto& [name, child] : model->children()) child->set_forward_hooks(nullptr);
+  for (const auto& [name, child] : model->children()) child->remove_forward_hooks(hooks.get());
   (void)(*model)(Variable(x));
   CHECK(log.empty());
 }
@@ -298,9 +298,52 @@ TEST_CASE("what a forward hook's after() returns is the module's output, backwar
   const Tensor plain_grad = layer->weight.grad().clone();
   layer->zero_grad();
   std::vector<std::string> log;
-  layer->set_forward_hooks(std::make_shared<RecordingHooks>(log, 3.0));
+  layer->add_forward_hooks(std::make_shared<RecordingHooks>(log, 3.0));
   Variable tripled = (*layer)(Variable(x));
   sum(tripled).backward();
   CHECK(max_abs_diff(tripled.data(), mul(plain.data(), Tensor::scalar(3))) < 1e-5);
   CHECK(max_abs_diff(layer->weight.grad(), mul(plain_grad, Tensor::scalar(3))) < 1e-5);
+}
+
+namespace {
+// Doubles the module's input, and logs its name.
+class DoublingInput final : public Module::ForwardHooks {
+ public:
+  DoublingInput(std::vector<std::string>& log, std::string name) : log_(log), name_(std::move(name)) {}
+  void before(Module&) override { log_.push_back("before " + name_); }
+  Variable input(Module&, Variable x) override { return mul(x, 2.0); }
+  bool transforms_input() const override { return true; }
+  Variable after(Module&, Variable y) override {
+    log_.push_back("after " + name_);
+    return y;
+  }
+
+ private:
+  std::vector<std::string>& log_;
+  std::string name_;
+};
+}  // namespace
+
+TEST_CASE("several hook sets nest, and an input transform keeps Sequential from fusing", "[layers][cpu]") {
+  manual_seed(5);
+  auto first = std::make_shared<Linear>(4, 3);
+  auto model = std::make_shared<Sequential>(std::vector<ModulePtr>{first, std::make_shared<ReLU>()});
+  Tensor x = Tensor::ones({2, 4});
+  const Tensor plain = (*model)(Variable(x)).data().clone();
+  std::vector<std::string> log;
+  auto a = std::make_shared<DoublingInput>(log, "a");
+  auto b = std::make_shared<DoublingInput>(log, "b");
+  first->add_forward_hooks(a);
+  first->add_forward_hooks(b);
+  CHECK(first->transforms_input());
+  // The Linear reads 4x its input (both transforms ran, not the fused Linear + ReLU).
+  const Tensor hooked = (*model)(Variable(x)).data();
+  const Tensor expected = relu((*first).forward(Variable(mul(x, 4.0)))).data();
+  CHECK(max_abs_diff(hooked, expected) < 1e-6);
+  CHECK(max_abs_diff(hooked, plain) > 1e-3);
+  CHECK(log == std::vector<std::string>{"before a", "before b", "after b", "after a"});
+  first->remove_forward_hooks(a.get());
+  first->remove_forward_hooks(b.get());
+  CHECK(!first->transforms_input());
+  CHECK(max_abs_diff((*model)(Variable(x)).data(), plain) < 1e-6);
 }

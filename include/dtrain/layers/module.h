@@ -28,23 +28,31 @@ class Module {
   virtual Variable forward(const Variable& x) = 0;
   // forward() between the forward hooks, when there are any. Containers call their children
   // this way (a direct forward() runs without the hooks).
-  Variable operator()(const Variable& x) {
-    return hooks_ ? hooked([&] { return forward(x); }) : forward(x);
-  }
+  Variable operator()(const Variable& x) { return hooks_.empty() ? forward(x) : hooked_forward(x); }
 
   // What runs around this module's forward: sharded data parallelism's stage 3 gathers a
   // layer's parameters before it and frees them after it (and arranges, through the output,
-  // their gathering again before the layer's backward).
+  // their gathering again before the layer's backward); a tensor-parallel layer
+  // (dist/tensor_parallel) runs its collectives on the input and the output.
   class ForwardHooks {
    public:
     virtual ~ForwardHooks() = default;
-    virtual void before(Module& module) = 0;
+    virtual void before(Module&) {}
+    // What the forward reads instead of `input` (itself, or an op on it). A module with such
+    // hooks is never fused with its neighbour (Sequential's Linear + ReLU), which would skip it.
+    virtual Variable input(Module&, Variable input) { return input; }
+    virtual bool transforms_input() const { return false; }
     // Returns what the caller gets instead of `output` (itself, or an op on it).
-    virtual Variable after(Module& module, Variable output) = 0;
+    virtual Variable after(Module&, Variable output) { return output; }
   };
-  // Null removes them. One set per module.
-  void set_forward_hooks(std::shared_ptr<ForwardHooks> hooks) { hooks_ = std::move(hooks); }
-  // `run` (this module's forward, or a container's fused form of it) between the hooks.
+  // Several sets may be added (a tensor-parallel layer inside a ZeRO-3 unit): before and
+  // input run in the order they were added, after in the reverse order.
+  void add_forward_hooks(std::shared_ptr<ForwardHooks> hooks);
+  // Removes the set added as `hooks` (nothing when it is not there).
+  void remove_forward_hooks(const ForwardHooks* hooks);
+  bool transforms_input() const;
+  // `run` (this module's forward, or a container's fused form of it) between the hooks,
+  // which must not transform the input (transforms_input() false).
   Variable hooked(const std::function<Variable()>& run);
   // The layer's type and configuration, e.g. "Linear(784, 512)".
   virtual std::string describe() const = 0;
@@ -106,7 +114,8 @@ class Module {
   std::vector<std::pair<std::string, Tensor*>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
-  std::shared_ptr<ForwardHooks> hooks_;
+  std::vector<std::shared_ptr<ForwardHooks>> hooks_;
+  Variable hooked_forward(const Variable& x);
 };
 
 using ModulePtr = std::shared_ptr<Module>;

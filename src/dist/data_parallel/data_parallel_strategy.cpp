@@ -22,15 +22,23 @@ DataParallelStrategy::DataParallelStrategy(std::shared_ptr<const DeviceMesh> mes
     : Strategy("data_parallel", device, mesh ? mesh->world() : nullptr),
       mesh_(std::move(mesh)),
       options_(std::move(options)) {
-  DTRAIN_CHECK(mesh_->size("dp") == mesh_->world()->size(),
-               "data_parallel strategy: the mesh {} has dimensions besides dp of more than one rank",
+  const int tp = mesh_->has("tp") ? mesh_->size("tp") : 1;
+  DTRAIN_CHECK(mesh_->size("dp") * tp == mesh_->world()->size(),
+               "data_parallel strategy: the mesh {} has dimensions besides dp and tp of more than one rank",
                mesh_->describe());
-  comm_ = mesh_->group("dp");  // the world itself (the dimension spans it)
+  comm_ = mesh_->group("dp");  // the world itself without tensor parallelism (the dimension spans it)
+  if (tp > 1) {
+    // A tensor-parallel group reads one shard, computes one loss and holds the parts of one
+    // replica's gradients.
+    place({.shard = {comm_->rank(), comm_->size(), 1}, .reports = world_->rank() == 0, .sums = comm_});
+    set_model_parts(mesh_->group("tp"));
+  }
 }
 
 std::shared_ptr<nn::Module> DataParallelStrategy::prepare(std::shared_ptr<nn::Module> model) {
   DTRAIN_CHECK(model != nullptr, "data_parallel strategy: prepare() needs a model");
   DTRAIN_CHECK(ddp_ == nullptr, "data_parallel strategy: prepare() was already called");
+  apply_tensor_parallel(*model);
   model->to(device_);
   // The communicator for the model's tensors (NCCL on GPUs, the mesh's one), which
   // DataParallel and SyncBatchNorm (activations' statistics) share.
@@ -63,7 +71,8 @@ CheckpointPlan DataParallelStrategy::checkpoint_plan() const {
   // header).
   CheckpointPlan plan{.rank = comm_->rank(),
                       .ranks = comm_->size(),
-                      .part = comm_->rank() == 0 ? "model" : "",
+                      .part = comm_->rank() == 0 ? "model" + tensor_parallel_part() : "",
+                      .whole_model = tensor_parallel() == nullptr,
                       .replicas = comm_->size(),
                       .mesh = mesh_->layout()};
   if (ddp_ != nullptr) {

@@ -98,14 +98,19 @@ PipelineStrategy::PipelineStrategy(std::shared_ptr<const DeviceMesh> mesh, Devic
     replica_ = mesh_->coordinate("dp");
     replicas_ = mesh_->size("dp");
   }
-  DTRAIN_CHECK(replicas_ * K == world_->size(), "pipeline strategy: the mesh {} has dimensions besides dp and pp",
-               mesh_->describe());
+  const int tp = mesh_->has("tp") ? mesh_->size("tp") : 1;
+  DTRAIN_CHECK(replicas_ * K * tp == world_->size(),
+               "pipeline strategy: the mesh {} has dimensions besides dp, pp and tp", mesh_->describe());
+  // A tensor-parallel group reads one shard and computes one loss: the first of its ranks
+  // reports, and the sums add up over the other dimensions.
+  const bool first_of_tp = tp == 1 || mesh_->coordinate("tp") == 0;
   place({.shard = {replica_, replicas_, options_.micro_batches},
-         .reports = replica_ == 0 && stage_ == loss_stage(),
-         .sums = world_});
+         .reports = replica_ == 0 && stage_ == loss_stage() && first_of_tp,
+         .sums = tp > 1 ? mesh_->group("dp_pp") : world_});
   // The model's gradients are spread over the stages (a stage's replicas hold the same
-  // averaged ones); over every rank once the replicas shard the optimizer (prepare()).
-  set_model_parts(pipe_);
+  // averaged ones) and their tensor-parallel ranks; over every rank once the replicas
+  // shard the optimizer (prepare()).
+  set_model_parts(tp > 1 ? mesh_->group("pp_tp") : pipe_);
   for (int s : options_.recompute_stages) {
     DTRAIN_CHECK(s >= 0 && s < K, "pipeline strategy: recompute_stages names stage {}; the stages are 0 to {}", s,
                  K - 1);
@@ -231,6 +236,9 @@ std::shared_ptr<nn::Module> PipelineStrategy::prepare(std::shared_ptr<nn::Module
   check_same_everywhere(world_, description, "(layers, parts, cut points..., parameters per layer...)");
   check_stages_have_parameters(layers, params, names);
 
+  // Each rank's slices of every layer, once the cut (by the whole layers, the same on every
+  // rank) is known.
+  apply_tensor_parallel(*sequential);
   tie_shared_parameters(*sequential, layers);
   std::map<int, nn::ModulePtr> mine;
   for (int i = 0; i < layers; ++i) {
@@ -272,7 +280,7 @@ void PipelineStrategy::tie_shared_parameters(const nn::Sequential& model, int la
     tied_.push_back({param, group});
     if (stage_ != *stages.begin()) counted_elsewhere.push_back(param);
   }
-  set_counted_elsewhere(std::move(counted_elsewhere));
+  add_counted_elsewhere(counted_elsewhere);
 }
 
 void PipelineStrategy::sum_tied_gradients() {
@@ -514,7 +522,7 @@ Capabilities PipelineStrategy::capabilities() {
 CheckpointPlan PipelineStrategy::checkpoint_plan() const {
   CheckpointPlan plan{.rank = world_->rank(),
                       .ranks = world_->size(),
-                      .part = replica_ == 0 ? fmt::format("stage{}", stage_) : "",
+                      .part = replica_ == 0 ? fmt::format("stage{}{}", stage_, tensor_parallel_part()) : "",
                       .whole_model = options_.stages == 1,
                       .stages = options_.stages,
                       .replicas = replicas_,

@@ -8,41 +8,58 @@
 namespace dtrain::dist {
 
 std::vector<MeshDim> ParallelDims::mesh_dims() const {
-  return {{"dp_replicate", dp_replicate}, {"dp_shard", dp_shard}, {"pp", pp}};
+  return {{"dp_replicate", dp_replicate}, {"dp_shard", dp_shard}, {"pp", pp}, {"tp", tp}};
 }
 
 std::shared_ptr<const DeviceMesh> ParallelDims::mesh(const CommunicatorPtr& world) const {
-  return std::make_shared<DeviceMesh>(
-      world, mesh_dims(),
-      std::vector<MeshFlat>{{"dp", {"dp_replicate", "dp_shard"}}, {"dp_shard_pp", {"dp_shard", "pp"}}});
+  std::vector<MeshFlat> flat{{"dp", {"dp_replicate", "dp_shard"}}, {"dp_shard_pp", {"dp_shard", "pp", "tp"}}};
+  if (tp > 1) {
+    flat.push_back({"pp_tp", {"pp", "tp"}});
+    flat.push_back({"dp_pp", {"dp_replicate", "dp_shard", "pp"}});
+  }
+  return std::make_shared<DeviceMesh>(world, mesh_dims(), std::move(flat));
 }
 
 std::string ParallelDims::describe() const {
   std::string out = fmt::format("pp={} x dp={}", pp, dp());
   if (zero > 0) out += fmt::format(" (zero={} over {})", zero, dp_shard);
+  if (tp > 1) out += fmt::format(" x tp={}{}", tp, sp ? " (sequence parallel)" : "");
   return out;
 }
 
 ParallelDims parse_parallel_dims(StrategySpec& spec, int world_size, const std::function<int()>& ranks_per_host) {
-  for (const char* key : {"tp", "cp"}) {
-    DTRAIN_CHECK(!spec.has(key),
-                 "strategy spec '{}': {} ({} parallelism) is not offered yet; the dimensions are pp, dp and zero "
-                 "(with shard or hybrid)",
-                 spec.text(), key, std::string(key) == "tp" ? "tensor" : "context");
-  }
+  DTRAIN_CHECK(!spec.has("cp"),
+               "strategy spec '{}': cp (context parallelism) is not offered yet; the dimensions are pp, dp, tp and "
+               "zero (with shard or hybrid)",
+               spec.text());
   ParallelDims d;
+  if (spec.has("tp")) {
+    d.tp = spec.integer("tp", 0);
+    DTRAIN_CHECK(d.tp >= 1, "strategy spec '{}': tp needs the number of ranks per layer (tp=T)", spec.text());
+    DTRAIN_CHECK(!spec.has("zero") || d.tp == 1,
+                 "strategy spec '{}': tp with zero is not offered yet; give tp with dp and pp (zero=N without tp)",
+                 spec.text());
+  }
+  d.sp = spec.flag("sp");
+  DTRAIN_CHECK(!d.sp || d.tp > 1,
+               "strategy spec '{}': sp (sequence parallelism) splits inside tensor-parallel "
+               "groups: give tp=T (T > 1) with it",
+               spec.text());
   if (spec.has("pp")) {
     d.pp = spec.integer("pp", 0);
     DTRAIN_CHECK(d.pp >= 1, "strategy spec '{}': pp needs the number of stages (pp=K)", spec.text());
   }
   DTRAIN_CHECK(world_size % d.pp == 0, "strategy spec '{}': {} ranks is not a multiple of the {} stages", spec.text(),
                world_size, d.pp);
-  const int dp = spec.integer("dp", world_size / d.pp);
-  if (d.pp == 1) {
+  DTRAIN_CHECK(world_size % (d.pp * d.tp) == 0, "strategy spec '{}': {} ranks is not a multiple of pp={} x tp={}",
+               spec.text(), world_size, d.pp, d.tp);
+  const int dp = spec.integer("dp", world_size / (d.pp * d.tp));
+  if (d.pp == 1 && d.tp == 1) {
     DTRAIN_CHECK(dp == world_size, "strategy spec '{}': dp={} but the job has {} ranks", spec.text(), dp, world_size);
   } else {
-    DTRAIN_CHECK(dp * d.pp == world_size, "strategy spec '{}': pp={} x dp={} is {} ranks, the job has {}", spec.text(),
-                 d.pp, dp, dp * d.pp, world_size);
+    DTRAIN_CHECK(dp * d.pp * d.tp == world_size,
+                 "strategy spec '{}': pp={} x dp={} x tp={} is {} ranks, the job has {}", spec.text(), d.pp, dp, d.tp,
+                 dp * d.pp * d.tp, world_size);
   }
   d.dp_replicate = dp;
   const bool hybrid = spec.has("hybrid"), shard = spec.has("shard");

@@ -4,6 +4,8 @@
 #include "dtrain/core/trace.h"
 #include "dtrain/optim/clip_grad.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include <cmath>
@@ -105,8 +107,25 @@ void Strategy::forward_backward(const MicroBatch& batch, double weight, bool las
   stats.samples += batch.inputs.size(0);
 }
 
+void Strategy::set_tensor_parallel(CommunicatorPtr group, TensorParallelPlan plan, TensorParallelOptions options) {
+  DTRAIN_CHECK(module_ == nullptr, "{} strategy: set_tensor_parallel() after prepare()", name());
+  tensor_parallel_setting_ = TensorParallelSetting{std::move(group), std::move(plan), options};
+}
+
+void Strategy::apply_tensor_parallel(nn::Module& model) {
+  if (!tensor_parallel_setting_) return;
+  const TensorParallelSetting& s = *tensor_parallel_setting_;
+  tensor_parallel_ = parallelize(model, s.group, s.plan, s.options);
+  if (s.group->rank() != 0) add_counted_elsewhere(tensor_parallel_->replicated());
+}
+
+std::string Strategy::tensor_parallel_part() const {
+  return tensor_parallel_ ? fmt::format(".tp{}", tensor_parallel_->group()->rank()) : "";
+}
+
 void Strategy::update(optim::Optimizer& optimizer, const StepConfig& config, StepStats& stats) {
   trace::Span span("optimizer", trace::Phase::Optimizer);
+  if (tensor_parallel_) tensor_parallel_->finish_gradients();
   const CommunicatorPtr& parts = model_parts_;
   const bool spread = parts != nullptr && parts->size() > 1;
   // With the gradients spread over ranks, a scaler's inf/NaN must be seen by all of them:

@@ -163,12 +163,28 @@ std::size_t gather_unit_bytes(StrategySpec& spec, int zero) {
   return static_cast<std::size_t>(spec.number("gather_mb", 4.0, /*zero_allowed=*/true) * (1 << 20));
 }
 
+// A strategy over `mesh` given the hints' tensor-parallel plan when the mesh has tp > 1.
+std::shared_ptr<Strategy> with_tensor_parallel(std::shared_ptr<Strategy> strategy, const ParallelDims& dims,
+                                               const DeviceMesh& mesh, Device device, const StrategySpec& spec,
+                                               const StrategyHints& hints) {
+  if (dims.tp == 1) return strategy;
+  DTRAIN_CHECK(hints.tensor_parallel_plan.has_value(),
+               "strategy spec '{}': tp={} needs the model's tensor-parallel plan (StrategyHints::tensor_parallel_plan; "
+               "dist::gpt_tensor_parallel_plan for nn::gpt)",
+               spec.text(), dims.tp);
+  strategy->set_tensor_parallel(mesh.tensor_group("tp", device), *hints.tensor_parallel_plan,
+                                {.sequence_parallel = dims.sp});
+  return strategy;
+}
+
 std::shared_ptr<Strategy> make_data_parallel(StrategySpec& spec, const CommunicatorPtr& world, Device device,
-                                             const StrategyHints&) {
-  const ParallelDims dims = dims_of(spec, world);  // dp (the kind is chosen only when no pp or zero is given)
+                                             const StrategyHints& hints) {
+  const ParallelDims dims = dims_of(spec, world);  // dp and tp (the kind is chosen only when no pp or zero is given)
   const DataParallelStrategyOptions options = data_parallel_options(spec);
   if (world->size() == 1) return std::make_shared<LocalStrategy>(device);
-  return std::make_shared<DataParallelStrategy>(dims.mesh(world), device, options);
+  const auto mesh = dims.mesh(world);
+  return with_tensor_parallel(std::make_shared<DataParallelStrategy>(mesh, device, options), dims, *mesh, device, spec,
+                              hints);
 }
 
 std::shared_ptr<Strategy> make_pipeline(StrategySpec& spec, const CommunicatorPtr& world, Device device,
@@ -209,7 +225,9 @@ std::shared_ptr<Strategy> make_pipeline(StrategySpec& spec, const CommunicatorPt
     zero_codec(spec, exchange, o.zero, o.wire, o.codec);
     exchange = "all_reduce";  // the replicas' exchange is the reduce-scatter with that codec
   }
-  return std::make_shared<PipelineStrategy>(dims.mesh(world), device, std::move(o));
+  const auto mesh = dims.mesh(world);
+  return with_tensor_parallel(std::make_shared<PipelineStrategy>(mesh, device, std::move(o)), dims, *mesh, device, spec,
+                              hints);
 }
 
 std::shared_ptr<Strategy> make_parameter_server(StrategySpec& spec, const CommunicatorPtr& world, Device device,
@@ -268,8 +286,8 @@ Registry& registry() {
 // The built-in kinds, most specific first: one line each.
 const std::vector<std::pair<std::string, StrategyFactory>>& built_in() {
   static const std::vector<std::pair<std::string, StrategyFactory>> kinds{
-      {"ps", make_parameter_server}, {"pp", make_pipeline}, {"zero", make_zero},
-      {"dp", make_data_parallel},    {"local", make_local},
+      {"ps", make_parameter_server}, {"pp", make_pipeline},      {"zero", make_zero},
+      {"dp", make_data_parallel},    {"tp", make_data_parallel}, {"local", make_local},
   };
   return kinds;
 }

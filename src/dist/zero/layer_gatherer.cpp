@@ -116,11 +116,13 @@ struct LayerGatherer::Unit {
   Tensor flat;               // the whole parameters (padded); its bytes exist only while whole
   Tensor chunk;              // this rank's, the only persistent copy
   enum class State { Released, Gathering, Whole } state = State::Released;
-  WorkPtr work;                             // the all-gather in flight
-  int active = 0;                           // the unit's layers inside their forward
-  bool last_done = false;                   // its last layer finished its forward in this pass
-  std::size_t parameters = 0, pending = 0;  // gradients still to come in this backward
-  std::vector<std::size_t> borrows;         // units whose parameters its layers use too (UnitPlan)
+  WorkPtr work;                                     // the all-gather in flight
+  int active = 0;                                   // the unit's layers inside their forward
+  bool last_done = false;                           // its last layer finished its forward in this pass
+  std::size_t parameters = 0, pending = 0;          // gradients still to come in this backward
+  std::vector<std::size_t> borrows;                 // units whose parameters its layers use too (UnitPlan)
+  std::shared_ptr<nn::Module::ForwardHooks> hooks;  // on each of `layers`, removed at the end
+  std::vector<nn::Module*> layers;
 };
 
 namespace {
@@ -169,7 +171,9 @@ LayerGatherer::LayerGatherer(CommunicatorPtr comm, std::vector<UnitPlan> units,
     units_.push_back(std::move(unit));
     release(u);
     const auto hooks = std::make_shared<UnitHooks>(this, u);
-    for (nn::Module* layer : plan.layers) layer->set_forward_hooks(hooks);
+    for (nn::Module* layer : plan.layers) layer->add_forward_hooks(hooks);
+    units_.back()->hooks = hooks;
+    units_.back()->layers = plan.layers;
     for (const BucketLayout::Member& m : buckets[u].members) {
       params.at(m.name).register_grad_hook([this, u](Variable&) { gradient_ready(u); });
     }
@@ -178,12 +182,8 @@ LayerGatherer::LayerGatherer(CommunicatorPtr comm, std::vector<UnitPlan> units,
 
 LayerGatherer::~LayerGatherer() {
   for (auto& [name, p] : model_->named_parameters()) p.clear_grad_hooks();
-  std::vector<nn::Module*> stack{model_.get()};
-  while (!stack.empty()) {
-    nn::Module* m = stack.back();
-    stack.pop_back();
-    m->set_forward_hooks(nullptr);
-    for (const auto& [name, child] : m->children()) stack.push_back(child.get());
+  for (auto& unit : units_) {
+    for (nn::Module* layer : unit->layers) layer->remove_forward_hooks(unit->hooks.get());
   }
   for (auto& unit : units_) {
     if (unit->work) unit->work->wait();  // a prefetch still writes into the buffer

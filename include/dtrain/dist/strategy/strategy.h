@@ -29,6 +29,7 @@
 
 #include "dtrain/comm/communicator.h"
 #include "dtrain/dist/strategy/device_mesh.h"
+#include "dtrain/dist/tensor_parallel/parallelize.h"
 #include "dtrain/layers/module.h"
 #include "dtrain/optim/loss_scaler.h"
 #include "dtrain/optim/optimizer.h"
@@ -267,6 +268,15 @@ class Strategy {
   // What this strategy does beyond the core (the pointers live as long as the strategy).
   virtual Capabilities capabilities() { return {}; }
 
+  // Tensor parallelism, the mesh's tp dimension: before prepare(), the plan that splits the
+  // model over `group` (the factory sets it from StrategyHints::tensor_parallel_plan);
+  // prepare() applies it before the strategy wraps or cuts the model, and every update sums
+  // the gradients its ranks hold parts of and counts replicated parameters once in the norm.
+  void set_tensor_parallel(CommunicatorPtr group, TensorParallelPlan plan, TensorParallelOptions options);
+  // What prepare() did (the vocabulary-parallel loss, the slices); null without tp.
+  const TensorParallel* tensor_parallel() const { return tensor_parallel_.get(); }
+  TensorParallel* tensor_parallel() { return tensor_parallel_.get(); }
+
  protected:
   // Where this rank stands among the ranks that read data, from the strategy's mesh.
   struct Placement {
@@ -286,7 +296,14 @@ class Strategy {
   // Parameters whose gradient another model part holds too (a weight tied across pipeline
   // stages, summed there and here): left out of this rank's share of the clipping norm, so
   // that the norm counts them once.
-  void set_counted_elsewhere(std::vector<Variable> params) { counted_elsewhere_ = std::move(params); }
+  void add_counted_elsewhere(const std::vector<Variable>& params) {
+    counted_elsewhere_.insert(counted_elsewhere_.end(), params.begin(), params.end());
+  }
+  // ".tp1" on tensor-parallel rank 1 (its checkpoint part holds its slices), "" without tp.
+  std::string tensor_parallel_part() const;
+  // The first thing a strategy's prepare() does: the tensor-parallel plan applied to `model`
+  // (nothing without one).
+  void apply_tensor_parallel(nn::Module& model);
 
   // ---- the step's parts, for strategies that run the base train_step ----
   // Forward, loss (times `weight`, scaled by the config's scaler) and backward of one
@@ -330,6 +347,13 @@ class Strategy {
   Placement placement_;
   CommunicatorPtr model_parts_;
   std::vector<Variable> counted_elsewhere_;
+  struct TensorParallelSetting {
+    CommunicatorPtr group;
+    TensorParallelPlan plan;
+    TensorParallelOptions options;
+  };
+  std::optional<TensorParallelSetting> tensor_parallel_setting_;
+  std::shared_ptr<TensorParallel> tensor_parallel_;
 };
 
 // One process: the model on `device`, no communication.

@@ -92,6 +92,9 @@ struct StrategyHints {
   // silent for half of it (PsOptions::lost_after) unless `lost=SECONDS` says otherwise. 0:
   // never.
   std::chrono::milliseconds timeout{0};
+  // How tp=T splits the model (tensor_parallel/parallelize.h; the GPT's: gpt_plan.h);
+  // required with tp > 1.
+  std::optional<TensorParallelPlan> tensor_parallel_plan = {};
 };
 
 using StrategyFactory = std::function<std::shared_ptr<Strategy>(StrategySpec& spec, const CommunicatorPtr& world,
