@@ -30,18 +30,19 @@ struct Outcome {
 data::TokenStream token_stream() {
   // A stream with structure to learn: runs of a repeating pattern with a drift.
   auto v = std::make_shared<std::vector<std::int32_t>>();
-  for (int i = 0; i < 3000; ++i) v->push_back((i * 7 + i / 13) % 17);
+  for (int i = 0; i < 3000; ++i) v->push_back((i * 7 + i / 13) % 17);  // ids below both vocabularies
   return v;
 }
 
-// 17 ids: uneven vocabulary shards under tensor parallelism.
-const nn::GptConfig kConfig{.vocab_size = 17, .block_size = 8, .layers = 2, .heads = 4, .embd = 16};
-
-Outcome train_gpt(const std::string& spec, const dist::CommunicatorPtr& world, std::int64_t updates = 20) {
-  auto strategy = dist::make_strategy(spec, world, Device::cpu(),
-                                      {.tensor_parallel_plan = dist::gpt_tensor_parallel_plan(kConfig)});
+// 17 ids: uneven vocabulary shards under tensor parallelism (ZeRO with sequence
+// parallelism needs even ones: 18).
+Outcome train_gpt(const std::string& spec, const dist::CommunicatorPtr& world, std::int64_t updates = 20,
+                  std::int64_t vocab = 17) {
+  const nn::GptConfig config{.vocab_size = vocab, .block_size = 8, .layers = 2, .heads = 4, .embd = 16};
+  auto strategy =
+      dist::make_strategy(spec, world, Device::cpu(), {.tensor_parallel_plan = dist::gpt_tensor_parallel_plan(config)});
   manual_seed(11);
-  strategy->prepare(nn::gpt(kConfig));
+  strategy->prepare(nn::gpt(config));
   optim::AdamW adamw(
       strategy->module().parameters(),
       {.lr = 3e-3, .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1, .exclude_1d_from_weight_decay = true});
@@ -83,11 +84,12 @@ TEST_CASE(
   REQUIRE(one.grad_norm > 0.05);                 // clipping acted at the last update
   // zero=3,gather_mb=0: a gather unit per layer, the head's borrowing the embedding's.
   // Tensor parallelism (the 17-id vocabulary in uneven shards), alone, with sequence
-  // parallelism, and composed with data parallelism and a pipeline.
+  // parallelism, and composed with data parallelism, ZeRO (sharded over dp_shard only) and a pipeline.
   std::vector<std::string> specs = {"dp", "zero=2", "zero=3", "zero=3,gather_mb=0", "pp=2,micro=2"};
   for (const std::string spec :
        W == 2 ? std::vector<std::string>{"tp=2", "tp=2,sp"}
-              : std::vector<std::string>{"tp=4", "tp=4,sp", "dp=2,tp=2", "pp=2,tp=2,micro=2", "pp=2,tp=2,sp,micro=2"}) {
+              : std::vector<std::string>{"tp=4", "tp=4,sp", "dp=2,tp=2", "zero=2,tp=2", "zero=3,tp=2",
+                                         "pp=2,tp=2,micro=2", "pp=2,tp=2,sp,micro=2"}) {
     specs.push_back(spec);
   }
   for (const std::string& spec : specs) {
@@ -96,6 +98,21 @@ TEST_CASE(
               << "; last norm " << run.grad_norm << ", one process's " << one.grad_norm);
     CHECK(std::abs(run.val_loss - one.val_loss) <= 1e-5 * one.val_loss);
     CHECK(std::abs(run.grad_norm - one.grad_norm) <= 1e-4 * one.grad_norm);
+  }
+  if (W == 4) {
+    // ZeRO with sequence parallelism sums the norms' gradient slices over the tensor-parallel
+    // ranks: with an even vocabulary it equals one process; with an uneven one it is refused.
+    const Outcome one_even = train_gpt("", dist::single_process_communicator(), 20, 18);
+    for (const std::string spec : {"zero=2,tp=2,sp", "zero=3,tp=2,sp"}) {
+      const Outcome run = train_gpt(spec, world, 20, 18);
+      INFO(spec << " (vocabulary 18): validation loss " << run.val_loss << ", one process's " << one_even.val_loss
+                << "; last norm " << run.grad_norm << ", one process's " << one_even.grad_norm);
+      CHECK(std::abs(run.val_loss - one_even.val_loss) <= 1e-5 * one_even.val_loss);
+      CHECK(std::abs(run.grad_norm - one_even.grad_norm) <= 1e-4 * one_even.grad_norm);
+    }
+    REQUIRE_THROWS_WITH(train_gpt("zero=2,tp=2,sp", world),
+                        Catch::Contains("zero=2 with tp=2,sp: sequence parallelism sums gradient slices over the "
+                                        "tensor-parallel ranks, which needs the same parameter shapes"));
   }
   // Under a pipeline, ZeRO would slice the tied weight differently on its two stages.
   REQUIRE_THROWS_WITH(

@@ -85,7 +85,8 @@ TEST_CASE("parallel dims: one grammar, sizes inferred, the product the world's s
                                          {"tp=2", 4, 1, 2, 1, 0, 2},
                                          {"tp=2,sp", 2, 1, 1, 1, 0, 2},
                                          {"pp=2,tp=2", 4, 2, 1, 1, 0, 2},
-                                         {"pp=2,dp=2,tp=2", 8, 2, 2, 1, 0, 2}}) {
+                                         {"pp=2,dp=2,tp=2", 8, 2, 2, 1, 0, 2},
+                                         {"zero=2,tp=2", 4, 1, 1, 2, 2, 2}}) {
     INFO(c.spec << " on " << c.world << " ranks");
     const dist::ParallelDims d = dims(c.spec, c.world);
     CHECK(d.pp == c.pp);
@@ -111,7 +112,6 @@ TEST_CASE("parallel dims: what does not fit or is not offered is refused when pa
     INFO(text << " on " << world << " ranks");
     CHECK_THROWS_WITH(dims(text, world), Contains(fmt::format("strategy spec '{}': {}", text, message)));
   };
-  refused("tp=2,zero=2", 4, "tp with zero is not offered yet");
   refused("dp=2,sp", 2, "sp (sequence parallelism) splits inside tensor-parallel groups");
   refused("tp=3", 4, "4 ranks is not a multiple of pp=1 x tp=3");
   refused("dp=3,tp=2", 4, "pp=1 x dp=3 x tp=2 is 6 ranks, the job has 4");

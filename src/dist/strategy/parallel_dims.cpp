@@ -36,9 +36,6 @@ ParallelDims parse_parallel_dims(StrategySpec& spec, int world_size, const std::
   if (spec.has("tp")) {
     d.tp = spec.integer("tp", 0);
     DTRAIN_CHECK(d.tp >= 1, "strategy spec '{}': tp needs the number of ranks per layer (tp=T)", spec.text());
-    DTRAIN_CHECK(!spec.has("zero") || d.tp == 1,
-                 "strategy spec '{}': tp with zero is not offered yet; give tp with dp and pp (zero=N without tp)",
-                 spec.text());
   }
   d.sp = spec.flag("sp");
   DTRAIN_CHECK(!d.sp || d.tp > 1,

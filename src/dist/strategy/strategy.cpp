@@ -116,7 +116,15 @@ void Strategy::apply_tensor_parallel(nn::Module& model) {
   if (!tensor_parallel_setting_) return;
   const TensorParallelSetting& s = *tensor_parallel_setting_;
   tensor_parallel_ = parallelize(model, s.group, s.plan, s.options);
+  tensor_parallel_partial_ = tensor_parallel_->partial();
   if (s.group->rank() != 0) add_counted_elsewhere(tensor_parallel_->replicated());
+}
+
+void Strategy::set_tensor_parallel_view(
+    const std::function<std::vector<Variable>(const std::vector<Variable>&)>& slices_of) {
+  if (!tensor_parallel_) return;
+  tensor_parallel_partial_ = slices_of(tensor_parallel_->partial());
+  if (tensor_parallel_->group()->rank() != 0) add_counted_elsewhere(slices_of(tensor_parallel_->replicated()));
 }
 
 std::string Strategy::tensor_parallel_part() const {
@@ -125,7 +133,7 @@ std::string Strategy::tensor_parallel_part() const {
 
 void Strategy::update(optim::Optimizer& optimizer, const StepConfig& config, StepStats& stats) {
   trace::Span span("optimizer", trace::Phase::Optimizer);
-  if (tensor_parallel_) tensor_parallel_->finish_gradients();
+  if (tensor_parallel_) tensor_parallel_->finish_gradients(tensor_parallel_partial_);
   const CommunicatorPtr& parts = model_parts_;
   const bool spread = parts != nullptr && parts->size() > 1;
   // With the gradients spread over ranks, a scaler's inf/NaN must be seen by all of them:

@@ -259,7 +259,7 @@ std::shared_ptr<Strategy> make_parameter_server(StrategySpec& spec, const Commun
 }
 
 std::shared_ptr<Strategy> make_zero(StrategySpec& spec, const CommunicatorPtr& world, Device device,
-                                    const StrategyHints&) {
+                                    const StrategyHints& hints) {
   const ParallelDims dims = dims_of(spec, world);
   ZeroOptions o;
   o.stage = dims.zero;
@@ -270,7 +270,8 @@ std::shared_ptr<Strategy> make_zero(StrategySpec& spec, const CommunicatorPtr& w
   o.overlap = spec.flag("overlap", true);
   const std::string exchange = spec.text_of("exchange").value_or("none");
   if (exchange != "none") zero_codec(spec, exchange, o.stage, o.wire, o.codec);
-  return std::make_shared<ZeroStrategy>(dims.mesh(world), device, o);
+  const auto mesh = dims.mesh(world);
+  return with_tensor_parallel(std::make_shared<ZeroStrategy>(mesh, device, o), dims, *mesh, device, spec, hints);
 }
 
 struct Registry {

@@ -228,8 +228,8 @@ std::vector<SplitRange> colwise_pieces(const PlanEntry& e, std::int64_t out, int
 
 }  // namespace
 
-void TensorParallel::finish_gradients() {
-  for (Variable& p : partial_) {
+void TensorParallel::finish_gradients(const std::vector<Variable>& params) {
+  for (Variable p : params) {
     if (!p.has_grad()) continue;
     Tensor g = p.grad();
     if (!g.is_contiguous()) {

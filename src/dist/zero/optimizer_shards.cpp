@@ -94,6 +94,14 @@ OptimizerShards::OptimizerShards(CommunicatorPtr comm, const ReduceScatterExchan
   }
 }
 
+std::vector<Variable> OptimizerShards::slices_of(const std::set<std::string>& parameters) const {
+  std::vector<Variable> out;
+  for (const Slice& s : slices_) {
+    if (parameters.contains(s.parameter)) out.push_back(s.variable);
+  }
+  return out;
+}
+
 std::int64_t OptimizerShards::elements() const {
   std::int64_t n = 0;
   for (const Slice& s : slices_) n += s.length;

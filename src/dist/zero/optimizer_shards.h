@@ -14,6 +14,7 @@
 #include "dtrain/optim/optimizer.h"
 
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,6 +49,8 @@ class OptimizerShards {
   // the ranks the buckets are cut among (check_every_rank_owns_elements first).
   OptimizerShards(CommunicatorPtr comm, const ReduceScatterExchange& exchange, const std::vector<Tensor>& chunks);
 
+  // The slices (the variables the optimizer steps) of the parameters named `parameters`.
+  std::vector<Variable> slices_of(const std::set<std::string>& parameters) const;
   // Elements this rank updates and holds optimizer state for.
   std::int64_t elements() const;
   // The given optimizer rebound to the slices (Optimizer::rebind_slices) at the first call;

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 namespace dtrain::dist {
 
@@ -47,14 +48,23 @@ ZeroStrategy::ZeroStrategy(std::shared_ptr<const DeviceMesh> mesh, Device device
       comm_(world_),
       options_(options) {
   check_options(options_);
-  DTRAIN_CHECK(mesh_->size("dp_replicate") * mesh_->size("dp_shard") == comm_->size(),
-               "zero: the mesh {} has dimensions besides dp_replicate and dp_shard of more than one "
+  const int tp = mesh_->has("tp") ? mesh_->size("tp") : 1;
+  DTRAIN_CHECK(mesh_->size("dp_replicate") * mesh_->size("dp_shard") * tp == comm_->size(),
+               "zero: the mesh {} has dimensions besides dp_replicate, dp_shard and tp of more than one "
                "rank",
                mesh_->describe());
   options_.shard_ranks = mesh_->size("dp_shard");
   shard_comm_ = mesh_->group("dp_shard");  // the world itself when a shard spans it
   if (mesh_->size("dp_replicate") > 1) replica_comm_ = mesh_->group("dp_replicate");
   set_model_parts(shard_comm_);
+  if (tp > 1) {
+    // FSDP2 with tensor parallelism: the shards are cut over dp_shard only, each
+    // tensor-parallel rank's slices on their own; a tensor-parallel group reads one shard of
+    // the data, and one model's parts are its shards' and its tensor-parallel ranks'.
+    const CommunicatorPtr& replicas = mesh_->group("dp");
+    place({.shard = {replicas->rank(), replicas->size(), 1}, .reports = world_->rank() == 0, .sums = replicas});
+    set_model_parts(mesh_->group("dp_shard_pp"));
+  }
 }
 
 ZeroStrategy::~ZeroStrategy() = default;
@@ -62,6 +72,7 @@ ZeroStrategy::~ZeroStrategy() = default;
 std::shared_ptr<nn::Module> ZeroStrategy::prepare(std::shared_ptr<nn::Module> model) {
   DTRAIN_CHECK(model != nullptr, "zero: prepare() needs a model");
   DTRAIN_CHECK(sync_ == nullptr, "zero: prepare() was already called");
+  apply_tensor_parallel(*model);
   model->to(device_);
   ReplicaSyncOptions o{
       .zero = options_.stage, .unit_bytes = options_.unit_bytes, .wire = options_.wire, .codec = options_.codec};
@@ -70,8 +81,38 @@ std::shared_ptr<nn::Module> ZeroStrategy::prepare(std::shared_ptr<nn::Module> mo
   sync_ = std::make_unique<ReplicaSync>(model, shard_comm_,
                                         replica_comm_ ? mesh_->tensor_group("dp_replicate", device_) : nullptr, device_,
                                         std::move(o));
+  if (const TensorParallel* tp = tensor_parallel()) view_tensor_parallel_slices(*model, *tp);
   module_ = std::move(model);
   return module_;
+}
+
+void ZeroStrategy::view_tensor_parallel_slices(const nn::Module& model, const TensorParallel& tp) {
+  // The gradient sums of sequence parallelism run on the slices the optimizer steps, which
+  // must then lie alike on every rank of the tensor-parallel group: the same parameter
+  // shapes (a vocabulary or MLP width that splits unevenly would shift them).
+  if (!tp.partial().empty()) {
+    std::vector<double> sizes;
+    for (const Variable& p : model.parameters()) sizes.push_back(static_cast<double>(p.numel()));
+    Tensor first = Tensor::from_vector(sizes, {static_cast<std::int64_t>(sizes.size())}).to(DType::f64);
+    tp.group()->broadcast(first, 0);
+    const double* theirs = first.data<double>();
+    const bool differs = !std::equal(sizes.begin(), sizes.end(), theirs);
+    Tensor any = Tensor::full({1}, differs ? 1.0 : 0.0, {DType::f64});
+    tp.group()->all_reduce(any, ReduceOp::Max);
+    DTRAIN_CHECK(any.item() == 0,
+                 "zero={} with tp={},sp: sequence parallelism sums gradient slices over the tensor-parallel ranks, "
+                 "which needs the same parameter shapes on each of them; this model splits unevenly (a vocabulary "
+                 "or MLP width that does not divide by {}): pad it to a multiple, or leave out sp",
+                 options_.stage, tp.group()->size(), tp.group()->size());
+  }
+  std::map<const void*, std::string> names;
+  for (const auto& [name, p] : model.named_parameters()) names.emplace(p.id(), name);
+  const OptimizerShards* shards = sync_->shards();
+  set_tensor_parallel_view([&names, shards](const std::vector<Variable>& params) {
+    std::set<std::string> wanted;
+    for (const Variable& p : params) wanted.insert(names.at(p.id()));
+    return shards->slices_of(wanted);
+  });
 }
 
 ReplicaSync& ZeroStrategy::sync() const {

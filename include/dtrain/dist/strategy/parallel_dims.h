@@ -14,7 +14,7 @@
 //
 // The product pp x dp x tp is the world's size. Refused, naming the keys: a size that does
 // not fit, shard or hybrid without zero, shard and hybrid together, a shard that does not
-// divide dp, sp without tp, tp with zero (not offered yet), cp.
+// divide dp, sp without tp, cp.
 //
 // The mesh's dimensions come in a fixed order, the slowest first: dp_replicate, dp_shard,
 // pp, tp (the rank layout dtrain has always used: a pipeline's stages are consecutive ranks,

@@ -304,6 +304,10 @@ class Strategy {
   // The first thing a strategy's prepare() does: the tensor-parallel plan applied to `model`
   // (nothing without one).
   void apply_tensor_parallel(nn::Module& model);
+  // Where the stepped optimizer holds other variables than the module's parameters (sharded
+  // data parallelism's slices): `slices_of` maps parameters to them, for the tensor-parallel
+  // gradient sums and the norm's replicated parameters.
+  void set_tensor_parallel_view(const std::function<std::vector<Variable>(const std::vector<Variable>&)>& slices_of);
 
   // ---- the step's parts, for strategies that run the base train_step ----
   // Forward, loss (times `weight`, scaled by the config's scaler) and backward of one
@@ -354,6 +358,8 @@ class Strategy {
   };
   std::optional<TensorParallelSetting> tensor_parallel_setting_;
   std::shared_ptr<TensorParallel> tensor_parallel_;
+  std::vector<Variable>
+      tensor_parallel_partial_;  // what update() sums over the group (the partial parameters, or their slices)
 };
 
 // One process: the model on `device`, no communication.

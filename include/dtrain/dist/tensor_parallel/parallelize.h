@@ -89,9 +89,14 @@ class TensorParallel {
   const std::vector<Variable>& replicated() const { return replicated_; }
   // Split parameters by name, with their slices.
   const std::vector<std::pair<std::string, ParameterSlice>>& slices() const { return slices_; }
-  // After the last backward of an update: sums over the group the gradients that each rank
-  // holds a part of (sequence parallelism's norms and row-parallel biases). Collective.
-  void finish_gradients();
+  // Parameters whose gradient each rank holds a part of (sequence parallelism's norms and
+  // row-parallel biases).
+  const std::vector<Variable>& partial() const { return partial_; }
+  // After the last backward of an update: sums those gradients over the group. Collective.
+  void finish_gradients() { finish_gradients(partial_); }
+  // The same for the variables an optimizer steps in their place (sharded data
+  // parallelism's slices of them, laid out alike on every rank of the group).
+  void finish_gradients(const std::vector<Variable>& params);
   // The vocabulary-parallel mean cross-entropy of the model's output (needs a VocabOutput
   // module): (logits (B, T, V_r), targets (B, T)) -> loss.
   std::function<Variable(const Variable&, const Tensor&)> loss() const;

@@ -147,6 +147,8 @@ class ZeroStrategy final : public Strategy {
 
  private:
   ReplicaSync& sync() const;
+  // Under tensor parallelism: its gradient sums and replicated parameters on the optimizer's slices.
+  void view_tensor_parallel_slices(const nn::Module& model, const TensorParallel& tp);
 
   std::shared_ptr<const DeviceMesh> mesh_;
   CommunicatorPtr comm_;          // every rank
