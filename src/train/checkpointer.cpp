@@ -19,6 +19,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 
 namespace dtrain::train {
@@ -96,14 +97,18 @@ std::pair<std::string, std::size_t> split_indexed(const std::string& key) {
 
 }  // namespace
 
-NamedTensors join_ranges(const NamedTensors& tensors, const nn::Module& module, const std::string& origin) {
+NamedTensors join_ranges(const NamedTensors& tensors, const nn::Module& module, const std::string& origin,
+                         const std::map<std::string, Shape>& whole_shapes) {
   std::unordered_map<std::string, Shape> shapes;
   for (const auto& [name, p] : module.named_parameters()) shapes.emplace(name, p.shape());
+  for (const auto& [alias, name] : module.parameter_aliases()) shapes.emplace(alias, shapes.at(name));
+  for (const auto& [name, shape] : whole_shapes) shapes[name] = shape;
   struct Range {
     std::int64_t begin, end;
     Tensor t;
   };
-  std::map<std::pair<std::string, std::string>, std::vector<Range>> ranges;  // (parameter, suffix)
+  // (parameter, suffix, dimension or -1 for flat elements)
+  std::map<std::tuple<std::string, std::string, int>, std::vector<Range>> ranges;
   NamedTensors out;
   for (const auto& [key, t] : tensors) {
     const std::optional<RangeKey> r = parse_range_key(key, shapes);
@@ -111,15 +116,24 @@ NamedTensors join_ranges(const NamedTensors& tensors, const nn::Module& module, 
       out.emplace_back(key, t);
       continue;
     }
-    DTRAIN_CHECK(t.dim() == 1 && t.numel() == r->end - r->begin, "{}: '{}' holds {} elements", origin, key, t.numel());
-    ranges[{r->parameter, r->suffix}].push_back({r->begin, r->end, t});
+    const Shape& shape = shapes.at(r->parameter);
+    if (r->dim < 0) {
+      DTRAIN_CHECK(t.dim() == 1 && t.numel() == r->end - r->begin, "{}: '{}' holds {} elements", origin, key,
+                   t.numel());
+    } else {
+      DTRAIN_CHECK(r->dim < static_cast<int>(shape.size()) && t.dim() == static_cast<std::int64_t>(shape.size()) &&
+                       t.size(r->dim) == r->end - r->begin,
+                   "{}: '{}' has shape {}, not a slice of {}", origin, key, shape_str(t.shape()), shape_str(shape));
+    }
+    ranges[{r->parameter, r->suffix, r->dim}].push_back({r->begin, r->end, t});
   }
   for (auto& [what, parts] : ranges) {
-    const auto& [name, suffix] = what;
+    const auto& [name, suffix, dim] = what;
     std::sort(parts.begin(), parts.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
     const Shape& shape = shapes.at(name);
     std::int64_t numel = 1;
     for (std::int64_t d : shape) numel *= d;
+    const std::int64_t extent = dim < 0 ? numel : shape[static_cast<std::size_t>(dim)];
     std::int64_t at = 0;
     std::vector<Tensor> pieces;
     for (const Range& r : parts) {
@@ -128,9 +142,8 @@ NamedTensors join_ranges(const NamedTensors& tensors, const nn::Module& module, 
       at = r.end;
       pieces.push_back(r.t);
     }
-    DTRAIN_CHECK(at == numel, "{}: the saved ranges of '{}{}' end at element {} of {}", origin, name, suffix, at,
-                 numel);
-    out.emplace_back(name + suffix, cat(pieces, 0).reshape(shape));
+    DTRAIN_CHECK(at == extent, "{}: the saved ranges of '{}{}' end at {} of {}", origin, name, suffix, at, extent);
+    out.emplace_back(name + suffix, dim < 0 ? cat(pieces, 0).reshape(shape) : cat(pieces, dim));
   }
   return out;
 }
@@ -154,6 +167,25 @@ NamedTensors name_entries(const NamedTensors& state, const std::vector<std::stri
     }
   }
   return out;
+}
+
+// A tied weight's optimizer entries under each of its names too, as its values are in the
+// state dict: a pipeline stage that holds only its later module finds them by that name.
+NamedTensors with_aliases(NamedTensors entries, const nn::Module& module) {
+  const auto aliases = module.parameter_aliases();
+  if (aliases.empty()) return entries;
+  const std::size_t n = entries.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::string key = entries[i].first;
+    const auto slash = key.find('/');
+    if (slash == std::string::npos) continue;
+    for (const auto& [alias, name] : aliases) {
+      if (key.compare(0, slash, name) == 0 && slash == name.size()) {
+        entries.emplace_back(alias + key.substr(slash), entries[i].second);
+      }
+    }
+  }
+  return entries;
 }
 
 }  // namespace
@@ -262,6 +294,7 @@ SaveTimes Checkpointer::last_save() const {
 void Checkpointer::save(const optim::Optimizer& optimizer, const optim::LossScaler& scaler,
                         const checkpoint::TrainingPosition& position, const std::vector<double>& epoch_sums,
                         const std::string& model_summary) {
+  check_slices_named(plan_, "saving");
   DTRAIN_CHECK(!options_.dir.empty(), "checkpoint: save() needs a checkpoint directory");
   // What a resume would refuse is refused here, before anything is written.
   DTRAIN_CHECK(position.epoch >= 1 && position.updates_per_epoch >= 1 && position.step_in_epoch >= 0 &&
@@ -290,8 +323,13 @@ void Checkpointer::save(const optim::Optimizer& optimizer, const optim::LossScal
   if (!plan_.part.empty() && plan_.saves_optimizer) {
     s.optimizer = plan_.optimizer_share
                       ? plan_.optimizer_share(optimizer)
-                      : name_entries(optimizer.state_view(), parameter_names(optimizer, strategy_.module()));
+                      : with_aliases(name_entries(optimizer.state_view(), parameter_names(optimizer, strategy_.module())),
+                                     strategy_.module());
     for (auto& [name, t] : scaler.state()) s.optimizer.emplace_back(kScalerPrefix + name, t);
+  }
+  if (plan_.slice_entries) {  // tensor parallelism: slices of whole tensors, named by their place
+    s.model = plan_.slice_entries(std::move(s.model));
+    s.optimizer = plan_.slice_entries(std::move(s.optimizer));
   }
   if (options_.async) {
     NamedTensors all = std::move(s.model);

@@ -64,7 +64,8 @@ void load_model(const checkpoint::OpenCheckpoint& c, SavedTensors& saved, nn::Mo
                 const dist::CheckpointPlan& plan) {
   const std::string dir = c.dir.string(), files = fmt::format("{}", fmt::join(saved.model_files, ", "));
   auto& found = saved.model;
-  for (auto& [name, t] : join_ranges(saved.model_ranges, module, fmt::format("checkpoint {} (model files)", dir))) {
+  for (auto& [name, t] :
+       join_ranges(saved.model_ranges, module, fmt::format("checkpoint {} (model files)", dir), plan.whole_shapes)) {
     found.emplace(name, std::pair{t, files});
   }
   const nn::StateDict mine = module.state_dict();
@@ -88,8 +89,10 @@ void load_model(const checkpoint::OpenCheckpoint& c, SavedTensors& saved, nn::Mo
     DTRAIN_CHECK(it != found.end(), "checkpoint {}: tensor '{}' of this model is missing from {} (saved from: {})", dir,
                  name, files, c.manifest.model);
     const Tensor& tensor = it->second.first;
-    DTRAIN_CHECK(tensor.shape() == t.shape(), "checkpoint {}: tensor '{}' has shape {} in {}, this model's is {}", dir,
-                 name, shape_str(tensor.shape()), it->second.second, shape_str(t.shape()));
+    const auto whole = plan.whole_shapes.find(name);  // a tensor-parallel slice's whole
+    const Shape& expected = whole == plan.whole_shapes.end() ? t.shape() : whole->second;
+    DTRAIN_CHECK(tensor.shape() == expected, "checkpoint {}: tensor '{}' has shape {} in {}, this model's is {}", dir,
+                 name, shape_str(tensor.shape()), it->second.second, shape_str(expected));
     load.emplace_back(name, tensor);
   }
   if (plan.whole_model && c.manifest.job.stages == 1) {
@@ -102,6 +105,7 @@ void load_model(const checkpoint::OpenCheckpoint& c, SavedTensors& saved, nn::Mo
                    dir, entry.second, name, c.manifest.model);
     }
   }
+  if (plan.local_entries) load = plan.local_entries(std::move(load));
   if (plan.load_model_share) plan.load_model_share(load);
   else module.load_state_dict(load);
 }
@@ -110,7 +114,8 @@ void load_model(const checkpoint::OpenCheckpoint& c, SavedTensors& saved, nn::Mo
 void load_optimizer(const checkpoint::OpenCheckpoint& c, const SavedTensors& saved, const nn::Module& module,
                     const dist::CheckpointPlan& plan, optim::Optimizer& optimizer, optim::LossScaler& scaler) {
   const std::string origin = fmt::format("checkpoint {} (optimizer files)", c.dir.string());
-  const NamedTensors tensors = join_ranges(saved.optimizer, module, origin);
+  NamedTensors tensors = join_ranges(saved.optimizer, module, origin, plan.whole_shapes);
+  if (plan.local_entries) tensors = plan.local_entries(std::move(tensors));
   if (plan.load_optimizer_share) plan.load_optimizer_share(optimizer, tensors);
   else load_named_optimizer_state(optimizer, module, tensors, origin);
   NamedTensors scaler_state;
@@ -168,13 +173,14 @@ std::optional<Restored> Checkpointer::restore(optim::Optimizer& optimizer, optim
   if (options_.resume.empty()) return std::nullopt;
   const std::optional<fs::path> dir = resume_dir(options_.resume, options_.dir);
   if (!dir) return std::nullopt;
+  check_slices_named(plan_, "resuming");
   const checkpoint::OpenCheckpoint c = checkpoint::OpenCheckpoint::open(*dir);
   const std::string saved_mesh = checkpoint::describe_mesh(c.manifest.job.mesh);
   const std::string this_mesh = checkpoint::describe_mesh(mesh_axes(plan_));
   for (const checkpoint::MeshAxis& a : c.manifest.job.mesh) {
     DTRAIN_CHECK(dist::restorable_dimension(a.name),
                  "checkpoint {} was saved on mesh {}, which this job's mesh {} cannot map: dimension '{}' holds "
-                 "slices this dtrain does not reslice (it reslices dp, dp_replicate, dp_shard, pp and "
+                 "slices this dtrain does not reslice (it reslices dp, dp_replicate, dp_shard, pp, tp and "
                  "parameter-server workers and servers)",
                  dir->string(), saved_mesh, this_mesh, a.name);
   }

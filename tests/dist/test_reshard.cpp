@@ -118,7 +118,7 @@ TEST_CASE("A checkpoint saved on a mesh with a dimension dtrain cannot reslice i
   REQUIRE(!saved.empty());
   world->barrier();
   if (world->rank() == 0) {
-    // As a newer dtrain with tensor parallelism would record it.
+    // As a newer dtrain with context parallelism would record it.
     std::ifstream in(saved / "manifest.json");
     std::stringstream text;
     text << in.rdbuf();
@@ -126,15 +126,15 @@ TEST_CASE("A checkpoint saved on a mesh with a dimension dtrain cannot reslice i
     const std::string key = "\"mesh\": [";
     const auto at = manifest.find(key);
     REQUIRE(at != std::string::npos);
-    manifest.insert(at + key.size(), R"({"name": "tp", "size": 2})" + std::string(world->size() > 1 ? ", " : ""));
+    manifest.insert(at + key.size(), R"({"name": "cp", "size": 2})" + std::string(world->size() > 1 ? ", " : ""));
     std::ofstream(saved / "manifest.json") << manifest;
   }
   world->barrier();
   const std::string here = world->size() > 1 ? fmt::format("dp_replicate={}", world->size()) : "one process";
-  const std::string there = world->size() > 1 ? fmt::format("tp=2 x dp_replicate={}", world->size()) : "tp=2";
+  const std::string there = world->size() > 1 ? fmt::format("cp=2 x dp_replicate={}", world->size()) : "cp=2";
   CHECK_THAT(
       test::error_of([&] { train_run("dp", world, {}, saved, 2); }),
-      Contains("was saved on mesh " + there + ", which this job's mesh " + here + " cannot map: dimension 'tp'"));
+      Contains("was saved on mesh " + there + ", which this job's mesh " + here + " cannot map: dimension 'cp'"));
   world->barrier();
   if (world->rank() == 0) fs::remove_all(dir);
 }

@@ -30,7 +30,10 @@ DataParallelStrategy::DataParallelStrategy(std::shared_ptr<const DeviceMesh> mes
   if (tp > 1) {
     // A tensor-parallel group reads one shard, computes one loss and holds the parts of one
     // replica's gradients.
-    place({.shard = {comm_->rank(), comm_->size(), 1}, .reports = world_->rank() == 0, .sums = comm_});
+    place({.shard = {comm_->rank(), comm_->size(), 1},
+           .reports = world_->rank() == 0,
+           .sums = comm_,
+           .copies = mesh_->group("tp")});
     set_model_parts(mesh_->group("tp"));
   }
 }
@@ -69,12 +72,13 @@ Capabilities DataParallelStrategy::capabilities() {
 CheckpointPlan DataParallelStrategy::checkpoint_plan() const {
   // The replicas' parameters are identical: rank 0 saves for all (its buffers too; see the
   // header).
-  CheckpointPlan plan{.rank = comm_->rank(),
-                      .ranks = comm_->size(),
+  CheckpointPlan plan{.rank = world_->rank(),
+                      .ranks = world_->size(),
                       .part = comm_->rank() == 0 ? "model" + tensor_parallel_part() : "",
                       .whole_model = tensor_parallel() == nullptr,
                       .replicas = comm_->size(),
                       .mesh = mesh_->layout()};
+  share_tensor_parallel_slices(plan);
   if (ddp_ != nullptr) {
     plan.rank_state = [ddp = ddp_.get()] { return ddp->exchange_state(); };
     plan.load_rank_state = [ddp = ddp_.get()](const std::vector<std::pair<std::string, Tensor>>& state) {

@@ -106,7 +106,8 @@ PipelineStrategy::PipelineStrategy(std::shared_ptr<const DeviceMesh> mesh, Devic
   const bool first_of_tp = tp == 1 || mesh_->coordinate("tp") == 0;
   place({.shard = {replica_, replicas_, options_.micro_batches},
          .reports = replica_ == 0 && stage_ == loss_stage() && first_of_tp,
-         .sums = tp > 1 ? mesh_->group("dp_pp") : world_});
+         .sums = tp > 1 ? mesh_->group("dp_pp") : world_,
+         .copies = tp > 1 ? mesh_->group("tp") : nullptr});
   // The model's gradients are spread over the stages (a stage's replicas hold the same
   // averaged ones) and their tensor-parallel ranks; over every rank once the replicas
   // shard the optimizer (prepare()).
@@ -527,6 +528,7 @@ CheckpointPlan PipelineStrategy::checkpoint_plan() const {
                       .stages = options_.stages,
                       .replicas = replicas_,
                       .mesh = mesh_->layout()};
+  share_tensor_parallel_slices(plan);
   if (sync_ && sync_->shards()) {
     // Replica 0 writes the stage's model; every replica of the first shard group its chunks'
     // optimizer state (under hybrid sharding the other groups hold the same chunks).

@@ -182,7 +182,7 @@ std::vector<MeshDim> DeviceMesh::layout() const {
 }
 
 bool restorable_dimension(std::string_view name) {
-  for (std::string_view known : {"dp", "dp_replicate", "dp_shard", "pp", "worker.dp", "ps.ps"}) {
+  for (std::string_view known : {"dp", "dp_replicate", "dp_shard", "pp", "tp", "worker.dp", "ps.ps"}) {
     if (name == known) return true;
   }
   return false;

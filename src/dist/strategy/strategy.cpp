@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
+#include <set>
 
 #include <cmath>
 
@@ -42,6 +44,7 @@ void Strategy::place(Placement placement) {
 void Strategy::reduce_sums(Tensor& sums) {
   DTRAIN_CHECK(placement_.sums != nullptr, "{} strategy: rank {} holds no evaluation shard to add up", name_, rank());
   placement_.sums->all_reduce(sums, ReduceOp::Sum);
+  if (placement_.copies) placement_.copies->all_reduce(sums, ReduceOp::Max);
 }
 
 Strategy::~Strategy() = default;
@@ -129,6 +132,66 @@ void Strategy::set_tensor_parallel_view(
 
 std::string Strategy::tensor_parallel_part() const {
   return tensor_parallel_ ? fmt::format(".tp{}", tensor_parallel_->group()->rank()) : "";
+}
+
+void Strategy::share_tensor_parallel_slices(CheckpointPlan& plan) const {
+  if (!tensor_parallel_ || !module_) return;
+  struct Sliced {
+    ParameterSlice slice;
+    Shape local;
+  };
+  // Every name of each parameter of this rank's module that it holds a slice of.
+  auto sliced = std::make_shared<std::map<std::string, Sliced>>();
+  for (const auto& [name, p] : module_->named_parameters()) {
+    if (const ParameterSlice* s = tensor_parallel_->slice_of(p)) sliced->emplace(name, Sliced{*s, p.shape()});
+  }
+  for (const auto& [alias, name] : module_->parameter_aliases()) {
+    if (const auto it = sliced->find(name); it != sliced->end()) sliced->emplace(alias, it->second);
+  }
+  for (const auto& [name, s] : *sliced) plan.whole_shapes.emplace(name, s.slice.whole);
+  // "<parameter><suffix>": the optimizer's entries are "<parameter>/<buffer>".
+  const auto split = [](const std::string& key) {
+    const auto slash = key.find('/');
+    return std::pair{key.substr(0, slash), slash == std::string::npos ? std::string() : key.substr(slash)};
+  };
+  const bool first_rank = tensor_parallel_->group()->rank() == 0;
+  plan.slice_entries = [sliced, split, first_rank](optim::NamedTensors entries) {
+    optim::NamedTensors out;
+    for (auto& [key, t] : entries) {
+      const auto [name, suffix] = split(key);
+      const auto it = sliced->find(name);
+      if (it == sliced->end() || t.shape() != it->second.local) {
+        if (first_rank) out.emplace_back(key, std::move(t));  // every rank holds it alike
+        continue;
+      }
+      const ParameterSlice& s = it->second.slice;
+      std::int64_t at = 0;
+      for (const auto& [begin, size] : s.pieces) {
+        out.emplace_back(fmt::format("{}[d{}:{}:{}]{}", name, s.dim, begin, begin + size, suffix),
+                         t.narrow(s.dim, at, size).contiguous());
+        at += size;
+      }
+    }
+    return out;
+  };
+  plan.local_entries = [sliced, split](optim::NamedTensors entries) {
+    optim::NamedTensors out;
+    std::set<std::string> seen;
+    for (auto& [key, t] : entries) {
+      if (!seen.insert(key).second) continue;  // saved alike by several ranks
+      const auto [name, suffix] = split(key);
+      const auto it = sliced->find(name);
+      if (it == sliced->end() || t.shape() != it->second.slice.whole) {
+        out.emplace_back(key, std::move(t));
+        continue;
+      }
+      const ParameterSlice& s = it->second.slice;
+      std::vector<Tensor> pieces;
+      for (const auto& [begin, size] : s.pieces) pieces.push_back(t.narrow(s.dim, begin, size));
+      out.emplace_back(key, pieces.size() == 1 ? pieces.front().contiguous() : cat(pieces, s.dim));
+    }
+    return out;
+  };
 }
 
 void Strategy::update(optim::Optimizer& optimizer, const StepConfig& config, StepStats& stats) {

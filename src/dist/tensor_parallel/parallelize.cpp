@@ -240,6 +240,11 @@ void TensorParallel::finish_gradients(const std::vector<Variable>& params) {
   }
 }
 
+const ParameterSlice* TensorParallel::slice_of(const Variable& param) const {
+  const auto it = slice_index_.find(param.id());
+  return it == slice_index_.end() ? nullptr : &slices_[it->second].second;
+}
+
 std::function<Variable(const Variable&, const Tensor&)> TensorParallel::loss() const {
   DTRAIN_CHECK(vocab_begin_ >= 0,
                "tensor parallelism: the plan has no VocabOutput module, so the model's output is "
@@ -328,6 +333,9 @@ std::shared_ptr<TensorParallel> parallelize(nn::Module& model, CommunicatorPtr g
                  style_name(e.style));
   }
   tp->slices_ = splitter.take_slices();
+  std::map<std::string, const void*> ids;
+  for (const auto& [name, p] : model.named_parameters()) ids.emplace(name, p.id());
+  for (std::size_t i = 0; i < tp->slices_.size(); ++i) tp->slice_index_.emplace(ids.at(tp->slices_[i].first), i);
   for (const auto& [name, p] : model.named_parameters()) {
     if (!splitter.is_cut(p)) tp->replicated_.push_back(p);
   }

@@ -62,7 +62,10 @@ ZeroStrategy::ZeroStrategy(std::shared_ptr<const DeviceMesh> mesh, Device device
     // tensor-parallel rank's slices on their own; a tensor-parallel group reads one shard of
     // the data, and one model's parts are its shards' and its tensor-parallel ranks'.
     const CommunicatorPtr& replicas = mesh_->group("dp");
-    place({.shard = {replicas->rank(), replicas->size(), 1}, .reports = world_->rank() == 0, .sums = replicas});
+    place({.shard = {replicas->rank(), replicas->size(), 1},
+           .reports = world_->rank() == 0,
+           .sums = replicas,
+           .copies = mesh_->group("tp")});
     set_model_parts(mesh_->group("dp_shard_pp"));
   }
 }

@@ -198,6 +198,16 @@ struct CheckpointPlan {
   // manifest records it, and a restore refuses a saved mesh with a dimension it cannot
   // reslice (restorable_dimension), naming both meshes.
   std::vector<MeshDim> mesh = {};
+  // Where this rank holds slices of parameters (tensor parallelism): `slice_entries` names
+  // the saved entries of a sliced parameter ("<name><suffix>", its values or its optimizer
+  // state) by their place in the whole tensor ("<name>[d<dim>:<begin>:<end>]<suffix>", a
+  // piece each) and leaves out, on all but the group's first rank, the entries every rank of
+  // the group holds alike; `local_entries` cuts this rank's slices out of whole tensors (any
+  // suffix) at a restore; `whole_shapes` are the sliced parameters' whole shapes, by every
+  // name they have. Empty where no parameter is sliced.
+  std::function<optim::NamedTensors(optim::NamedTensors)> slice_entries = {};
+  std::function<optim::NamedTensors(optim::NamedTensors)> local_entries = {};
+  std::map<std::string, Shape> whole_shapes = {};
   // After this rank's snapshot for the checkpoint of `step`: ranks that serve take their
   // shares (collective over the training ranks). Empty: nothing.
   std::function<void(std::int64_t step)> after_snapshot = {};
@@ -261,7 +271,8 @@ class Strategy {
   // mode and NoGradGuard).
   virtual EvalSums eval_step(const MicroBatch& batch, const StepConfig& config);
   // Adds up `sums` (a CPU f64 tensor) in place over the ranks holding evaluation shards,
-  // so that every rank gets the totals. Collective over placement's `sums` group.
+  // so that every rank gets the totals. Collective over placement's `sums` group (then the
+  // largest over its `copies`, which computed the same sums).
   void reduce_sums(Tensor& sums);
   // What a checkpoint holds from this rank.
   virtual CheckpointPlan checkpoint_plan() const { return {.rank = rank(), .ranks = ranks()}; }
@@ -285,6 +296,10 @@ class Strategy {
     // The ranks whose evaluation sums add up (ranks without an evaluation shard add
     // zeros); null on a rank that evaluates nothing (a parameter server).
     CommunicatorPtr sums;
+    // The ranks that compute the same sums as this one (a tensor-parallel group): after the
+    // addition they take the largest of each number, which is the same sums, and a flag
+    // (a failed save) that any of them raised. Null: none.
+    CommunicatorPtr copies = nullptr;
   };
   // Sets what data_shard(), reports() and reduce_sums() answer; a strategy may place the
   // rank again as training goes (parameter servers that lost a worker).
@@ -301,6 +316,9 @@ class Strategy {
   }
   // ".tp1" on tensor-parallel rank 1 (its checkpoint part holds its slices), "" without tp.
   std::string tensor_parallel_part() const;
+  // Sets the plan's slice_entries, local_entries and whole_shapes for the prepared module's
+  // sliced parameters (nothing without tensor parallelism).
+  void share_tensor_parallel_slices(CheckpointPlan& plan) const;
   // The first thing a strategy's prepare() does: the tensor-parallel plan applied to `model`
   // (nothing without one).
   void apply_tensor_parallel(nn::Module& model);

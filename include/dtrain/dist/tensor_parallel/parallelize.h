@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -87,8 +88,10 @@ class TensorParallel {
   // Parameters every rank of the group holds whole (their gradients agree once
   // finish_gradients() ran): the gradient norm counts them on the group's first rank only.
   const std::vector<Variable>& replicated() const { return replicated_; }
-  // Split parameters by name, with their slices.
+  // Split parameters by name (in the model parallelize() was given), with their slices.
   const std::vector<std::pair<std::string, ParameterSlice>>& slices() const { return slices_; }
+  // The slice of `param`, or null when it is held whole.
+  const ParameterSlice* slice_of(const Variable& param) const;
   // Parameters whose gradient each rank holds a part of (sequence parallelism's norms and
   // row-parallel biases).
   const std::vector<Variable>& partial() const { return partial_; }
@@ -113,6 +116,7 @@ class TensorParallel {
   TensorParallelOptions options_;
   std::vector<Variable> replicated_, partial_;
   std::vector<std::pair<std::string, ParameterSlice>> slices_;
+  std::map<const void*, std::size_t> slice_index_;  // a sliced parameter's Variable -> its entry in slices_
   std::int64_t vocab_begin_ = -1;
   std::shared_ptr<bool> gather_output_ = std::make_shared<bool>(false);
   std::vector<std::pair<nn::Module*, std::shared_ptr<nn::Module::ForwardHooks>>> hooks_;
