@@ -278,6 +278,7 @@ def train(a, rank=0, tp=1, mesh=None):
     elif a.untie:
         model.lm_head.weight = nn.Parameter(model.wte.weight.detach().clone())
     params = unique_params(model)
+    forward = torch.compile(model) if a.compile else model
     b1, b2 = (float(x) for x in a.betas.split(","))
     groups = []
     for dt in (True, False):
@@ -307,13 +308,13 @@ def train(a, rank=0, tp=1, mesh=None):
         if tp > 1:
             from torch.distributed.tensor.parallel import loss_parallel
             with loss_parallel():
-                logits = model(x)
+                logits = forward(x)
                 loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
                 loss.backward()
             if a.sp:
                 reduce_sequence_grads(model, params, group)
         else:
-            logits = model(x)
+            logits = forward(x)
             loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
             loss.backward()
         if a.clip > 0:
@@ -345,7 +346,7 @@ def report(a, tp, losses, times, tied, rss):
     med = statistics.median(times)
     mean = sum(times) / len(times)
     tokens = a.global_batch_size * a.block_size
-    return {"peer": f"torch {torch.__version__}", "tp": tp, "sp": bool(a.sp and tp > 1), "tied": tied,
+    return {"peer": f"torch {torch.__version__}", "tp": tp, "sp": bool(a.sp and tp > 1), "tied": tied, "compile": a.compile,
             "threads": torch.get_num_threads(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
             "layers": a.layers, "heads": a.heads, "embd": a.embd, "block_size": a.block_size,
             "global_batch_size": a.global_batch_size, "steps": len(times),
@@ -418,6 +419,7 @@ def main():
     p.add_argument("--clip", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
+    p.add_argument("--compile", action="store_true", help="torch.compile the (parallelized) model")
     p.add_argument("--time-steps", type=int, default=40)
     p.add_argument("--untimed-steps", type=int, default=5, help="steps before the timed ones")
     p.add_argument("--print-losses", type=int, default=5, help="losses of the first steps in the output")
