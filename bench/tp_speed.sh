@@ -24,7 +24,8 @@
 # perfect on two free cores), its ratio to the two-process capacity (the target: >= 0.8 at
 # tp=2, and at least PyTorch's), and dtrain/PyTorch tokens/s at each point.
 # dtrain's tokens/s: the median of train_gpt's "step N: ... tokens/s" lines after step 20 of 60
-# (rank 0 prints them under mpirun); PyTorch's: the median step of 40 timed after 5 untimed,
+# (rank 0 prints them under mpirun; each repetition's line also shows the global batch over the
+# median ms/step, a check that tokens/s counts the one batch the tp ranks share); PyTorch's: the median step of 40 timed after 5 untimed,
 # each step as long as its slowest rank. Peak RSS: PyTorch's per rank from getrusage in each
 # rank; dtrain's from train_gpt's output if it prints one ("peak RSS ... MB" per rank), else
 # getrusage(RUSAGE_CHILDREN) of the launcher: for one process its maximum resident set, for
@@ -106,20 +107,24 @@ print("exit", r.returncode)' "$@"; }
 # the logged steps, rss).
 dtrain_json() { python3 -c '
 import json, re, statistics, sys
-side, rep, skip = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+side, rep, skip, tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 text = sys.stdin.read()
-tps, losses = [], {}
-for m in re.finditer(r"^step (\d+): train loss ([0-9.naninf]+).* (\d+) tokens/s", text, re.M):
+tps, losses, step_ms = [], {}, []
+for m in re.finditer(r"^step (\d+): train loss ([0-9.naninf]+).*?(?:(\d+) ms/step, )?(\d+) tokens/s", text, re.M):
     step = int(m.group(1))
     losses[step] = float(m.group(2))
     if step > skip:
-        tps.append(float(m.group(3)))
+        tps.append(float(m.group(4)))
+        if m.group(3):
+            step_ms.append(float(m.group(3)))
 rss = [float(x) for x in re.findall(r"peak (?:RSS|resident)[^0-9\n]*([0-9.]+) ?MB", text, re.I)]
 maxrss = re.search(r"^maxrss_kb (\d+)", text, re.M)
 code = re.search(r"^exit (-?\d+)", text, re.M)
 rec = {"side": side, "rep": rep, "tokens_per_s": statistics.median(tps) if tps else None, "losses": losses,
        "rss_mb": rss or None, "maxrss_mb": int(maxrss.group(1)) / 1024 if maxrss else None,
        "exit": int(code.group(1)) if code else None}
+if tps and step_ms:  # tokens/s must be the global batch over the step (tensor-parallel ranks share one batch)
+    rec["tokens_per_s_from_step_ms"] = tokens / (statistics.median(step_ms) / 1e3)
 if not tps:
     rec["tail"] = text.strip().splitlines()[-3:]
 print(json.dumps(rec))' "$@"; }
@@ -160,14 +165,14 @@ for rep in $(seq 1 "$reps"); do
   for side in "${dtrain_sides[@]}" "${torch_sides[@]}"; do
     case $side in
       dtrain_tp1)
-        measured "${gpt[@]}" "${long[@]}" | dtrain_json "$side" "$rep" "$dskip" >> "$runs" ;;
+        measured "${gpt[@]}" "${long[@]}" | dtrain_json "$side" "$rep" "$dskip" "$((batch * block))" >> "$runs" ;;
       dtrain_pair)
         measured "${gpt[@]}" "${long[@]}" > "$work/pair0.txt" &
         p0=$!
         measured "${gpt[@]}" "${long[@]}" > "$work/pair1.txt"
         wait "$p0"
-        a=$(dtrain_json pair0 "$rep" "$dskip" < "$work/pair0.txt")
-        b=$(dtrain_json pair1 "$rep" "$dskip" < "$work/pair1.txt")
+        a=$(dtrain_json pair0 "$rep" "$dskip" "$((batch * block))" < "$work/pair0.txt")
+        b=$(dtrain_json pair1 "$rep" "$dskip" "$((batch * block))" < "$work/pair1.txt")
         python3 -c '
 import json, sys
 a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
@@ -176,11 +181,11 @@ print(json.dumps({"side": "dtrain_pair", "rep": a["rep"], "tokens_per_s": a["tok
                   "each": [a["tokens_per_s"], b["tokens_per_s"]], "maxrss_mb": max(a["maxrss_mb"] or 0, b["maxrss_mb"] or 0),
                   "losses": a["losses"]}))' "$a" "$b" >> "$runs" ;;
       dtrain_tp2)
-        measured "${mpi[@]}" -np 2 "${gpt[@]}" "${long[@]}" --parallel tp=2 | dtrain_json "$side" "$rep" "$dskip" >> "$runs" ;;
+        measured "${mpi[@]}" -np 2 "${gpt[@]}" "${long[@]}" --parallel tp=2 | dtrain_json "$side" "$rep" "$dskip" "$((batch * block))" >> "$runs" ;;
       dtrain_tp2sp)
-        measured "${mpi[@]}" -np 2 "${gpt[@]}" "${long[@]}" --parallel tp=2,sp | dtrain_json "$side" "$rep" "$dskip" >> "$runs" ;;
+        measured "${mpi[@]}" -np 2 "${gpt[@]}" "${long[@]}" --parallel tp=2,sp | dtrain_json "$side" "$rep" "$dskip" "$((batch * block))" >> "$runs" ;;
       dtrain_tp4)
-        measured "${mpi[@]}" --bind-to none -np 4 "${gpt[@]}" "${long[@]}" --parallel tp=4 | dtrain_json "$side" "$rep" "$dskip" >> "$runs" ;;
+        measured "${mpi[@]}" --bind-to none -np 4 "${gpt[@]}" "${long[@]}" --parallel tp=4 | dtrain_json "$side" "$rep" "$dskip" "$((batch * block))" >> "$runs" ;;
       torch_*)
         n=${side#torch_tp}
         flags=()
@@ -196,6 +201,7 @@ import json, sys
 r = json.loads(sys.stdin.read())
 t = "failed: " + " | ".join(r.get("tail", [])) if r["tokens_per_s"] is None else "tokens/s %.0f" % r["tokens_per_s"]
 if r.get("each"): t += " (%s)" % " + ".join("%.0f" % x for x in r["each"])
+if r.get("tokens_per_s_from_step_ms"): t += " [batch / ms/step: %.0f]" % r["tokens_per_s_from_step_ms"]
 if r.get("rss_mb"): t += ", peak RSS per rank %s MB" % "/".join("%.0f" % x for x in r["rss_mb"])
 elif r.get("maxrss_mb"): t += ", maxrss of the launched tree %.0f MB" % r["maxrss_mb"]
 print("rep %d %s: %s" % (r["rep"], r["side"], t))' | tee -a "$raw"

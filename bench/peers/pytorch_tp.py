@@ -440,7 +440,10 @@ def main():
 
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
         # under torchrun or another launcher that sets the env variables: this process is one rank
-        run_rank(a, int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
+        a.tp = int(os.environ["WORLD_SIZE"])
+        if a.heads % a.tp:
+            sys.exit("pytorch_tp.py: --heads must divide by the world size")
+        run_rank(a, int(os.environ["RANK"]), a.tp)
         return
     if a.tp == 1:
         losses, times, tied = train(a)
