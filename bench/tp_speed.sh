@@ -21,8 +21,9 @@
 #                  repetition (the table says which won more often)
 # Reported per side: median tokens/s (global: all ranks together) and peak RSS per rank; then
 # speedup = tokens/s(tp=N) / tokens/s(tp=1) per side ("TP efficiency" at tp=2: 2.0 is
-# perfect on two free cores), its ratio to the two-process capacity (the target: >= 0.8 at
-# tp=2, and at least PyTorch's), and dtrain/PyTorch tokens/s at each point.
+# perfect on two free cores), its ratio to the two-process capacity of the same repetition
+# (the target: >= 0.8 at tp=2, and at least PyTorch's), and dtrain/PyTorch tokens/s at each
+# point: all medians over the repetitions of ratios within one.
 # dtrain's tokens/s: the median of train_gpt's "step N: ... tokens/s" lines after step 20 of 60
 # (rank 0 prints them under mpirun; each repetition's line also shows the global batch over the
 # median ms/step, a check that tokens/s counts the one batch the tp ranks share); PyTorch's: the median step of 40 timed after 5 untimed,
@@ -264,6 +265,17 @@ def ratio(a, b):
 
 
 cap = ratio("dtrain_pair", "dtrain_tp1")
+
+
+def over_capacity(a, b):
+    """Median over the repetitions of (a / b) / capacity, all of the same repetition: the
+    machine's load moves both the speedup and the capacity."""
+    xs = []
+    for k in reps:
+        ra, rb, p2, p1 = by.get((a, k)), by.get((b, k)), by.get(("dtrain_pair", k)), by.get(("dtrain_tp1", k))
+        if all(r and r["tokens_per_s"] for r in (ra, rb, p2, p1)):
+            xs.append(ra["tokens_per_s"] / rb["tokens_per_s"] / (p2["tokens_per_s"] / p1["tokens_per_s"]))
+    return med(xs)
 print("\ntwo-process capacity (two one-process dtrain runs at once, summed, over one alone): %s" % fmt(cap, "%.3f"))
 print("\npoint     speedup over tp1: dtrain  torch   / capacity: dtrain  torch   dtrain/torch tokens/s"
       "   (torch: the better of eager and compile per repetition)")
@@ -272,8 +284,8 @@ for p in ("tp1", "tp2", "tp2sp", "tp4"):
     if d not in sides and p not in wins:
         continue
     sd, st = ratio(d, "dtrain_tp1"), ratio(t, "torch_best_tp1")
-    cd = sd / cap if sd is not None and cap and p != "tp1" else None
-    ct = st / cap if st is not None and cap and p != "tp1" else None
+    cd = over_capacity(d, "dtrain_tp1") if p != "tp1" else None
+    ct = over_capacity(t, "torch_best_tp1") if p != "tp1" else None
     note = "  (%d processes on %d vCPUs)" % (4, vcpus) if p == "tp4" and vcpus < 4 else ""
     won = wins.get(p, [])
     if won:
