@@ -321,10 +321,11 @@ void Checkpointer::save(const optim::Optimizer& optimizer, const optim::LossScal
     s.model = plan_.model_share ? plan_.model_share() : strategy_.module().state_dict();
   }
   if (!plan_.part.empty() && plan_.saves_optimizer) {
-    s.optimizer = plan_.optimizer_share
-                      ? plan_.optimizer_share(optimizer)
-                      : with_aliases(name_entries(optimizer.state_view(), parameter_names(optimizer, strategy_.module())),
-                                     strategy_.module());
+    s.optimizer =
+        plan_.optimizer_share
+            ? plan_.optimizer_share(optimizer)
+            : with_aliases(name_entries(optimizer.state_view(), parameter_names(optimizer, strategy_.module())),
+                           strategy_.module());
     for (auto& [name, t] : scaler.state()) s.optimizer.emplace_back(kScalerPrefix + name, t);
   }
   if (plan_.slice_entries) {  // tensor parallelism: slices of whole tensors, named by their place

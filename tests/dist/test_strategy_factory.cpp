@@ -160,7 +160,7 @@ TEST_CASE("make_strategy: data parallel by default, local on one rank", "[cpu][d
   CHECK_THROWS_WITH(dist::make_strategy("dp,foo=1", world, Device::cpu()),
                     Contains("strategy spec 'dp,foo=1': 'foo' not used by the dp strategy"));
   CHECK_THROWS_WITH(dist::make_strategy("bogus=1", world, Device::cpu()),
-                    Contains("strategy spec 'bogus=1' names no strategy: expected one of ps, pp, zero, dp, local"));
+                    Contains("strategy spec 'bogus=1' names no strategy: expected one of ps, pp, zero, dp, tp, local"));
   CHECK_THROWS_WITH(dist::make_strategy(fmt::format("dp={}", world->size() + 1), world, Device::cpu()),
                     Contains(fmt::format("but the job has {} ranks", world->size())));
   if (world->size() > 1) {
@@ -177,13 +177,13 @@ TEST_CASE("make_strategy: data parallelism and ZeRO take their groups from the j
   }
   auto dp = std::dynamic_pointer_cast<dist::DataParallelStrategy>(dist::make_strategy("dp", world, Device::cpu()));
   REQUIRE(dp != nullptr);
-  CHECK(dp->mesh().describe() == fmt::format("dp_replicate={} x dp_shard=1 x pp=1", n));
+  CHECK(dp->mesh().describe() == fmt::format("dp_replicate={} x dp_shard=1 x pp=1 x tp=1", n));
   CHECK(dp->communicator() == world);  // the dimension spans the world: no copy of it
   const std::string hybrid = n == 4 ? "zero=2,shard=2" : "zero=2";
   auto zero = std::dynamic_pointer_cast<dist::ZeroStrategy>(dist::make_strategy(hybrid, world, Device::cpu()));
   REQUIRE(zero != nullptr);
   const int shard = n == 4 ? 2 : n;
-  CHECK(zero->mesh().describe() == fmt::format("dp_replicate={} x dp_shard={} x pp=1", n / shard, shard));
+  CHECK(zero->mesh().describe() == fmt::format("dp_replicate={} x dp_shard={} x pp=1 x tp=1", n / shard, shard));
   CHECK(zero->options().shard_ranks == shard);
   CHECK(zero->mesh().group("dp_shard")->rank() == world->rank() % shard);
   CHECK(zero->mesh().coordinate("dp") == world->rank());
@@ -201,7 +201,7 @@ TEST_CASE("make_strategy: a pipeline on the dp x pp mesh", "[cpu][dist]") {
   CHECK(pipeline->stage() == world->rank() % 2);
   CHECK(pipeline->replica() == world->rank() / 2);
   CHECK(pipeline->replicas() == world->size() / 2);
-  CHECK(pipeline->mesh().describe() == fmt::format("dp_replicate={} x dp_shard=1 x pp=2", world->size() / 2));
+  CHECK(pipeline->mesh().describe() == fmt::format("dp_replicate={} x dp_shard=1 x pp=2 x tp=1", world->size() / 2));
   CHECK(pipeline->mesh().size("dp") == world->size() / 2);
   CHECK_THROWS_WITH(dist::make_strategy(fmt::format("pp=2,dp={}", world->size()), world, Device::cpu()),
                     Contains(fmt::format("pp=2 x dp={} is {} ranks", world->size(), 2 * world->size())));

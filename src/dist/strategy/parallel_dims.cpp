@@ -54,9 +54,9 @@ ParallelDims parse_parallel_dims(StrategySpec& spec, int world_size, const std::
   if (d.pp == 1 && d.tp == 1) {
     DTRAIN_CHECK(dp == world_size, "strategy spec '{}': dp={} but the job has {} ranks", spec.text(), dp, world_size);
   } else {
-    DTRAIN_CHECK(dp * d.pp * d.tp == world_size,
-                 "strategy spec '{}': pp={} x dp={} x tp={} is {} ranks, the job has {}", spec.text(), d.pp, dp, d.tp,
-                 dp * d.pp * d.tp, world_size);
+    const std::string tp = d.tp > 1 ? fmt::format(" x tp={}", d.tp) : "";
+    DTRAIN_CHECK(dp * d.pp * d.tp == world_size, "strategy spec '{}': pp={} x dp={}{} is {} ranks, the job has {}",
+                 spec.text(), d.pp, dp, tp, dp * d.pp * d.tp, world_size);
   }
   d.dp_replicate = dp;
   const bool hybrid = spec.has("hybrid"), shard = spec.has("shard");
