@@ -1,5 +1,7 @@
 #include "dtrain/dist/tensor_parallel/parallelize.h"
 
+#include "dist/tensor_parallel/owned_ids.h"
+
 #include "dtrain/core/error.h"
 #include "dtrain/dist/tensor_parallel/tensor_parallel_ops.h"
 #include "dtrain/layers/embedding.h"
@@ -79,12 +81,9 @@ class VocabEmbeddingHooks final : public Hooks {
   VocabEmbeddingHooks(CommunicatorPtr group, std::string path, std::int64_t begin, std::int64_t size)
       : group_(std::move(group)), path_(std::move(path)), begin_(begin), size_(size) {}
   Variable input(nn::Module&, Variable ids) override {
-    const Tensor local = sub(ids.data().to(DType::i64), static_cast<double>(begin_));
-    const Tensor zero = Tensor::zeros({1}, {DType::i64, local.device()});
-    const Tensor end = Tensor::full({1}, static_cast<double>(size_), {DType::i64, local.device()});
-    const Tensor inside = mul(ge(local, zero).to(DType::f32), lt(local, end).to(DType::f32));
-    mask_ = inside.unsqueeze(-1);  // (..., 1): the rows this rank looked up
-    return Variable(where(ge(local, zero), where(lt(local, end), local, zero), zero));
+    detail::OwnedIds mine = detail::owned_ids(ids.data(), begin_, size_);
+    mask_ = mine.owned.unsqueeze(-1);  // (..., 1): the rows this rank looked up
+    return Variable(mine.index);
   }
   bool transforms_input() const override { return true; }
   Variable after(nn::Module&, Variable y) override {
@@ -157,18 +156,18 @@ const char* style_name(ParallelStyle s) {
 // Cuts the parameters and records what was cut.
 class Splitter {
  public:
-  Splitter(nn::Module& model, int ranks, int rank) : ranks_(ranks), rank_(rank) {
+  explicit Splitter(nn::Module& model) {
     for (const auto& [name, p] : model.named_parameters()) names_.emplace(p.id(), name);
   }
 
   // Keeps rows `pieces` ({begin, size} along `dim`) of p, side by side.
   void cut(Variable p, int dim, const std::vector<SplitRange>& pieces, const std::string& where) {
-    const auto done = cut_.find(p.id());
-    if (done != cut_.end()) {
-      DTRAIN_CHECK(done->second == dim, "tensor parallel plan: {} splits a parameter already split another way", where);
+    const auto done = index_.find(p.id());
+    if (done != index_.end()) {
+      DTRAIN_CHECK(slices_[done->second].second.dim == dim,
+                   "tensor parallel plan: {} splits a parameter already split another way", where);
       return;  // a tied weight: split by the first style that met it
     }
-    cut_.emplace(p.id(), dim);
     NoGradGuard no_grad;
     const Tensor whole = p.data();
     std::vector<Tensor> parts;
@@ -180,25 +179,21 @@ class Splitter {
     p.set_data(parts.size() == 1 ? parts.front().contiguous().clone() : cat(parts, dim));
     const auto name = names_.find(p.id());
     DTRAIN_CHECK(name != names_.end(), "tensor parallel plan: {} holds a parameter the model does not list", where);
+    index_.emplace(p.id(), slices_.size());
     slices_.push_back({name->second, std::move(slice)});
   }
-  bool is_cut(const Variable& p) const { return cut_.contains(p.id()); }
+  bool is_cut(const Variable& p) const { return index_.contains(p.id()); }
   const ParameterSlice* slice_of(const Variable& p) const {
-    const auto name = names_.find(p.id());
-    for (const auto& [n, s] : slices_) {
-      if (name != names_.end() && n == name->second) return &s;
-    }
-    return nullptr;
+    const auto it = index_.find(p.id());
+    return it == index_.end() ? nullptr : &slices_[it->second].second;
   }
   std::vector<std::pair<std::string, ParameterSlice>> take_slices() { return std::move(slices_); }
-  int ranks() const { return ranks_; }
-  int rank() const { return rank_; }
+  std::map<const void*, std::size_t> take_index() { return std::move(index_); }
 
  private:
-  int ranks_, rank_;
   std::map<const void*, std::string> names_;
-  std::map<const void*, int> cut_;
   std::vector<std::pair<std::string, ParameterSlice>> slices_;
+  std::map<const void*, std::size_t> index_;  // a cut parameter's Variable -> its entry in slices_
 };
 
 // The pieces of `out` features this rank keeps under Colwise.
@@ -229,14 +224,20 @@ std::vector<SplitRange> colwise_pieces(const PlanEntry& e, std::int64_t out, int
 }  // namespace
 
 void TensorParallel::finish_gradients(const std::vector<Variable>& params) {
-  for (Variable p : params) {
-    if (!p.has_grad()) continue;
-    Tensor g = p.grad();
-    if (!g.is_contiguous()) {
-      g = g.contiguous();
-      p.set_grad(g);
-    }
-    group_->all_reduce(g, ReduceOp::Sum);
+  // One all-reduce of all of them (a few small tensors per layer) instead of one each.
+  std::vector<Tensor> grads;
+  for (const Variable& p : params) {
+    if (p.has_grad()) grads.push_back(p.grad());
+  }
+  if (grads.empty()) return;
+  std::vector<Tensor> flat;
+  for (const Tensor& g : grads) flat.push_back(g.contiguous().reshape({-1}));
+  Tensor sums = cat(flat, 0);
+  group_->all_reduce(sums, ReduceOp::Sum);
+  std::int64_t at = 0;
+  for (Tensor& g : grads) {
+    g.copy_(sums.narrow(0, at, g.numel()).view(g.shape()));
+    at += g.numel();
   }
 }
 
@@ -264,7 +265,7 @@ std::shared_ptr<TensorParallel> parallelize(nn::Module& model, CommunicatorPtr g
   const bool sp = options.sequence_parallel;
   std::vector<std::pair<std::string, nn::Module*>> modules;
   collect_modules(model, "", modules);
-  Splitter splitter(model, ranks, rank);
+  Splitter splitter(model);
   std::vector<Variable> partial;
   const auto add_hooks = [&](nn::Module* m, std::shared_ptr<Hooks> h) {
     m->add_forward_hooks(h);
@@ -333,11 +334,9 @@ std::shared_ptr<TensorParallel> parallelize(nn::Module& model, CommunicatorPtr g
                  style_name(e.style));
   }
   tp->slices_ = splitter.take_slices();
-  std::map<std::string, const void*> ids;
-  for (const auto& [name, p] : model.named_parameters()) ids.emplace(name, p.id());
-  for (std::size_t i = 0; i < tp->slices_.size(); ++i) tp->slice_index_.emplace(ids.at(tp->slices_[i].first), i);
+  tp->slice_index_ = splitter.take_index();
   for (const auto& [name, p] : model.named_parameters()) {
-    if (!splitter.is_cut(p)) tp->replicated_.push_back(p);
+    if (tp->slice_of(p) == nullptr) tp->replicated_.push_back(p);
   }
   tp->partial_ = std::move(partial);
   return tp;

@@ -1,5 +1,7 @@
 #include "dtrain/dist/tensor_parallel/tensor_parallel_ops.h"
 
+#include "dist/tensor_parallel/owned_ids.h"
+
 #include "dtrain/core/error.h"
 #include "dtrain/core/trace.h"
 #include "dtrain/dist/tensor_parallel/comm_debug.h"
@@ -130,12 +132,8 @@ Variable vocab_parallel_cross_entropy(const Variable& logits, const Tensor& targ
   const Tensor e = exp(shifted);
   Tensor sums = sum(e, {1}, true);  // (N, 1)
   // Each row's target column on this rank, or none: local index and a 0/1 mask.
-  const Tensor local = sub(targets.reshape({rows, 1}).to(DType::i64), static_cast<double>(vocab_begin));
-  const Tensor zero = Tensor::zeros({1}, {DType::i64, local.device()});
-  const Tensor width_t = Tensor::full({1}, static_cast<double>(width), {DType::i64, local.device()});
-  const Tensor owned = mul(ge(local, zero).to(DType::f32), lt(local, width_t).to(DType::f32));  // (N, 1)
-  const Tensor index = where(ge(local, zero), where(lt(local, width_t), local, zero), zero);
-  Tensor target_logit = mul(gather(shifted, 1, index), owned);  // (N, 1)
+  const auto [index, owned] = detail::owned_ids(targets.reshape({rows, 1}), vocab_begin, width);  // (N, 1) each
+  Tensor target_logit = mul(gather(shifted, 1, index), owned);                                    // (N, 1)
   {
     Collective c(module, "all_reduce", false, target_logit);
     group->all_reduce(target_logit, ReduceOp::Sum);

@@ -1,5 +1,6 @@
 #include "dtrain/dist/zero/zero_strategy.h"
 
+#include "dist/strategy/replica_state.h"
 #include "dist/zero/layer_gatherer.h"
 #include "dist/zero/optimizer_shards.h"
 #include "dist/zero/replica_sync.h"
@@ -94,19 +95,12 @@ void ZeroStrategy::view_tensor_parallel_slices(const nn::Module& model, const Te
   // must then lie alike on every rank of the tensor-parallel group: the same parameter
   // shapes (a vocabulary or MLP width that splits unevenly would shift them).
   if (!tp.partial().empty()) {
-    std::vector<double> sizes;
-    for (const Variable& p : model.parameters()) sizes.push_back(static_cast<double>(p.numel()));
-    Tensor first = Tensor::from_vector(sizes, {static_cast<std::int64_t>(sizes.size())}).to(DType::f64);
-    tp.group()->broadcast(first, 0);
-    const double* theirs = first.data<double>();
-    const bool differs = !std::equal(sizes.begin(), sizes.end(), theirs);
-    Tensor any = Tensor::full({1}, differs ? 1.0 : 0.0, {DType::f64});
-    tp.group()->all_reduce(any, ReduceOp::Max);
-    DTRAIN_CHECK(any.item() == 0,
-                 "zero={} with tp={},sp: sequence parallelism sums gradient slices over the tensor-parallel ranks, "
-                 "which needs the same parameter shapes on each of them; this model splits unevenly (a vocabulary "
-                 "or MLP width that does not divide by {}): pad it to a multiple, or leave out sp",
-                 options_.stage, tp.group()->size(), tp.group()->size());
+    const std::string who = fmt::format(
+        "zero={} with tp={},sp: sequence parallelism sums gradient slices over the tensor-parallel ranks, which needs "
+        "the same parameter shapes on each of them; this model splits unevenly (a vocabulary or MLP width that does "
+        "not divide by {}): pad it to a multiple, or leave out sp",
+        options_.stage, tp.group()->size(), tp.group()->size());
+    check_same_structure(who.c_str(), model, *tp.group(), device_);
   }
   std::map<const void*, std::string> names;
   for (const auto& [name, p] : model.named_parameters()) names.emplace(p.id(), name);
