@@ -30,6 +30,7 @@
 
 #include "dtrain/tensor/cpu_kernels.h"
 #include "dtrain/tensor/dtype.h"
+#include "dtrain/tensor/fused_attention.h"
 #include "dtrain/tensor/half.h"
 #include "dtrain/tensor/memory_stats.h"
 #include "dtrain/tensor/ops.h"
@@ -40,6 +41,7 @@
 #include "dtrain/tensor/upload.h"
 
 #include "dtrain/autograd/attention.h"
+#include "dtrain/autograd/fusion.h"
 #include "dtrain/autograd/autocast.h"
 #include "dtrain/autograd/functions.h"
 #include "dtrain/autograd/grad_check.h"

@@ -1,6 +1,8 @@
 #include "dtrain/autograd/attention.h"
 
+#include "dtrain/autograd/fusion.h"
 #include "dtrain/core/error.h"
+#include "dtrain/tensor/fused_attention.h"
 
 #include <cmath>
 #include <limits>
@@ -32,6 +34,18 @@ Tensor causal_mask(std::int64_t t, const TensorOptions& options) {
   return Tensor::from_vector(m, {t, t}).to(options.dtype).to(options.device);
 }
 
+// The fused kernels: keeps q, k, v, the output and one log-sum-exp per row.
+Variable fused_attention(const Variable& q, const Variable& k, const Variable& v, const FusedAttentionOptions& o) {
+  FusedAttentionResult r = attention_forward(q.data(), k.data(), v.data(), o);
+  const Tensor out = r.out, lse = r.lse;
+  return Variable(r.out, {q, k, v}, [out, lse, o](std::vector<Variable>& in, const Tensor& g) {
+    FusedAttentionGrads grads = attention_backward(g, in[0].data(), in[1].data(), in[2].data(), out, lse, o);
+    if (in[0].requires_grad()) in[0].add_grad(std::move(grads.q));
+    if (in[1].requires_grad()) in[1].add_grad(std::move(grads.k));
+    if (in[2].requires_grad()) in[2].add_grad(std::move(grads.v));
+  });
+}
+
 }  // namespace
 
 Variable scaled_dot_product_attention(const Variable& q, const Variable& k, const Variable& v,
@@ -51,9 +65,14 @@ Variable scaled_dot_product_attention(const Variable& q, const Variable& k, cons
   DTRAIN_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype() && is_floating(q.dtype()),
                "scaled_dot_product_attention: q, k, v must share one floating dtype, got {}, {}, {}",
                dtype_name(q.dtype()), dtype_name(k.dtype()), dtype_name(v.dtype()));
+  DTRAIN_CHECK(!options.scale || *options.scale > 0, "scaled_dot_product_attention: scale {} must be > 0",
+               options.scale.value_or(0));
   const std::int64_t b = q.size(0), h = q.size(1), t = q.size(2), d = q.size(3);
-  const std::int64_t groups = h / k.size(1);
   const double scale = options.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
+  // Dropout on the weights needs them in memory: the unfused path below.
+  if (options.dropout == 0 && fused_kernels() && has_fused_attention(q.device(), q.dtype()))
+    return fused_attention(q, k, v, {.causal = options.causal, .scale = scale});
+  const std::int64_t groups = h / k.size(1);
 
   const Tensor qf = q.data().reshape({b * h, t, d});
   const Tensor kf = repeat_heads(k.data(), groups);

@@ -32,18 +32,21 @@ Adam::Adam(std::vector<Variable> params, const AdamOptions& options, bool decoup
 
 void Adam::step() {
   for_each_update([&](std::size_t i, Tensor& p, const Tensor& grad) {
-    Tensor g = grad;
-    if (weight_decay_ != 0 && !(exclude_1d_from_weight_decay_ && p.dim() < 2)) {
-      if (decoupled_) {
-        mul_(p, 1 - lr() * weight_decay_);
-      } else {
-        g = grad.clone();
-        add_(g, p, weight_decay_);
-      }
-    }
+    const bool decays = weight_decay_ != 0 && !(exclude_1d_from_weight_decay_ && p.dim() < 2);
     Tensor& m = buffer(exp_avg_, i);
-    const AdamDirection d = adam_direction(m, buffer(exp_avg_sq_, i), p, g, beta1_, beta2_, eps_, updates(i));
-    addcdiv_(p, m, d.denom, -lr() * d.scale);
+    Tensor& v = buffer(exp_avg_sq_, i);
+    if (!m.defined()) {
+      m = Tensor::zeros(p.shape(), p.options());
+      v = Tensor::zeros(p.shape(), p.options());
+    }
+    const AdamCorrection c = adam_correction(beta1_, beta2_, updates(i));
+    adam_step_(p, m, v, grad,
+               {.decay_factor = decays && decoupled_ ? 1 - lr() * weight_decay_ : 1,
+                .l2 = decays && !decoupled_ ? weight_decay_ : 0,
+                .beta1 = beta1_,
+                .beta2 = beta2_,
+                .eps = eps_ * c.eps_scale,
+                .step_size = lr() * c.step_scale});
   });
 }
 

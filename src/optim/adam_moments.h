@@ -15,13 +15,24 @@ struct AdamDirection {
   double scale = 1;
 };
 
-// At update t (from 1), with gradient g: m = beta1 * m + (1 - beta1) * g and
+// Adam's bias corrections at update t (from 1): with c = sqrt(1 - beta2^t),
+// m_hat / (sqrt(v_hat) + eps) equals (c / (1 - beta1^t)) * m / (sqrt(v) + eps * c), PyTorch's
+// value with one pass less over the denominator.
+struct AdamCorrection {
+  double step_scale = 1;  // c / (1 - beta1^t)
+  double eps_scale = 1;   // c
+};
+inline AdamCorrection adam_correction(double beta1, double beta2, std::int64_t t) {
+  const auto steps = static_cast<double>(t);
+  const double c = std::sqrt(1 - std::pow(beta2, steps));
+  return {c / (1 - std::pow(beta1, steps)), c};
+}
+
+// At update t, with gradient g: m = beta1 * m + (1 - beta1) * g and
 // v = beta2 * v + (1 - beta2) * g^2 in place (zeros like p on the first update), then the
-// direction. With c = sqrt(1 - beta2^t), m_hat / (sqrt(v_hat) + eps) equals
-// (c / (1 - beta1^t)) * m / (sqrt(v) + eps * c): PyTorch's value with one pass less over
-// the denominator.
-inline AdamDirection adam_direction(Tensor& m, Tensor& v, const Tensor& p, const Tensor& g, double beta1,
-                                    double beta2, double eps, std::int64_t t) {
+// direction (LAMB rescales it; Adam and AdamW run the whole step as adam_step_).
+inline AdamDirection adam_direction(Tensor& m, Tensor& v, const Tensor& p, const Tensor& g, double beta1, double beta2,
+                                    double eps, std::int64_t t) {
   if (!m.defined()) {
     m = Tensor::zeros(p.shape(), p.options());
     v = Tensor::zeros(p.shape(), p.options());
@@ -30,11 +41,10 @@ inline AdamDirection adam_direction(Tensor& m, Tensor& v, const Tensor& p, const
   add_(m, g, 1 - beta1);
   mul_(v, beta2);
   addcmul_(v, g, g, 1 - beta2);
-  const auto steps = static_cast<double>(t);
-  const double c = std::sqrt(1 - std::pow(beta2, steps));
+  const AdamCorrection c = adam_correction(beta1, beta2, t);
   Tensor denom = sqrt(v);
-  add_(denom, Tensor::scalar(eps * c, denom.options()));
-  return {denom, c / (1 - std::pow(beta1, steps))};
+  add_(denom, Tensor::scalar(eps * c.eps_scale, denom.options()));
+  return {denom, c.step_scale};
 }
 
 }  // namespace dtrain::optim

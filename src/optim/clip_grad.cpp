@@ -15,7 +15,7 @@ double grad_squared_norm(const std::vector<Variable>& params) {
   for (const Variable& p : params) {
     if (!p.has_grad()) continue;
     const Tensor& g = p.grad();
-    Tensor g_sq = sum(square(g.to(DType::f64)));
+    Tensor g_sq = squared_norm(g);
     auto acc = std::find_if(sums.begin(), sums.end(), [&](const Tensor& s) { return s.device() == g.device(); });
     if (acc == sums.end()) {
       sums.push_back(g_sq);

@@ -1,5 +1,6 @@
 #include "tensor/backend.h"
 
+#include "dtrain/core/error.h"
 #include "dtrain/tensor/stream.h"
 
 namespace dtrain {
@@ -20,6 +21,35 @@ void Backend::sgd_momentum_step(Tensor& param, Tensor& buf, const Tensor& grad, 
   } else {
     update(UpdateOp::AddScaled, param, buf, Tensor(), -step.lr);
   }
+}
+
+void Backend::adam_step(Tensor& param, Tensor& exp_avg, Tensor& exp_avg_sq, const Tensor& grad, const AdamStep& step) {
+  if (step.decay_factor != 1) update(UpdateOp::MulScalar, param, Tensor(), Tensor(), step.decay_factor);
+  Tensor d = grad;
+  if (step.l2 != 0) {
+    d = grad.clone();
+    update(UpdateOp::AddScaled, d, param, Tensor(), step.l2);
+  }
+  update(UpdateOp::MulScalar, exp_avg, Tensor(), Tensor(), step.beta1);
+  update(UpdateOp::AddScaled, exp_avg, d, Tensor(), 1 - step.beta1);
+  update(UpdateOp::MulScalar, exp_avg_sq, Tensor(), Tensor(), step.beta2);
+  update(UpdateOp::AddCMul, exp_avg_sq, d, d, 1 - step.beta2);
+  Tensor denom = Tensor::empty(param.shape(), param.options());
+  unary(UnaryOp::Sqrt, exp_avg_sq, denom);
+  update(UpdateOp::AddScaled, denom, Tensor::scalar(step.eps, denom.options()).expand(denom.shape()), Tensor(), 1);
+  update(UpdateOp::AddCDiv, param, exp_avg, denom, -step.step_size);
+}
+
+Tensor Backend::squared_norm(const Tensor& x) { return sum(square(x.to(DType::f64))); }
+
+void Backend::attention_forward(const Tensor& q, const Tensor&, const Tensor&, const FusedAttentionOptions&, Tensor&,
+                                Tensor&) {
+  DTRAIN_FAIL("attention_forward: no fused attention kernel on {} for {}", q.device().str(), dtype_name(q.dtype()));
+}
+
+void Backend::attention_backward(const Tensor&, const Tensor& q, const Tensor&, const Tensor&, const Tensor&,
+                                 const Tensor&, const FusedAttentionOptions&, Tensor&, Tensor&, Tensor&) {
+  DTRAIN_FAIL("attention_backward: no fused attention kernel on {} for {}", q.device().str(), dtype_name(q.dtype()));
 }
 
 void Backend::matmul_add(const Tensor& a, const Tensor& b, Tensor& out) {

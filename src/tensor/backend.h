@@ -6,6 +6,7 @@
 // - outputs are freshly allocated and contiguous unless a method says otherwise.
 #pragma once
 
+#include "dtrain/tensor/fused_attention.h"
 #include "dtrain/tensor/memory_stats.h"
 #include "dtrain/tensor/ops.h"
 #include "dtrain/tensor/tensor.h"
@@ -76,10 +77,14 @@ class Backend {
   // sgd_momentum_step_ (ops.h): param and buf contiguous, grad expanded to their shape and
   // sharing storage with neither. The default runs it as update() passes.
   virtual void sgd_momentum_step(Tensor& param, Tensor& buf, const Tensor& grad, const SgdMomentumStep& step);
+  // adam_step_ (ops.h), on the same terms. The default runs it as update() passes.
+  virtual void adam_step(Tensor& param, Tensor& exp_avg, Tensor& exp_avg_sq, const Tensor& grad, const AdamStep& step);
 
   // ---- reductions ----------------------------------------------------------------
   // dims sorted, unique, non-negative; out has x's rank with size 1 on reduced dims.
   virtual void reduce(ReduceOp op, const Tensor& x, const std::vector<std::int64_t>& dims, Tensor& out) = 0;
+  // squared_norm (ops.h): an f64 scalar on x's device. The default squares an f64 copy.
+  virtual Tensor squared_norm(const Tensor& x);
   virtual void argmax(const Tensor& x, std::int64_t dim, Tensor& out) = 0;  // out i64, keepdim shape
 
   // ---- linear algebra --------------------------------------------------------------
@@ -90,8 +95,7 @@ class Backend {
   virtual void matmul_add(const Tensor& a, const Tensor& b, Tensor& out);
 
   // ---- convolution and pooling -------------------------------------------------------
-  virtual void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p,
-                      Tensor& out) = 0;
+  virtual void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p, Tensor& out) = 0;
   virtual void conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Conv2dParams& p,
                                      Tensor& grad_x) = 0;  // grad_x uninitialized: write all of it
   virtual void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Conv2dParams& p,
@@ -123,6 +127,17 @@ class Backend {
   // x contiguous (B, T, H, D); cos and sin contiguous (T, D / 2). inverse: rotate by -sin
   // (the backward).
   virtual void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse, Tensor& out) = 0;
+
+  // ---- fused attention (fused_attention.h) ----------------------------------------------
+  // q, k, v with a contiguous last dim; out and the gradients (B, T, heads, D) contiguous
+  // memory seen as (B, heads, T, D); lse (B, H, T) contiguous. The default throws: only
+  // backends that say has_fused_attention() get called.
+  virtual bool has_fused_attention(DType dtype) const { return false; }
+  virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const FusedAttentionOptions& o,
+                                 Tensor& out, Tensor& lse);
+  virtual void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& out, const Tensor& lse, const FusedAttentionOptions& o, Tensor& grad_q,
+                                  Tensor& grad_k, Tensor& grad_v);
 
   // ---- softmax family ------------------------------------------------------------------
   virtual void softmax(const Tensor& x, std::int64_t dim, bool log, Tensor& out) = 0;

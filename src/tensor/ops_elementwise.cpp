@@ -99,8 +99,8 @@ Tensor scalar_operand(const Tensor& a, double s, const char* op) {
 // self for the in-place updates: contiguous and floating.
 void check_update_self(const Tensor& self, const char* op) {
   check_defined(self, op);
-  DTRAIN_CHECK(self.is_contiguous(), "{}: self must be contiguous (shape {}, strides {})", op,
-               shape_str(self.shape()), shape_str(self.strides()));
+  DTRAIN_CHECK(self.is_contiguous(), "{}: self must be contiguous (shape {}, strides {})", op, shape_str(self.shape()),
+               shape_str(self.strides()));
   DTRAIN_CHECK(is_floating(self.dtype()), "{}: expected a floating dtype (f32, f64), got {}", op,
                dtype_name(self.dtype()));
 }
@@ -120,8 +120,7 @@ Tensor update_operand(const Tensor& self, const Tensor& other, const char* op) {
 std::pair<std::vector<double>, std::vector<double>> host_pair(const Tensor& a, const Tensor& b, const char* op) {
   check_defined(a, op);
   check_defined(b, op);
-  DTRAIN_CHECK(a.shape() == b.shape(), "{}: shapes {} and {} differ", op, shape_str(a.shape()),
-               shape_str(b.shape()));
+  DTRAIN_CHECK(a.shape() == b.shape(), "{}: shapes {} and {} differ", op, shape_str(a.shape()), shape_str(b.shape()));
   return {a.to_vector<double>(), b.to_vector<double>()};
 }
 
@@ -203,8 +202,9 @@ void sgd_momentum_step_(Tensor& param, Tensor& buf, const Tensor& grad, const Sg
   check_update_self(buf, "sgd_momentum_step_");
   check_same_device(param, buf, "sgd_momentum_step_");
   check_same_dtype(param, buf, "sgd_momentum_step_");
-  DTRAIN_CHECK(param.shape() == buf.shape(), "sgd_momentum_step_: momentum buffer of shape {} for a parameter of shape {}",
-               shape_str(buf.shape()), shape_str(param.shape()));
+  DTRAIN_CHECK(param.shape() == buf.shape(),
+               "sgd_momentum_step_: momentum buffer of shape {} for a parameter of shape {}", shape_str(buf.shape()),
+               shape_str(param.shape()));
   DTRAIN_CHECK(!param.same_storage(buf), "sgd_momentum_step_: the momentum buffer shares the parameter's storage");
   // A gradient overlapping what the step writes, even as the very same view, is read as
   // it was before the step, by every backend (the default one makes several passes): copied
@@ -212,6 +212,23 @@ void sgd_momentum_step_(Tensor& param, Tensor& buf, const Tensor& grad, const Sg
   Tensor g = update_operand(param, grad, "sgd_momentum_step_");
   if (overlaps(g, param) || overlaps(g, buf)) g = g.clone();
   backend(param.device()).sgd_momentum_step(param, buf, g, step);
+}
+
+void adam_step_(Tensor& param, Tensor& exp_avg, Tensor& exp_avg_sq, const Tensor& grad, const AdamStep& step) {
+  for (Tensor* moment : {&exp_avg, &exp_avg_sq}) {
+    check_update_self(*moment, "adam_step_");
+    check_same_device(param, *moment, "adam_step_");
+    check_same_dtype(param, *moment, "adam_step_");
+    DTRAIN_CHECK(param.shape() == moment->shape(), "adam_step_: moment of shape {} for a parameter of shape {}",
+                 shape_str(moment->shape()), shape_str(param.shape()));
+    DTRAIN_CHECK(!param.same_storage(*moment), "adam_step_: a moment shares the parameter's storage");
+  }
+  check_update_self(param, "adam_step_");
+  DTRAIN_CHECK(!exp_avg.same_storage(exp_avg_sq), "adam_step_: the two moments share storage");
+  // As in sgd_momentum_step_: a gradient overlapping what the step writes is read as it was.
+  Tensor g = update_operand(param, grad, "adam_step_");
+  if (overlaps(g, param) || overlaps(g, exp_avg) || overlaps(g, exp_avg_sq)) g = g.clone();
+  backend(param.device()).adam_step(param, exp_avg, exp_avg_sq, g, step);
 }
 
 Tensor& mul_(Tensor& self, double s) {

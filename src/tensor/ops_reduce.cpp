@@ -49,8 +49,7 @@ Shape reduced_shape(const Shape& shape, const std::vector<std::int64_t>& dims, b
 }
 
 void check_floating(const Tensor& x, const char* op) {
-  DTRAIN_CHECK(is_floating(x.dtype()), "{}: expected a floating dtype (f32, f64), got {}", op,
-               dtype_name(x.dtype()));
+  DTRAIN_CHECK(is_floating(x.dtype()), "{}: expected a floating dtype (f32, f64), got {}", op, dtype_name(x.dtype()));
 }
 
 // The softmax family works on a tensor of at least one dim; a 0-d tensor is viewed as [1].
@@ -96,13 +95,18 @@ Tensor reduce(ReduceOp op, const Tensor& x, std::vector<std::int64_t> dims, bool
   if (op == ReduceOp::Mean) check_floating(x, name);
   if (op == ReduceOp::Max || op == ReduceOp::Min) {
     for (auto d : dims)
-      DTRAIN_CHECK(x.shape()[d] > 0, "{}: cannot reduce over dim {} of size 0 (shape {}): it has no identity",
-                   name, d, shape_str(x.shape()));
+      DTRAIN_CHECK(x.shape()[d] > 0, "{}: cannot reduce over dim {} of size 0 (shape {}): it has no identity", name, d,
+                   shape_str(x.shape()));
   }
   const DType out_dtype = op == ReduceOp::Sum && !is_floating(x.dtype()) ? DType::i64 : x.dtype();
   Tensor out = Tensor::empty(reduced_shape(x.shape(), dims, true), {out_dtype, x.device()});
   backend(x.device()).reduce(op, x, dims, out);
   return keepdim ? out : out.view(reduced_shape(x.shape(), dims, false));
+}
+
+Tensor squared_norm(const Tensor& x) {
+  DTRAIN_CHECK(is_floating(x.dtype()), "squared_norm: expected a floating tensor, got {}", dtype_name(x.dtype()));
+  return detail::backend(x.device()).squared_norm(x);
 }
 
 Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim) {
@@ -122,8 +126,7 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
   check_defined(x, "sum_to");
   const std::size_t lead = x.shape().size() - std::min(x.shape().size(), shape.size());
   DTRAIN_CHECK(shape.size() <= x.shape().size() && broadcast_shapes(shape, x.shape(), "sum_to") == x.shape(),
-               "sum_to: shape {} does not broadcast to the tensor's shape {}", shape_str(shape),
-               shape_str(x.shape()));
+               "sum_to: shape {} does not broadcast to the tensor's shape {}", shape_str(shape), shape_str(x.shape()));
   if (x.shape() == shape) return x;
   std::vector<std::int64_t> dims;
   for (std::size_t d = 0; d < x.shape().size(); ++d)

@@ -3,6 +3,8 @@
 // grouped-query heads, dropout's mask shared by forward and backward, and bad shapes.
 #include "dtrain/autograd/attention.h"
 #include "dtrain/autograd/functions.h"
+#include "dtrain/autograd/fusion.h"
+#include "dtrain/tensor/memory_stats.h"
 #include "support/test_support.h"
 
 #include <cmath>
@@ -99,4 +101,90 @@ TEST_CASE("attention: bad shapes are refused naming them", "[autograd][cpu]") {
   REQUIRE_THROWS_WITH(scaled_dot_product_attention(q, Variable(Tensor::zeros({1, 4, 6, 3})), k),
                       Catch::Contains("do not match q"));
   REQUIRE_THROWS_WITH(scaled_dot_product_attention(q, k, k, {.dropout = 1.0}), Catch::Contains("dropout 1 outside"));
+}
+
+namespace {
+
+// Sets fused_kernels() for a scope.
+struct FusedKernels {
+  explicit FusedKernels(bool on) : saved(fused_kernels()) { set_fused_kernels(on); }
+  ~FusedKernels() { set_fused_kernels(saved); }
+  bool saved;
+};
+
+struct AttentionRun {
+  Tensor out, dq, dk, dv;
+};
+
+// Output and input gradients for the loss sum(out * weights), q, k, v given as (B, T, heads, D)
+// memory seen through transposes, as the GPT's attention passes them.
+AttentionRun run_attention(const Tensor& q_btd, const Tensor& k_btd, const Tensor& v_btd, const Tensor& weights,
+                           bool causal, bool fused) {
+  FusedKernels setting(fused);
+  Variable q(q_btd, true), k(k_btd, true), v(v_btd, true);
+  Variable out =
+      scaled_dot_product_attention(transpose(q, 1, 2), transpose(k, 1, 2), transpose(v, 1, 2), {.causal = causal});
+  sum(mul(out, Variable(weights))).backward();
+  return {out.data(), q.grad(), k.grad(), v.grad()};
+}
+
+}  // namespace
+
+TEST_CASE("attention: the fused kernels equal the unfused ops across query and key blocks", "[autograd][cpu]") {
+  // T past one 64-query and one 256-key block, and not a multiple of either; one token; heads
+  // shared by groups; f64 to rounding and f32 to its precision.
+  for (const DType dtype : {DType::f64, DType::f32}) {
+    for (const std::int64_t t : {1, 70, 300}) {
+      for (const std::int64_t kv_heads : {4, 2, 1}) {
+        for (const bool causal : {true, false}) {
+          INFO(dtype_name(dtype) << ", T " << t << ", kv heads " << kv_heads << ", causal " << causal);
+          const Tensor q = random_tensor({2, t, 4, 8}, 31, dtype, -2, 2);
+          const Tensor k = random_tensor({2, t, kv_heads, 8}, 32, dtype, -2, 2);
+          const Tensor v = random_tensor({2, t, kv_heads, 8}, 33, dtype, -1, 1);
+          const Tensor w = random_tensor({2, 4, t, 8}, 34, dtype, -1, 1);
+          const AttentionRun fused = run_attention(q, k, v, w, causal, true);
+          const AttentionRun plain = run_attention(q, k, v, w, causal, false);
+          const double rtol = dtype == DType::f64 ? 1e-12 : 2e-5, atol = dtype == DType::f64 ? 1e-13 : 2e-6;
+          test::require_close(fused.out, plain.out, rtol, atol);
+          test::require_close(fused.dq, plain.dq, rtol, atol);
+          test::require_close(fused.dk, plain.dk, rtol, atol);
+          test::require_close(fused.dv, plain.dv, rtol, atol);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("grad: fused attention across blocks, and the unfused ops, by finite differences", "[autograd][cpu]") {
+  // 70 positions: two query blocks, the causal diagonal inside the second.
+  auto q = param({1, 2, 70, 3}, 41), k = param({1, 1, 70, 3}, 42), v = param({1, 1, 70, 3}, 43);
+  for (const bool fused : {true, false}) {
+    FusedKernels setting(fused);
+    INFO("fused " << fused);
+    require_grad_ok([](Inputs in) { return scaled_dot_product_attention(in[0], in[1], in[2]); }, {q, k, v});
+  }
+}
+
+TEST_CASE("attention: the fused kernels keep memory linear in the sequence", "[autograd][cpu]") {
+  // One head of 2048 positions: its weights alone are 16 MB in f32; the fused kernels keep the
+  // inputs, output and gradients (T * D each) and per-thread blocks.
+  const std::int64_t t = 2048, d = 16;
+  const Tensor q = random_tensor({1, t, 1, d}, 51), k = random_tensor({1, t, 1, d}, 52),
+               v = random_tensor({1, t, 1, d}, 53), w = random_tensor({1, 1, t, d}, 54);
+  const auto peak_above_inputs = [&](bool fused) {
+    const std::size_t before = memory_stats(Device::cpu()).in_use_bytes;
+    reset_peak_memory(Device::cpu());
+    run_attention(q, k, v, w, true, fused);
+    return memory_stats(Device::cpu()).peak_bytes - before;
+  };
+  const std::size_t weights = static_cast<std::size_t>(t * t) * sizeof(float);
+  const std::size_t fused = peak_above_inputs(true), plain = peak_above_inputs(false);
+  INFO("peak above the inputs: fused " << fused << " B, unfused " << plain << " B, weights " << weights << " B");
+  CHECK(fused < weights / 8);
+  CHECK(plain > weights);  // the measure sees the (T, T) matrices where they exist
+}
+
+TEST_CASE("attention: a scale that is not positive is refused", "[autograd][cpu]") {
+  Variable q(Tensor::zeros({1, 1, 2, 2}));
+  REQUIRE_THROWS_WITH(scaled_dot_product_attention(q, q, q, {.scale = 0.0}), Catch::Contains("scale 0 must be > 0"));
 }

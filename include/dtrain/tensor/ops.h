@@ -16,8 +16,19 @@ namespace dtrain {
 // Element-wise
 // ============================================================================
 enum class UnaryOp : std::uint8_t {
-  Neg, Exp, Log, Sqrt, Rsqrt, Abs, Square, Reciprocal, Sign,
-  Relu, Sigmoid, Tanh, Gelu,  // gelu: the exact erf form
+  Neg,
+  Exp,
+  Log,
+  Sqrt,
+  Rsqrt,
+  Abs,
+  Square,
+  Reciprocal,
+  Sign,
+  Relu,
+  Sigmoid,
+  Tanh,
+  Gelu,      // gelu: the exact erf form
   GeluTanh,  // gelu's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
   Silu,      // x * sigmoid(x)
   kCount
@@ -28,10 +39,20 @@ enum class UnaryOp : std::uint8_t {
 // AddRelu(a, b) = relu(a + b) in one pass: a residual block's addition and ReLU.
 // GeluTanhGrad(g, x) = g * gelu_tanh'(x); SiluGrad(g, x) = g * silu'(x), both of the input x.
 enum class BinaryOp : std::uint8_t {
-  Add, Sub, Mul, Div, Max, Min, Pow,
-  ReluGrad, GeluGrad, SigmoidGrad, TanhGrad,
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Max,
+  Min,
+  Pow,
+  ReluGrad,
+  GeluGrad,
+  SigmoidGrad,
+  TanhGrad,
   AddRelu,
-  GeluTanhGrad, SiluGrad,
+  GeluTanhGrad,
+  SiluGrad,
   kCount
 };
 enum class CompareOp : std::uint8_t { Eq, Ne, Lt, Le, Gt, Ge, kCount };
@@ -81,9 +102,9 @@ inline Tensor ge(const Tensor& a, const Tensor& b) { return compare(CompareOp::G
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 
 // In-place updates used by optimizers (self must be contiguous and floating):
-Tensor& add_(Tensor& self, const Tensor& other, double alpha = 1);  // self += alpha * other
-Tensor& mul_(Tensor& self, double s);                                // self *= s
-Tensor& mul_(Tensor& self, const Tensor& other);                     // self *= other
+Tensor& add_(Tensor& self, const Tensor& other, double alpha = 1);               // self += alpha * other
+Tensor& mul_(Tensor& self, double s);                                            // self *= s
+Tensor& mul_(Tensor& self, const Tensor& other);                                 // self *= other
 Tensor& addcmul_(Tensor& self, const Tensor& a, const Tensor& b, double value);  // self += value*a*b
 Tensor& addcdiv_(Tensor& self, const Tensor& a, const Tensor& b, double value);  // self += value*a/b
 // One step of SGD with momentum, in place on param and its momentum buffer buf (both
@@ -99,6 +120,19 @@ struct SgdMomentumStep {
   bool nesterov = false;
 };
 void sgd_momentum_step_(Tensor& param, Tensor& buf, const Tensor& grad, const SgdMomentumStep& step);
+// One step of Adam or AdamW on param and its moments (all contiguous, floating, of one
+// dtype, shape and device; grad broadcasts to them), as the separate passes compute it:
+//   param *= decay_factor;                                  (AdamW: 1 - lr * weight_decay)
+//   d = grad + l2 * param;                                  (Adam's L2 penalty; 0: none)
+//   exp_avg = beta1 * exp_avg + (1 - beta1) * d;  exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * d * d;
+//   param -= step_size * exp_avg / (sqrt(exp_avg_sq) + eps).
+// step_size and eps carry the bias corrections (optim/adam_moments.h). Rounded as those
+// passes are, step by step; the CPU runs it as one pass over the four tensors instead of
+// eight with a temporary. A grad sharing memory with what the step writes is read as it was.
+struct AdamStep {
+  double decay_factor = 1, l2 = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, step_size = 0;
+};
+void adam_step_(Tensor& param, Tensor& exp_avg, Tensor& exp_avg_sq, const Tensor& grad, const AdamStep& step);
 
 // ============================================================================
 // Reductions (dims empty = all dims)
@@ -118,6 +152,9 @@ inline Tensor min(const Tensor& x, std::vector<std::int64_t> dims = {}, bool kee
   return reduce(ReduceOp::Min, x, std::move(dims), keepdim);
 }
 Tensor argmax(const Tensor& x, std::int64_t dim, bool keepdim = false);  // -> i64
+// The sum of x's squared elements as an f64 scalar on x's device, accumulated in f64 (the
+// gradient clipping norm): one pass, without an f64 copy of x.
+Tensor squared_norm(const Tensor& x);
 // Sums `x` down to `shape` (the inverse of broadcasting `shape` up to x.shape()).
 Tensor sum_to(const Tensor& x, const Shape& shape);
 
@@ -148,8 +185,7 @@ struct Conv2dParams {
 // rounded to the operands' type before they are widened (and the bias added): cuDNN writes
 // them so, and the CPU does the same to give the same numbers.
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p);
-Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Shape& x_shape,
-                             const Conv2dParams& p);
+Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& weight, const Shape& x_shape, const Conv2dParams& p);
 Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Shape& weight_shape,
                               const Conv2dParams& p);
 
@@ -262,9 +298,16 @@ class Generator {
   explicit Generator(std::uint64_t seed = 0) : seed_(seed) {}
   std::uint64_t seed() const { return seed_; }
   std::uint64_t offset() const { return offset_; }
-  void set_state(std::uint64_t seed, std::uint64_t offset) { seed_ = seed; offset_ = offset; }
+  void set_state(std::uint64_t seed, std::uint64_t offset) {
+    seed_ = seed;
+    offset_ = offset;
+  }
   // Reserves n counters and returns the first.
-  std::uint64_t advance(std::uint64_t n) { std::uint64_t o = offset_; offset_ += n; return o; }
+  std::uint64_t advance(std::uint64_t n) {
+    std::uint64_t o = offset_;
+    offset_ += n;
+    return o;
+  }
 
  private:
   std::uint64_t seed_;

@@ -25,6 +25,14 @@ class CpuBackend final : public Backend {
   void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) override;
   void update(UpdateOp op, Tensor& self, const Tensor& a, const Tensor& b, double value) override;
   void sgd_momentum_step(Tensor& param, Tensor& buf, const Tensor& grad, const SgdMomentumStep& step) override;
+  void adam_step(Tensor& param, Tensor& exp_avg, Tensor& exp_avg_sq, const Tensor& grad, const AdamStep& step) override;
+  Tensor squared_norm(const Tensor& x) override;
+  bool has_fused_attention(DType dtype) const override { return dtype == DType::f32 || dtype == DType::f64; }
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const FusedAttentionOptions& o, Tensor& out,
+                         Tensor& lse) override;
+  void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                          const Tensor& lse, const FusedAttentionOptions& o, Tensor& grad_q, Tensor& grad_k,
+                          Tensor& grad_v) override;
 
   void reduce(ReduceOp op, const Tensor& x, const std::vector<std::int64_t>& dims, Tensor& out) override;
   void argmax(const Tensor& x, std::int64_t dim, Tensor& out) override;
