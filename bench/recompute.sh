@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Activation recomputation per transformer block (train_gpt --recompute): bench_recompute on
+# GPT-2 124M (12 layers, 12 heads, width 768, vocabulary 50257) at batch 4 x 64 tokens, one
+# thread: for none, attention and full, the activations kept after the forward, the peak of
+# forward + backward over parameters and gradients (the block cache's counts: deterministic)
+# and the median step time of 5 passes; every mode's loss and gradients checked equal to
+# none's first. A few minutes.
+#   bench/recompute.sh [BUILD_DIR] [--raw FILE] [-- BENCH FLAGS]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$root/build/release
+raw=$root/bench/results/recompute.txt
+flags=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --raw) raw=$2; shift 2 ;;
+    --) shift; flags=("$@"); break ;;
+    *) build=$(cd "$1" && pwd); shift ;;
+  esac
+done
+source "$root/bench/provenance.sh"
+provenance_text "" "bench/recompute.sh" > "$raw"
+"$build/bench/bench_recompute" --threads 1 --reps 5 "${flags[@]}" | tee -a "$raw"
