@@ -48,6 +48,7 @@ struct Config {
   std::int64_t layers = 4, heads = 4, kv_heads = 0, embd = 128, block_size = 64;
   double dropout = 0;
   bool bias = false;
+  std::string recompute = "none";
   std::int64_t global_batch = 12;
   std::int64_t micro_batch = 0;  // 0: global / replicas
   std::int64_t steps = 2000;
@@ -131,6 +132,14 @@ void add_flags(CLI::App& app, Config& c) {
                  "this folder (gpt2 only)");
   examples::add_job_flags(app, c.run, "initialization, the training windows, dropout and sampling");
   examples::add_parallel_flags(app, c.parallel);
+  // Here --recompute is the model's, per block; a pipeline's own (each stage's whole forward)
+  // stays the spec's key: --parallel pp=2,recompute, or --recompute-stages.
+  app.remove_option(app.get_option("--recompute"));
+  app.add_option("--recompute", c.recompute,
+                 "recompute activations in backward, per transformer block: none, full (keep only each block's "
+                 "input) or attention (recompute the attention branch, keep the MLP's)")
+      ->check(CLI::IsMember({"none", "full", "attention"}))
+      ->capture_default_str();
 }
 
 bool is_token_file(const std::filesystem::path& p) {
@@ -267,7 +276,8 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
                        .kv_heads = c.kv_heads,
                        .embd = c.embd,
                        .dropout = c.dropout,
-                       .bias = c.bias};
+                       .bias = c.bias,
+                       .recompute = nn::parse_recompute(c.recompute)};
   const Device device = examples::run_device(r);
   auto strategy =
       examples::make_strategy(c.parallel, comm, device,

@@ -1,5 +1,6 @@
 #include "dtrain/autograd/variable.h"
 
+#include "autograd/recompute_engine.h"
 #include "dtrain/autograd/split_backward.h"
 #include "dtrain/tensor/ops.h"
 
@@ -20,12 +21,35 @@ struct Variable::Impl {
 
 namespace {
 thread_local bool t_grad_enabled = true;
-}
+thread_local detail::LeafRecorder* t_leaf_recorder = nullptr;
+}  // namespace
 
 bool grad_enabled() { return t_grad_enabled; }
 
 NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
+EnableGradGuard::EnableGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = true; }
+EnableGradGuard::~EnableGradGuard() { t_grad_enabled = previous_; }
+
+namespace detail {
+
+LeafRecorder::LeafRecorder() : previous_(t_leaf_recorder) { t_leaf_recorder = this; }
+LeafRecorder::~LeafRecorder() { t_leaf_recorder = previous_; }
+
+void LeafRecorder::see(const std::vector<Variable>& inputs) {
+  for (const Variable& v : inputs) {
+    if (!v.requires_grad()) continue;
+    // Without grad mode nothing made inside the function requires grad: this came from a
+    // graph outside it, which the recomputed graph would join and a nested backward free.
+    DTRAIN_CHECK(v.is_leaf(),
+                 "checkpoint: the function read a variable that another op computed with a graph, outside the "
+                 "function; only its input x and leaves (parameters) may carry gradients into it: pass the value "
+                 "through x, or compute it inside the function");
+    if (seen_.insert(v.id()).second) leaves_.push_back(v);
+  }
+}
+
+}  // namespace detail
 
 Variable::Variable(Tensor data, bool requires_grad) : impl_(std::make_shared<Impl>()) {
   check_defined(data, "Variable");
@@ -43,6 +67,8 @@ Variable::Variable(Tensor data, std::vector<Variable> inputs, GradFn grad_fn) : 
     impl_->requires_grad = true;
     impl_->inputs = std::move(inputs);
     impl_->grad_fn = std::move(grad_fn);
+  } else if (!t_grad_enabled && t_leaf_recorder != nullptr) {
+    t_leaf_recorder->see(inputs);
   }
 }
 
@@ -147,8 +173,10 @@ struct BackwardPass {
   using Impl = Variable::Impl;
   using State = DeferredWeightGradients::State;
 
+  // `hooks` false: a checkpoint's nested backward (recompute_engine.h), whose caller's pass
+  // fires them.
   static void run(Variable& root, const Tensor& seed, bool retain_graph,
-                  const std::unordered_set<const void*>* deferred = nullptr, State* keep = nullptr) {
+                  const std::unordered_set<const void*>* deferred = nullptr, State* keep = nullptr, bool hooks = true) {
     // Post-order (inputs before consumers). Owning pointers: freeing a node's inputs
     // below would otherwise destroy nodes that are still to be visited.
     std::vector<std::shared_ptr<Impl>> order;
@@ -194,7 +222,7 @@ struct BackwardPass {
     std::unordered_map<Impl*, Tensor> grads;  // gradients of non-leaf nodes
     auto fire_if_ready = [&](Variable& leaf) {
       auto it = pending_leaf_edges.find(leaf.impl_.get());
-      if (it != pending_leaf_edges.end() && --it->second == 0) {
+      if (it != pending_leaf_edges.end() && --it->second == 0 && hooks) {
         for (auto& hook : leaf.impl_->hooks) hook(leaf);
       }
     };
@@ -203,7 +231,9 @@ struct BackwardPass {
       grads[root.impl_.get()] = seed;
     } else {
       root.add_grad(seed);
-      for (auto& hook : root.impl_->hooks) hook(root);
+      if (hooks) {
+        for (auto& hook : root.impl_->hooks) hook(root);
+      }
       return;
     }
 
@@ -388,6 +418,16 @@ DeferredWeightGradients backward_inputs(Variable& output, const Tensor& grad_out
   }
   return BackwardPass::split(output, grad_output, ids);
 }
+
+namespace detail {
+
+void backward_without_hooks(Variable& output, const Tensor& grad_output) {
+  DTRAIN_CHECK(grad_output.shape() == output.shape(), "backward: grad_output shape {} != output shape {}",
+               shape_str(grad_output.shape()), shape_str(output.shape()));
+  BackwardPass::run(output, grad_output, /*retain_graph=*/false, nullptr, nullptr, /*hooks=*/false);
+}
+
+}  // namespace detail
 
 void Variable::backward(bool retain_graph) {
   DTRAIN_CHECK(numel() == 1, "backward: output has shape {}; pass a grad_output for non-scalar outputs",

@@ -32,15 +32,18 @@ void GptConfig::validate() const {
   DTRAIN_CHECK(dropout >= 0 && dropout < 1, "GptConfig: dropout {} outside [0, 1)", dropout);
   DTRAIN_CHECK(norm_eps > 0, "GptConfig: norm_eps {} must be positive", norm_eps);
   DTRAIN_CHECK(rope_theta > 0, "GptConfig: rope_theta {} must be positive", rope_theta);
+  DTRAIN_CHECK(recompute == Recompute::None || recompute == Recompute::Full || recompute == Recompute::Attention,
+               "GptConfig: recompute {} is not None, Full or Attention", static_cast<int>(recompute));
 }
 
 std::string GptConfig::describe() const {
   const bool llama = architecture == GptArchitecture::Llama;
   return fmt::format(
       "{} {} layers, {} heads (kv {}), width {}, mlp {}, vocab "
-      "{}, block {}, dropout {}, bias {}{}",
+      "{}, block {}, dropout {}, bias {}{}{}",
       llama ? "llama" : "gpt2", layers, heads, kv_heads_or_heads(), embd, mlp_width(), vocab_size, block_size, dropout,
-      bias && !llama, tie_embeddings ? ", tied" : "");
+      bias && !llama, tie_embeddings ? ", tied" : "",
+      recompute == Recompute::None ? std::string() : std::string(", recompute ") + recompute_name(recompute));
 }
 
 std::shared_ptr<Gpt> gpt(const GptConfig& config) { return std::make_shared<Gpt>(config); }
@@ -123,6 +126,22 @@ std::vector<std::int32_t> Gpt::generate(std::vector<std::int32_t> prompt, std::i
     out.push_back(static_cast<std::int32_t>(order[pick]));
   }
   return out;
+}
+
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::None: return "none";
+    case Recompute::Full: return "full";
+    case Recompute::Attention: return "attention";
+  }
+  return "?";
+}
+
+Recompute parse_recompute(const std::string& name) {
+  for (Recompute r : {Recompute::None, Recompute::Full, Recompute::Attention}) {
+    if (name == recompute_name(r)) return r;
+  }
+  DTRAIN_FAIL("recompute '{}': expected none, full or attention", name);
 }
 
 Variable lm_loss(const Variable& logits, const Tensor& targets) {

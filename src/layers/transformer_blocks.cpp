@@ -1,6 +1,7 @@
 #include "layers/transformer_blocks.h"
 
 #include "dtrain/autograd/attention.h"
+#include "dtrain/autograd/checkpoint.h"
 #include "dtrain/layers/normalization.h"
 
 #include <cmath>
@@ -148,15 +149,27 @@ std::string GptMlp::describe() const {
 
 // ---- block and head ----------------------------------------------------------------------------
 
-TransformerBlock::TransformerBlock(const GptConfig& c, std::shared_ptr<Generator> gen) {
+TransformerBlock::TransformerBlock(const GptConfig& c, std::shared_ptr<Generator> gen)
+    : recompute_(c.recompute), gen_(std::move(gen)) {
   ln_1_ = register_module("ln_1", make_norm(c));
-  attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(c, gen));
+  attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(c, gen_));
   ln_2_ = register_module("ln_2", make_norm(c));
-  mlp_ = register_module("mlp", std::make_shared<GptMlp>(c, gen));
+  mlp_ = register_module("mlp", std::make_shared<GptMlp>(c, gen_));
 }
 
 Variable TransformerBlock::forward(const Variable& x) {
-  Variable h = add(x, (*attn_)((*ln_1_)(x)));
+  // Evaluation keeps nothing for a backward: nothing to recompute.
+  const Recompute r = is_training() && grad_enabled() ? recompute_ : Recompute::None;
+  if (r == Recompute::None) return block(x);
+  if (r == Recompute::Full) return checkpoint([this](const Variable& in) { return block(in); }, x, gen_.get());
+  Variable h = add(x, checkpoint([this](const Variable& in) { return attention_branch(in); }, x, gen_.get()));
+  return add(h, (*mlp_)((*ln_2_)(h)));
+}
+
+Variable TransformerBlock::attention_branch(const Variable& x) { return (*attn_)((*ln_1_)(x)); }
+
+Variable TransformerBlock::block(const Variable& x) {
+  Variable h = add(x, attention_branch(x));
   return add(h, (*mlp_)((*ln_2_)(h)));
 }
 

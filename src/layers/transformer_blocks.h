@@ -51,7 +51,8 @@ class GptMlp : public Module {
   std::shared_ptr<Linear> gate_, up_, down_;  // Llama (SwiGLU)
 };
 
-// x + attn(norm_1(x)), then + mlp(norm_2(x)).
+// x + attn(norm_1(x)), then + mlp(norm_2(x)); in training, recomputed in backward as the
+// configuration says (gpt.h's Recompute), from the dropout generator `gen` as it stood.
 class TransformerBlock : public Module {
  public:
   TransformerBlock(const GptConfig& config, std::shared_ptr<Generator> gen);
@@ -59,6 +60,11 @@ class TransformerBlock : public Module {
   std::string describe() const override { return "TransformerBlock"; }
 
  private:
+  Variable attention_branch(const Variable& x);  // attn(norm_1(x))
+  Variable block(const Variable& x);             // the whole block, never recomputed itself
+
+  Recompute recompute_;
+  std::shared_ptr<Generator> gen_;
   ModulePtr ln_1_, ln_2_;
   std::shared_ptr<CausalSelfAttention> attn_;
   std::shared_ptr<GptMlp> mlp_;

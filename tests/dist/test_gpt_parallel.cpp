@@ -3,7 +3,9 @@
 // 2-stage pipeline, whose first and last stages share the tied weight and sum its gradient,
 // end with one process's validation loss on the same global batches within 1e-5 relative
 // (f32 sums in other orders). The clipping norm is low enough to act at every update, so a
-// tied weight counted twice in the norm would show.
+// tied weight counted twice in the norm would show. Blocks recomputed in backward
+// (GptConfig::recompute) under ZeRO-3, a pipeline and tensor parallelism, whose forward hooks
+// run again in the recomputation, equal one process too.
 #include "dtrain/comm/communicator.h"
 #include "dtrain/data/token_windows.h"
 #include "dtrain/dist/strategy/strategy_factory.h"
@@ -37,8 +39,9 @@ data::TokenStream token_stream() {
 // 17 ids: uneven vocabulary shards under tensor parallelism (ZeRO with sequence
 // parallelism needs even ones: 18).
 Outcome train_gpt(const std::string& spec, const dist::CommunicatorPtr& world, std::int64_t updates = 20,
-                  std::int64_t vocab = 17) {
-  const nn::GptConfig config{.vocab_size = vocab, .block_size = 8, .layers = 2, .heads = 4, .embd = 16};
+                  std::int64_t vocab = 17, nn::Recompute recompute = nn::Recompute::None) {
+  const nn::GptConfig config{
+      .vocab_size = vocab, .block_size = 8, .layers = 2, .heads = 4, .embd = 16, .recompute = recompute};
   auto strategy =
       dist::make_strategy(spec, world, Device::cpu(), {.tensor_parallel_plan = dist::gpt_tensor_parallel_plan(config)});
   manual_seed(11);
@@ -96,6 +99,21 @@ TEST_CASE(
     const Outcome run = train_gpt(spec, world);
     INFO(spec << " at np " << W << ": validation loss " << run.val_loss << ", one process's " << one.val_loss
               << "; last norm " << run.grad_norm << ", one process's " << one.grad_norm);
+    CHECK(std::abs(run.val_loss - one.val_loss) <= 1e-5 * one.val_loss);
+    CHECK(std::abs(run.grad_norm - one.grad_norm) <= 1e-4 * one.grad_norm);
+  }
+  // Recomputation: ZeRO-3 gathers a recomputed layer's unit again (one per layer, and the
+  // default units), a pipeline's stages and tensor parallelism's collectives run again.
+  using nn::Recompute;
+  for (const auto& [spec, recompute] :
+       std::vector<std::pair<std::string, Recompute>>{{"zero=3,gather_mb=0", Recompute::Full},
+                                                      {"zero=3", Recompute::Attention},
+                                                      {"pp=2,micro=2", Recompute::Full},
+                                                      {W == 2 ? "tp=2,sp" : "zero=3,tp=2", Recompute::Full}}) {
+    const Outcome run = train_gpt(spec, world, 20, 17, recompute);
+    INFO(spec << ", recompute " << nn::recompute_name(recompute) << " at np " << W << ": validation loss "
+              << run.val_loss << ", one process's " << one.val_loss << "; last norm " << run.grad_norm
+              << ", one process's " << one.grad_norm);
     CHECK(std::abs(run.val_loss - one.val_loss) <= 1e-5 * one.val_loss);
     CHECK(std::abs(run.grad_norm - one.grad_norm) <= 1e-4 * one.grad_norm);
   }

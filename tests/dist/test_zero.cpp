@@ -6,7 +6,8 @@
 // parameters straddling ranks (tiny buckets over an MLP of 66 elements), with gradient
 // accumulation and with clipping; every rank's optimizer holds state for 1/W of the
 // elements, and stages 2 and 3 leave no whole gradient behind; stage 3 holds at most two
-// gather units whole, and none between steps; a checkpoint (stage 1, or stage 3's
+// gather units whole, and none between steps, and with blocks recomputed in backward
+// (autograd/checkpoint.h) one block's units more; a checkpoint (stage 1, or stage 3's
 // parameters in ranges) resumes bit for bit under the same strategy and loads into plain
 // data parallelism and the other stage; bad stages, and what stage 3 cannot gather, are
 // refused on every rank with the layer's name.
@@ -19,6 +20,7 @@
 #include "dtrain/dist/data_parallel/data_parallel_strategy.h"
 #include "dtrain/dist/zero/zero_strategy.h"
 #include "dtrain/layers/activation.h"
+#include "dtrain/layers/gpt.h"
 #include "dtrain/layers/linear.h"
 #include "dtrain/layers/models.h"
 #include "dtrain/layers/normalization.h"
@@ -343,6 +345,40 @@ TEST_CASE("Sharded data parallel, stage 3: at most two gather units are whole, n
   CHECK(eval_peak == 2);
   CHECK_THAT(outside, Catch::Matchers::Contains("the parameters of layer '1' are whole only inside"));
   CHECK(trained.params.size() == 10);
+}
+
+TEST_CASE("Sharded data parallel, stage 3: a recomputed block's units stay whole through its backward, no more",
+          "[dist][mpi]") {
+  auto world = dist::world();
+  // A unit per layer. The plain step holds at most 3 whole (the unit computing, the one
+  // prefetched, and the embedding's, which the tied head borrows until its gradient is
+  // complete). Recomputing, a block's 6 layers (norms, the attention's and the MLP's
+  // projections) stay whole from their recomputation through their backward, as FSDP keeps a
+  // checkpointed block's unit: 5 more. A recomputation that prefetched in forward order (the
+  // next forward's unit, left whole to the end of the step) would show (11 here).
+  std::vector<std::size_t> peaks;
+  std::vector<std::vector<Tensor>> params;
+  for (nn::Recompute recompute : {nn::Recompute::None, nn::Recompute::Full}) {
+    manual_seed(5);
+    auto model =
+        nn::gpt({.vocab_size = 11, .block_size = 6, .layers = 3, .heads = 2, .embd = 8, .recompute = recompute});
+    auto sharded =
+        std::make_shared<dist::ZeroStrategy>(world, Device::cpu(), dist::ZeroOptions{.stage = 3, .unit_bytes = 0});
+    sharded->prepare(model);
+    optim::Adam adam(sharded->module().parameters(), {.lr = 0.01});
+    const dist::StepConfig config{.loss = nn::lm_loss};
+    const Tensor tokens = Tensor::from_vector<std::int64_t>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1}, {2, 6});
+    sharded->take_peak_whole_units();
+    const std::vector<dist::MicroBatch> micro{{tokens, tokens}};
+    sharded->train_step(micro, adam, config);
+    peaks.push_back(sharded->take_peak_whole_units());
+    params.push_back(whole_snapshot(*sharded));
+  }
+  Tensor done = Tensor::ones({1});
+  world->all_reduce(done, ReduceOp::Sum);  // the last collective
+  CHECK(relative_diff(params[1], params[0]) == 0);
+  CHECK(peaks[0] <= 3);
+  CHECK(peaks[1] <= peaks[0] + 5);
 }
 
 namespace {

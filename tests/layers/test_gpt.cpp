@@ -1,6 +1,7 @@
 // nn::gpt: parameter counts as PyTorch counts them (the tied weight once), causality (a
 // token never changes the logits before it), finite-difference gradients through the whole
-// model for both architectures, dropout keyed by its generator, sampling, bad configs.
+// model for both architectures, dropout keyed by its generator, recomputation (full and
+// attention only) giving the plain model's loss and gradients, sampling, bad configs.
 #include "dtrain/layers/gpt.h"
 #include "support/test_support.h"
 
@@ -107,6 +108,65 @@ TEST_CASE("gpt: dropout draws from the model's generator", "[layers][gpt]") {
   REQUIRE(max_abs_diff(run(4, 1 << 20), run(4, 2 << 20)) > 0);
   model->eval();
   REQUIRE(max_abs_diff(run(4, 1 << 20), run(5, 0)) == 0);  // no dropout in eval mode
+}
+
+TEST_CASE("gpt: recompute full and attention give the loss and every gradient of none, dropout too", "[layers][gpt]") {
+  const Tensor tokens = tokens_of({1, 6, 2, 0, 3, 5, 4, 1, 9, 10, 7, 8}, 2);
+  const Tensor targets = tokens_of({6, 2, 0, 3, 5, 4, 1, 2, 10, 7, 8, 9}, 2);
+  for (auto arch : {nn::GptArchitecture::Gpt2, nn::GptArchitecture::Llama}) {
+    for (double p : {0.0, 0.25}) {
+      // One training step's loss and gradients, and where the dropout generator ends.
+      const auto step = [&](nn::Recompute r) {
+        nn::GptConfig c = tiny(arch);
+        c.dropout = p;
+        c.recompute = r;
+        manual_seed(8);
+        auto model = nn::gpt(c);
+        model->dropout_generator().set_state(5, 1 << 20);
+        Variable loss = nn::lm_loss((*model)(Variable(tokens)), targets);
+        loss.backward();
+        std::vector<Tensor> out{loss.data().clone()};
+        for (const Variable& param : model->parameters()) out.push_back(param.grad().clone());
+        out.push_back(Tensor::full({1}, static_cast<double>(model->dropout_generator().offset()), {DType::f64}));
+        return out;
+      };
+      const std::vector<Tensor> plain = step(nn::Recompute::None);
+      for (auto r : {nn::Recompute::Full, nn::Recompute::Attention}) {
+        INFO((arch == nn::GptArchitecture::Llama ? "llama" : "gpt2")
+             << ", dropout " << p << ", recompute " << nn::recompute_name(r));
+        const std::vector<Tensor> again = step(r);
+        REQUIRE(again.size() == plain.size());
+        // The same ops on the same tensors in the same order: equal bit for bit in f32.
+        for (std::size_t i = 0; i < plain.size(); ++i) {
+          INFO("tensor " << i << " (0: the loss, then the gradients, last the generator's offset)");
+          CHECK(max_abs_diff(again[i], plain[i]) == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("gpt: recomputation shows in describe(), evaluation runs the plain forward", "[layers][gpt]") {
+  nn::GptConfig c = tiny(nn::GptArchitecture::Gpt2);
+  CHECK_THAT(c.describe(), !Catch::Contains("recompute"));
+  c.recompute = nn::Recompute::Attention;
+  CHECK_THAT(c.describe(), Catch::EndsWith(", recompute attention"));
+  CHECK(nn::parse_recompute("full") == nn::Recompute::Full);
+  REQUIRE_THROWS_WITH(nn::parse_recompute("some"),
+                      Catch::Contains("recompute 'some': expected none, full or attention"));
+  c.recompute = static_cast<nn::Recompute>(7);
+  REQUIRE_THROWS_WITH(nn::gpt(c), Catch::Contains("recompute 7 is not None, Full or Attention"));
+  // Without grad mode (or in eval mode) a recomputing model is the plain one.
+  c.recompute = nn::Recompute::Full;
+  manual_seed(4);
+  auto model = nn::gpt(c);
+  c.recompute = nn::Recompute::None;
+  manual_seed(4);
+  auto plain = nn::gpt(c);
+  const Tensor tokens = tokens_of({1, 2, 3, 4, 5, 6}, 1);
+  model->eval();
+  plain->eval();
+  CHECK(max_abs_diff((*model)(Variable(tokens)).data(), (*plain)(Variable(tokens)).data()) == 0);
 }
 
 TEST_CASE("gpt: generation is the generator's, greedy at temperature 0", "[layers][gpt]") {

@@ -46,7 +46,7 @@ class Variable {
   // The same for a gradient the caller gives up (an op's fresh result): a leaf's first
   // gradient that nothing else refers to becomes its own without a copy.
   void add_grad(Tensor&& grad);
-  void zero_grad();                   // drops the gradient
+  void zero_grad();  // drops the gradient
 
   // Gradient of a scalar output (seed 1) or of any output given its grad_output.
   void backward(bool retain_graph = false);
@@ -89,5 +89,18 @@ class NoGradGuard {
   bool previous_;
 };
 bool grad_enabled();
+
+// Enables it in its scope, under an outer NoGradGuard too (checkpoint.h's recomputation,
+// which runs inside a backward).
+class EnableGradGuard {
+ public:
+  EnableGradGuard();
+  ~EnableGradGuard();
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
 
 }  // namespace dtrain

@@ -24,6 +24,12 @@ enum class GptArchitecture {
   Llama,  // rotary positions, RMSNorm, SwiGLU MLP, never biases
 };
 
+// Activation recomputation per block in training (autograd/checkpoint.h): memory for one
+// more forward of what is recomputed. Full keeps only each block's input; Attention keeps
+// the MLP's activations and recomputes the attention branch, norm_1(x) to its projection,
+// whose T^2 probabilities per head are most of a block's activations at long sequences.
+enum class Recompute { None, Full, Attention };
+
 struct GptConfig {
   GptArchitecture architecture = GptArchitecture::Gpt2;
   std::int64_t vocab_size = 50257;
@@ -40,6 +46,7 @@ struct GptConfig {
   bool tie_embeddings = true;  // the output projection is the token embedding
   double norm_eps = 1e-5;
   double rope_theta = 10000;  // Llama only
+  Recompute recompute = Recompute::None;
 
   std::int64_t kv_heads_or_heads() const { return kv_heads > 0 ? kv_heads : heads; }
   std::int64_t head_dim() const { return embd / heads; }
@@ -47,6 +54,7 @@ struct GptConfig {
   // Throws, naming the field, unless the sizes fit together (heads divide embd, ...).
   void validate() const;
   // "gpt2 4 layers, 4 heads (kv 4), width 128, vocab 256, block 64, dropout 0, bias false"
+  // (and ", recompute full" or ", recompute attention" when it recomputes)
   std::string describe() const;
 };
 
@@ -89,5 +97,9 @@ class Gpt : public Sequential {
 // Mean cross-entropy of logits (B, T, V) against targets (B, T) (i64 or i32): the language
 // model's loss, every token weighted alike.
 Variable lm_loss(const Variable& logits, const Tensor& targets);
+
+// "none", "full", "attention"; parse_recompute reads them back (throws naming the others).
+const char* recompute_name(Recompute r);
+Recompute parse_recompute(const std::string& name);
 
 }  // namespace dtrain::nn

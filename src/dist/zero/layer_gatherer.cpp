@@ -1,6 +1,7 @@
 #include "dist/zero/layer_gatherer.h"
 
 #include "dist/zero/shard_layout.h"
+#include "dtrain/autograd/checkpoint.h"
 #include "dtrain/core/trace.h"
 
 #include <fmt/format.h>
@@ -251,8 +252,9 @@ void LayerGatherer::before_forward(std::size_t u) {
   ensure_whole(u);
   for (std::size_t b : units_[u]->borrows) ensure_whole(b);
   ++units_[u]->active;
-  // Forward runs the units from the last to the first: prefetch the next one.
-  if (u > 0 && units_[u - 1]->state == Unit::State::Released) start_gather(u - 1);
+  // Forward runs the units from the last to the first: prefetch the next one. Not in a
+  // checkpoint's recomputation: backward comes next, and the identity op prefetches for it.
+  if (!recomputing() && u > 0 && units_[u - 1]->state == Unit::State::Released) start_gather(u - 1);
 }
 
 Variable LayerGatherer::after_forward(std::size_t u, nn::Module& layer, Variable output) {
@@ -262,7 +264,9 @@ Variable LayerGatherer::after_forward(std::size_t u, nn::Module& layer, Variable
   // Backward starts with unit 0: keep it whole when a backward can follow.
   if (x.active == 0 && x.last_done) {
     x.last_done = false;
-    if (!(u == 0 && grad_enabled())) release(u);
+    // A checkpoint's recomputation is followed at once by the backward through these layers:
+    // the unit stays whole until its gradients are in (gradient_ready), or the pass ends.
+    if (!(u == 0 && grad_enabled()) && !recomputing()) release(u);
     // A borrowed unit stays whole for the backward, until its gradients are complete
     // (gradient_ready); without one, it goes now unless its own layers run.
     if (!grad_enabled()) {

@@ -15,7 +15,9 @@
 // passes through an identity op whose backward gathers the unit again (and prefetches the
 // unit backward reaches next); once every parameter of the unit has its gradient for that
 // backward (the grad hooks), the unit's bytes are freed again. So at most the unit that
-// computes and the one prefetched are whole at any time.
+// computes and the one prefetched are whole at any time. A layer recomputed in backward
+// (autograd/checkpoint.h) gathers its unit again in the recomputation, which keeps it whole
+// for the backward that follows and prefetches nothing in forward order.
 //
 // The order is the same on every rank (the same model, the same hooks), so the collectives
 // pair up. A parameter read outside its layer's forward and backward (a module that reaches
