@@ -47,8 +47,9 @@ class Replay {
 
 bool recomputing() { return t_recomputing > 0; }
 
-Variable checkpoint(const std::function<Variable(const Variable&)>& fn, const Variable& x, Generator* generator) {
-  DTRAIN_CHECK(x.defined(), "checkpoint: the input is undefined");
+Variable activation_checkpoint(const std::function<Variable(const Variable&)>& fn, const Variable& x,
+                               Generator* generator) {
+  DTRAIN_CHECK(x.defined(), "activation_checkpoint: the input is undefined");
   if (!grad_enabled()) return fn(x);
   Generator* gen = generator != nullptr ? generator : &default_generator();
   const FirstRun first{gen, gen->seed(), gen->offset(), autocast_dtype()};
@@ -60,7 +61,7 @@ Variable checkpoint(const std::function<Variable(const Variable&)>& fn, const Va
     out = fn(x.detach());
     inputs.insert(inputs.end(), recorder.leaves().begin(), recorder.leaves().end());
   }
-  DTRAIN_CHECK(out.defined(), "checkpoint: the function returned an undefined variable");
+  DTRAIN_CHECK(out.defined(), "activation_checkpoint: the function returned an undefined variable");
   // The node keeps x and the parameters; the activations fn made are gone already.
   return Variable(out.data(), std::move(inputs), [fn, first](std::vector<Variable>& in, const Tensor& grad_output) {
     // x's gradient when the pass asks for it (a split backward's weight pass hides it).
@@ -70,11 +71,11 @@ Variable checkpoint(const std::function<Variable(const Variable&)>& fn, const Va
       Replay replay(first);
       again = fn(input);
     }
-    DTRAIN_CHECK(again.defined() && again.shape() == grad_output.shape(),
-                 "checkpoint: the recomputed output has shape {}, the first run's {}: the function must compute "
-                 "the same thing twice",
-                 again.defined() ? shape_str(again.shape()) : std::string("(undefined)"),
-                 shape_str(grad_output.shape()));
+    DTRAIN_CHECK(
+        again.defined() && again.shape() == grad_output.shape(),
+        "activation_checkpoint: the recomputed output has shape {}, the first run's {}: the function must compute "
+        "the same thing twice",
+        again.defined() ? shape_str(again.shape()) : std::string("(undefined)"), shape_str(grad_output.shape()));
     // The parameters' gradients add up as this runs; their hooks fire in the outer pass,
     // which counts this node among their uses.
     if (again.requires_grad()) detail::backward_without_hooks(again, grad_output);

@@ -42,7 +42,7 @@ void LeafRecorder::see(const std::vector<Variable>& inputs) {
     // Without grad mode nothing made inside the function requires grad: this came from a
     // graph outside it, which the recomputed graph would join and a nested backward free.
     DTRAIN_CHECK(v.is_leaf(),
-                 "checkpoint: the function read a variable that another op computed with a graph, outside the "
+                 "activation_checkpoint: the function read a variable that another op computed with a graph, outside the "
                  "function; only its input x and leaves (parameters) may carry gradients into it: pass the value "
                  "through x, or compute it inside the function");
     if (seen_.insert(v.id()).second) leaves_.push_back(v);

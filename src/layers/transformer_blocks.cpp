@@ -161,8 +161,10 @@ Variable TransformerBlock::forward(const Variable& x) {
   // Evaluation keeps nothing for a backward: nothing to recompute.
   const Recompute r = is_training() && grad_enabled() ? recompute_ : Recompute::None;
   if (r == Recompute::None) return block(x);
-  if (r == Recompute::Full) return checkpoint([this](const Variable& in) { return block(in); }, x, gen_.get());
-  Variable h = add(x, checkpoint([this](const Variable& in) { return attention_branch(in); }, x, gen_.get()));
+  if (r == Recompute::Full)
+    return activation_checkpoint([this](const Variable& in) { return block(in); }, x, gen_.get());
+  Variable h =
+      add(x, activation_checkpoint([this](const Variable& in) { return attention_branch(in); }, x, gen_.get()));
   return add(h, (*mlp_)((*ln_2_)(h)));
 }
 

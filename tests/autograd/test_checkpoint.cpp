@@ -36,7 +36,7 @@ std::vector<Tensor> gradients(const Mlp& mlp, bool checkpointed, Generator* save
   Variable x = leaf({4, 8}, 5);
   for (const Variable& p : mlp.parameters()) Variable(p).zero_grad();
   const auto fn = [&](const Variable& h) { return mlp(h); };
-  Variable y = checkpointed ? checkpoint(fn, mul(x, x), saved) : fn(mul(x, x));
+  Variable y = checkpointed ? activation_checkpoint(fn, mul(x, x), saved) : fn(mul(x, x));
   sum(mul(y, y)).backward();
   std::vector<Tensor> out{x.grad().clone()};
   for (const Variable& p : mlp.parameters()) out.push_back(p.grad().clone());
@@ -90,7 +90,7 @@ TEST_CASE("checkpoint: a leaf's hooks fire once per backward, after its last con
     const auto f = [&](const Variable& h) { return tanh(mul(h, w)); };
     const auto g = [&](const Variable& h) { return mul(add(h, w), v); };
     const auto run = [&](const std::function<Variable(const Variable&)>& fn, const Variable& h) {
-      return checkpointed ? checkpoint(fn, h) : fn(h);
+      return checkpointed ? activation_checkpoint(fn, h) : fn(h);
     };
     return sum(mul(run(g, run(f, x)), w));
   };
@@ -126,8 +126,10 @@ TEST_CASE("checkpoint: nested checkpoints give the plain gradients, hooks once",
   outer.w1 = leaf({16, 8}, 21);
   const auto composed = [&](const Variable& h, bool checkpointed) {
     const auto in = [&](const Variable& a) { return inner(a); };
-    const auto whole = [&](const Variable& a) { return outer(add(checkpointed ? checkpoint(in, a) : in(a), a)); };
-    return checkpointed ? checkpoint(whole, h) : whole(h);
+    const auto whole = [&](const Variable& a) {
+      return outer(add(checkpointed ? activation_checkpoint(in, a) : in(a), a));
+    };
+    return checkpointed ? activation_checkpoint(whole, h) : whole(h);
   };
   std::vector<Variable> params = inner.parameters();
   for (const Variable& p : outer.parameters()) params.push_back(p);
@@ -158,19 +160,19 @@ TEST_CASE("checkpoint: an input without a gradient, a function without parameter
     plain.push_back(p.grad().clone());
     p.zero_grad();
   }
-  Variable y = checkpoint(fn, x);
+  Variable y = activation_checkpoint(fn, x);
   REQUIRE(y.requires_grad());  // through the parameters
   sum(y).backward();
   for (std::size_t i = 0; i < plain.size(); ++i) CHECK(max_abs_diff(mlp.parameters()[i].grad(), plain[i]) == 0);
   CHECK_FALSE(x.has_grad());
 
-  const Variable constant = checkpoint([](const Variable& h) { return mul(h, 2.0); }, x);
+  const Variable constant = activation_checkpoint([](const Variable& h) { return mul(h, 2.0); }, x);
   CHECK_FALSE(constant.requires_grad());
   CHECK(max_abs_diff(constant.data(), mul(x.data(), 2.0)) == 0);
 
   int calls = 0;
   NoGradGuard no_grad;
-  Variable z = checkpoint(
+  Variable z = activation_checkpoint(
       [&](const Variable& h) {
         ++calls;
         return mlp(h);
@@ -183,7 +185,7 @@ TEST_CASE("checkpoint: an input without a gradient, a function without parameter
 TEST_CASE("checkpoint: recomputing() holds only while the function runs again", "[autograd][cpu]") {
   Variable w = leaf({3}, 41);
   std::vector<bool> seen;
-  Variable y = checkpoint(
+  Variable y = activation_checkpoint(
       [&](const Variable& h) {
         seen.push_back(recomputing());
         return mul(h, w);
@@ -203,7 +205,7 @@ TEST_CASE("checkpoint: the split backward's two passes add what backward() adds"
   std::vector<int> fired(4, 0);
   std::vector<Variable> params = mlp.parameters();
   for (std::size_t i = 0; i < params.size(); ++i) params[i].register_grad_hook([&fired, i](Variable&) { ++fired[i]; });
-  Variable y = checkpoint([&](const Variable& h) { return mlp(h); }, mul(x, x));
+  Variable y = activation_checkpoint([&](const Variable& h) { return mlp(h); }, mul(x, x));
   Variable loss = sum(mul(y, y));
   // The weights (2-D) wait for W; the biases count in B, as the pipeline splits them.
   DeferredWeightGradients w = backward_inputs(loss, Tensor::ones({}), {mlp.w1, mlp.w2});
@@ -226,7 +228,7 @@ TEST_CASE("checkpoint: the node keeps its input, not the function's activations"
   const Variable x(test::random_tensor({64, 1024}, 52), true);
   const auto held = [&](bool checkpointed) {
     const std::size_t before = memory_stats(Device::cpu()).in_use_bytes;
-    Variable y = checkpointed ? checkpoint(fn, x) : fn(x);
+    Variable y = checkpointed ? activation_checkpoint(fn, x) : fn(x);
     return static_cast<double>(memory_stats(Device::cpu()).in_use_bytes - before);
   };
   const double activation = 64.0 * 1024 * 4;
@@ -237,10 +239,11 @@ TEST_CASE("checkpoint: the node keeps its input, not the function's activations"
 TEST_CASE("checkpoint: a value from a graph outside the function is refused", "[autograd][cpu]") {
   Variable w = leaf({3}, 61);
   Variable outside = mul(w, w);  // computed with a graph, then read by the function
-  CHECK_THROWS_WITH(checkpoint([&](const Variable& h) { return mul(h, outside); }, leaf({3}, 62)),
+  CHECK_THROWS_WITH(activation_checkpoint([&](const Variable& h) { return mul(h, outside); }, leaf({3}, 62)),
                     Contains("checkpoint: the function read a variable that another op computed with a graph"));
   // The function computes something else the second time: named.
   int calls = 0;
-  Variable y = checkpoint([&](const Variable& h) { return ++calls == 1 ? mul(h, w) : sum(mul(h, w)); }, leaf({3}, 63));
+  Variable y = activation_checkpoint([&](const Variable& h) { return ++calls == 1 ? mul(h, w) : sum(mul(h, w)); },
+                                     leaf({3}, 63));
   CHECK_THROWS_WITH(sum(y).backward(), Contains("the recomputed output has shape [], the first run's [3]"));
 }

@@ -1,10 +1,10 @@
 // Activation checkpointing, as PyTorch's torch.utils.checkpoint (its non-reentrant form):
-// checkpoint(fn, x) is fn(x), but backward keeps only x, not the activations fn makes. The
+// activation_checkpoint(fn, x) is fn(x), but backward keeps only x, not the activations fn makes. The
 // forward runs fn without a graph; the backward runs fn again on x, with a graph and from
 // the random numbers the first run drew, and backpropagates through that. Memory for time:
 // one more forward of fn per backward.
 //
-//   Variable y = checkpoint([&](const Variable& h) { return (*block)(h); }, x, &model->dropout_generator());
+//   Variable y = activation_checkpoint([&](const Variable& h) { return (*block)(h); }, x, &model->dropout_generator());
 //
 // - Parameters: the leaves fn reads (found as the forward runs) are inputs of the checkpoint's
 //   node. Their gradients add up as without it, and their hooks (data parallelism's buckets,
@@ -30,8 +30,8 @@
 namespace dtrain {
 
 // `generator` must outlive the backward.
-Variable checkpoint(const std::function<Variable(const Variable&)>& fn, const Variable& x,
-                    Generator* generator = nullptr);
+Variable activation_checkpoint(const std::function<Variable(const Variable&)>& fn, const Variable& x,
+                               Generator* generator = nullptr);
 
 // Whether a checkpoint's backward is running its function again on this thread: a forward
 // hook that prepares the next forward (ZeRO-3's prefetch) has nothing to prepare then.
