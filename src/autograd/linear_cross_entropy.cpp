@@ -1,10 +1,14 @@
 // The output projection and cross-entropy fused over chunks of tokens (linear_cross_entropy.h).
-// Per chunk of c tokens, with P the chunk's softmax and Y its one-hot targets:
-//   loss      += -sum log_softmax(h_c W^T)[target]
-//   grad_h_c   = (P - Y) W           (its own rows of grad_h)
-//   grad_W    += (P - Y)^T h_c       (the GEMM adds into grad_W: no V x d temporary)
-// The mean's 1/N and the incoming gradient are applied once, in the backward, to the two
-// sums instead of to every chunk's c x V values. Only tensor ops, so it runs on any device.
+// Per chunk of c tokens, with x = h_c W^T its logits, m their row maxima, E = exp(x - m), s the
+// row sums of E (so the softmax is P = E / s) and Y the one-hot targets:
+//   loss     += sum of log s - (x - m)[target]
+//   grad_h_c  = (P - Y) W     = diag(1/s) (E - diag(s) Y) W    (the chunk's own rows of grad_h)
+//   grad_W   += (P - Y)^T h_c = (E - diag(s) Y)^T diag(1/s) h_c  (the GEMM adds into grad_W)
+// The 1/s goes onto the c x d operand or result instead of the c x V values (one pass fewer
+// over them), and E - s Y subtracts at the target the sum it belongs to, so P - 1 keeps its
+// precision. The softmax is written with the element-wise ops, whose exp is vectorised. The
+// mean's 1/N and the incoming gradient are applied once, in the backward, to the two sums.
+// Only tensor ops, so it runs on any device.
 #include "dtrain/autograd/linear_cross_entropy.h"
 
 #include "dtrain/autograd/variable.h"
@@ -17,7 +21,7 @@ namespace dtrain {
 
 namespace {
 
-constexpr std::int64_t kChunkBytes = std::int64_t{32} << 20;  // one chunk's logits, by default
+constexpr std::int64_t kChunkBytes = std::int64_t{64} << 20;  // one chunk's logits, by default
 
 void check_arguments(const Variable& hidden, const Variable& weight, const Tensor& targets,
                      const LinearCrossEntropyOptions& options) {
@@ -86,8 +90,7 @@ Variable linear_cross_entropy(const Variable& hidden, const Variable& weight, co
   const bool need_h = grad_enabled() && hidden.requires_grad();
   const bool need_w = grad_enabled() && weight.requires_grad();
   Tensor grad_h = need_h ? Tensor::zeros({n, d}, opts) : Tensor();  // sums of (P - Y) W, by rows
-  Tensor grad_w = need_w ? Tensor::zeros({v, d}, opts) : Tensor();  // sum of (P - Y)^T h
-  const Tensor ones = Tensor::ones({chunk, 1}, opts);               // the one-hot rows' values
+  Tensor grad_w;                                                    // sum of (P - Y)^T h
   Tensor picked = Tensor::empty({n, 1}, opts);                      // each token's log-probability
 
   // Each chunk's c x V buffers are freed before the next chunk asks for the same sizes, so the
@@ -96,18 +99,29 @@ Variable linear_cross_entropy(const Variable& hidden, const Variable& weight, co
     const std::int64_t c = std::min(chunk, n - start);
     const Tensor hc = h.narrow(0, start, c);
     const Tensor tc = t.narrow(0, start, c);
-    Tensor logp = log_softmax(matmul(hc, w, false, true), 1);
-    picked.narrow(0, start, c).copy_(gather(logp, 1, tc));
+    Tensor x = matmul(hc, w, false, true);
+    binary_out(BinaryOp::Sub, x, max(x, {1}, true), x);  // x - m: exp cannot overflow
+    const Tensor target = gather(x, 1, tc);
+    Tensor e = exp(x);
+    x = Tensor();
+    const Tensor sums = sum(e, {1}, true);
+    picked.narrow(0, start, c).copy_(sub(target, log(sums)));
     if (!need_h && !need_w) continue;
-    Tensor dlogits = exp(logp);  // P
-    logp = Tensor();
-    binary_out(BinaryOp::Sub, dlogits, scatter_add({c, v}, 1, tc, ones.narrow(0, 0, c)), dlogits);  // P - Y
+    binary_out(BinaryOp::Sub, e, scatter_add({c, v}, 1, tc, sums), e);  // E - diag(s) Y
+    const Tensor inverse = unary(UnaryOp::Reciprocal, sums);
     if (need_h) {
       Tensor rows = grad_h.narrow(0, start, c);
-      matmul_add_(rows, dlogits, w);
+      matmul_add_(rows, e, w);
+      mul_(rows, inverse);
     }
-    if (need_w) matmul_add_(grad_w, dlogits, hc, true, false);
+    if (need_w) {
+      // The first chunk's product starts the sum (no V x d of zeros to write and read back).
+      const Tensor scaled = mul(hc, inverse);
+      if (grad_w.defined()) matmul_add_(grad_w, e, scaled, true, false);
+      else grad_w = matmul(e, scaled, true, false);
+    }
   }
+  if (need_w && !grad_w.defined()) grad_w = Tensor::zeros({v, d}, opts);  // no tokens
 
   const double count = static_cast<double>(std::max<std::int64_t>(n, 1));
   // Summed in f64, rounded once to the operands' dtype.

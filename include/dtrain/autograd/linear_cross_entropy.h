@@ -12,9 +12,11 @@
 namespace dtrain {
 
 struct LinearCrossEntropyOptions {
-  // Tokens (rows of logits) per chunk; 0 picks the most whose logits take at most 32 MiB in
-  // the operands' dtype, at least 1 (166 rows of GPT-2's vocabulary in f32). Several
-  // chunk-sized buffers live at once (the logits, their log-softmax, the one-hot targets).
+  // Tokens (rows of logits) per chunk; 0 picks the most whose logits take at most 64 MiB in
+  // the operands' dtype, at least 1 (333 rows of GPT-2's vocabulary in f32). At most two
+  // chunk-sized buffers live at once. Smaller chunks hold less but run smaller GEMMs, and
+  // each chunk re-reads and re-writes the whole V x d weight gradient (on one CPU core, 166
+  // rows of GPT-2's head ran the GEMMs measurably slower than 333).
   std::int64_t chunk_tokens = 0;
 };
 
