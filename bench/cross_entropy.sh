@@ -41,6 +41,8 @@ python=${PYTHON:-$root/.venv/bin/python}
 source "$root/bench/provenance.sh"
 peer=$("$python" -c 'import torch; print(f"torch {torch.__version__}")')
 provenance_text "$peer" "bench/cross_entropy.sh --reps $reps --threads '$threads_list' --batch $batch --seq $seq --passes $passes --warmup $warmup" > "$raw"
+# The load before and after: the figures move with other work on the machine, the ratios less.
+echo "# load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$raw"
 shape=(--batch "$batch" --seq "$seq" --reps "$passes" --warmup "$warmup")
 for threads in $threads_list; do
   for rep in $(seq 1 "$reps"); do
@@ -65,6 +67,7 @@ print("threads {} rep {} {:7}: {:9.1f} ms, peak resident set growth {:7.1f} MB{}
     done
   done
 done
+echo "# load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$raw"
 # Medians and ratios, from the raw file's lines.
 python3 - "$raw" <<'PY' | tee -a "$raw"
 import json, statistics, sys
