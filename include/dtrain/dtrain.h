@@ -4,8 +4,9 @@
 //   core      Device, Error and the checks, environment, logging, the thread pool, trace spans
 //   tensor    Tensor, Storage, shapes, dtypes (f16/bf16), ops, the device stream, Upload,
 //             memory stats
-//   autograd  Variable, differentiable functions, autocast, gradient checks, split backward,
-//             activation checkpointing
+//   autograd  Variable, differentiable functions, attention (fused where a device can), the fused
+//             linear cross-entropy, autocast, gradient checks, split backward, activation
+//             checkpointing
 //   layers    Module, Sequential, the layers, init, ready-made models
 //   optim     Optimizer, SGD, Adam/AdamW, LARS, LAMB, LR schedules, gradient clipping, loss scaling
 //   data      Dataset, MNIST, ImageFolder, tar shards, JPEG and transforms, Subset, TensorDataset,
@@ -42,11 +43,12 @@
 #include "dtrain/tensor/upload.h"
 
 #include "dtrain/autograd/attention.h"
-#include "dtrain/autograd/fusion.h"
 #include "dtrain/autograd/autocast.h"
 #include "dtrain/autograd/checkpoint.h"
 #include "dtrain/autograd/functions.h"
+#include "dtrain/autograd/fusion.h"
 #include "dtrain/autograd/grad_check.h"
+#include "dtrain/autograd/linear_cross_entropy.h"
 #include "dtrain/autograd/split_backward.h"
 #include "dtrain/autograd/variable.h"
 
