@@ -16,6 +16,7 @@
 #include "common/example_support.h"
 #include "common/parallel_flags.h"
 #include "common/peak_flops.h"
+#include "dtrain/autograd/fusion.h"
 #include "dtrain/core/log.h"
 #include "dtrain/core/parallel.h"
 #include "dtrain/dist/tensor_parallel/gpt_plan.h"
@@ -49,6 +50,7 @@ struct Config {
   double dropout = 0;
   bool bias = false;
   std::string recompute = "none";
+  bool fused = true;
   std::int64_t global_batch = 12;
   std::int64_t micro_batch = 0;  // 0: global / replicas
   std::int64_t steps = 2000;
@@ -139,6 +141,9 @@ void add_flags(CLI::App& app, Config& c) {
                  "recompute activations in backward, per transformer block: none, full (keep only each block's "
                  "input) or attention (recompute the attention branch, keep the MLP's)")
       ->check(CLI::IsMember({"none", "full", "attention"}))
+      ->capture_default_str();
+  app.add_option("--fused", c.fused,
+                 "fused kernels where the device has them (attention); false: the unfused tensor ops, for comparison")
       ->capture_default_str();
 }
 
@@ -258,6 +263,7 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
   const examples::RunFlags& r = c.run;
   logging::init(comm->rank(), comm->size());
   if (r.threads > 0) set_num_threads(r.threads);
+  set_fused_kernels(c.fused);
   DTRAIN_CHECK(c.betas.size() == 2 && c.betas[0] >= 0 && c.betas[0] < 1 && c.betas[1] >= 0 && c.betas[1] < 1,
                "--betas: expected B1,B2 in [0, 1)");
   DTRAIN_CHECK(c.warmup_steps < c.steps, "--warmup-steps {} must be fewer than --steps {}", c.warmup_steps, c.steps);
