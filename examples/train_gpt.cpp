@@ -143,7 +143,8 @@ void add_flags(CLI::App& app, Config& c) {
       ->check(CLI::IsMember({"none", "full", "attention"}))
       ->capture_default_str();
   app.add_option("--fused", c.fused,
-                 "fused kernels where the device has them (attention); false: the unfused tensor ops, for comparison")
+                 "fused kernels where the device has them (attention), and the output projection fused with the loss "
+                 "(without pipelines, tensor parallelism and ZeRO-3); false: the unfused ops, for comparison")
       ->capture_default_str();
 }
 
@@ -320,7 +321,15 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
   train::TrainerOptions options = examples::trainer_options(rr);
   // Under tensor parallelism the model's output is this rank's vocabulary columns, never gathered.
   dist::TensorParallel* const tensor_parallel = strategy->tensor_parallel();
-  options.loss = tensor_parallel ? dist::LossFn(tensor_parallel->loss()) : dist::LossFn(nn::lm_loss);
+  // The fused projection and loss reads the head's weight outside its forward: a whole model,
+  // not sharded (no pipeline stage, tensor-parallel slice or ZeRO-3 share).
+  const dist::CheckpointPlan plan = strategy->checkpoint_plan();
+  const bool fused_loss = c.fused && !tensor_parallel && plan.whole_model && !plan.model_share;
+  gpt->set_fused_loss(fused_loss);
+  if (tensor_parallel) options.loss = dist::LossFn(tensor_parallel->loss());
+  else if (fused_loss)
+    options.loss = [gpt](const Variable& out, const Tensor& targets) { return gpt->loss(out, targets); };
+  else options.loss = dist::LossFn(nn::lm_loss);
   options.eval_metrics = std::vector<train::Metric>{};
   options.verbose = false;
   train::Trainer trainer(

@@ -1,5 +1,6 @@
 #include "dtrain/layers/gpt.h"
 
+#include "dtrain/autograd/linear_cross_entropy.h"
 #include "layers/transformer_blocks.h"
 
 #include <algorithm>
@@ -79,13 +80,17 @@ std::vector<std::int32_t> Gpt::generate(std::vector<std::int32_t> prompt, std::i
   for (std::int32_t id : prompt)
     DTRAIN_CHECK(id >= 0 && id < config_.vocab_size, "Gpt::generate: prompt token {} outside the vocabulary [0, {})",
                  id, config_.vocab_size);
-  // The mode as it was, also when a forward throws.
+  // The mode and the head's output as they were, also when a forward throws.
   struct RestoreMode {
     Gpt& model;
-    bool training;
-    ~RestoreMode() { model.train(training); }
-  } restore{*this, is_training()};
+    bool training, fused;
+    ~RestoreMode() {
+      model.train(training);
+      model.set_fused_loss(fused);
+    }
+  } restore{*this, is_training(), fused_loss()};
   eval();
+  set_fused_loss(false);  // logits to sample from
   NoGradGuard no_grad;
   const Device device = parameters().front().device();
   std::vector<std::int32_t> out = prompt;
@@ -126,6 +131,20 @@ std::vector<std::int32_t> Gpt::generate(std::vector<std::int32_t> prompt, std::i
     out.push_back(static_cast<std::int32_t>(order[pick]));
   }
   return out;
+}
+
+detail::GptHead& Gpt::head() const {
+  auto* head = dynamic_cast<detail::GptHead*>((*this)[size() - 1].get());
+  DTRAIN_CHECK(head != nullptr, "Gpt: its last module is not the head");
+  return *head;
+}
+
+void Gpt::set_fused_loss(bool on) { head().set_hidden_output(on); }
+bool Gpt::fused_loss() const { return head().hidden_output(); }
+
+Variable Gpt::loss(const Variable& output, const Tensor& targets) const {
+  if (!fused_loss()) return lm_loss(output, targets);
+  return linear_cross_entropy(output, head().output_weight(), targets);
 }
 
 const char* recompute_name(Recompute r) {

@@ -177,9 +177,14 @@ Variable TransformerBlock::block(const Variable& x) {
 
 GptHead::GptHead(const GptConfig& c, Variable tied_weight) {
   ln_f_ = register_module("ln_f", make_norm(c));
-  lm_head_ = register_module("lm_head", std::make_shared<OutputProjection>(c, tied_weight));
+  auto projection = std::make_shared<OutputProjection>(c, tied_weight);
+  output_weight_ = projection->weight;
+  lm_head_ = register_module("lm_head", projection);
 }
 
-Variable GptHead::forward(const Variable& x) { return (*lm_head_)((*ln_f_)(x)); }
+Variable GptHead::forward(const Variable& x) {
+  const Variable h = (*ln_f_)(x);
+  return hidden_output_ ? h : (*lm_head_)(h);
+}
 
 }  // namespace dtrain::nn::detail

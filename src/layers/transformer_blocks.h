@@ -78,9 +78,16 @@ class GptHead : public Module {
   GptHead(const GptConfig& config, Variable tied_weight);
   Variable forward(const Variable& x) override;
   std::string describe() const override { return "GptHead"; }
+  // Whether forward stops after the final norm, for a loss that projects to the vocabulary
+  // itself (Gpt::set_fused_loss).
+  void set_hidden_output(bool on) { hidden_output_ = on; }
+  bool hidden_output() const { return hidden_output_; }
+  const Variable& output_weight() const { return output_weight_; }  // lm_head.weight, (V, d)
 
  private:
   ModulePtr ln_f_, lm_head_;
+  Variable output_weight_;
+  bool hidden_output_ = false;
 };
 
 // The normalization the architecture uses over the last dim.

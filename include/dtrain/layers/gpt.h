@@ -59,6 +59,9 @@ struct GptConfig {
 };
 
 class Gpt;
+namespace detail {
+class GptHead;
+}
 
 // A GPT model with fresh weights: every Linear weight and embedding ~ N(0, 0.02), the
 // residual projections' N(0, 0.02 / sqrt(2 L)) (GPT-2's scaling), biases 0, norm weights 1
@@ -89,7 +92,22 @@ class Gpt : public Sequential {
   std::vector<std::int32_t> generate(std::vector<std::int32_t> prompt, std::int64_t count, double temperature,
                                      std::int64_t top_k, Generator& gen);
 
+  // The fused loss: the head stops at its final norm, so forward returns the normalized
+  // hidden states (B, T, d), and loss() projects them to the vocabulary and takes the
+  // cross-entropy chunk by chunk (linear_cross_entropy), never keeping the (B, T, V) logits
+  // for backward. Off by default (forward returns logits). For a model whose head's weight
+  // the loss may read outside the head's forward: a whole model, its parameters not sharded
+  // (train_gpt turns it on without pipelines, tensor parallelism and ZeRO-3). generate()
+  // projects either way.
+  void set_fused_loss(bool on);
+  bool fused_loss() const;
+  // The mean cross-entropy of forward's output against targets (B, T): lm_loss on logits,
+  // or the fused projection and loss on hidden states.
+  Variable loss(const Variable& output, const Tensor& targets) const;
+
  private:
+  detail::GptHead& head() const;
+
   GptConfig config_;
   std::shared_ptr<Generator> dropout_gen_;
 };
