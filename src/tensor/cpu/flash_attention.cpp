@@ -81,7 +81,7 @@ class Scratch {
 };
 
 template <class T>
-T exp_of(T x) {
+[[gnu::always_inline]] inline T exp_of(T x) {
   if constexpr (std::is_same_v<T, float>) return cpu::vector_exp(x);
   else return std::exp(x);
 }

@@ -14,7 +14,8 @@
 
 namespace dtrain::detail::cpu {
 
-inline float vector_exp(float x) {
+// Always inlined: a call per element would keep the caller's loop from vectorizing.
+[[gnu::always_inline]] inline float vector_exp(float x) {
   x = std::min(std::max(x, -87.3f), 88.7f);
   // Round x / ln2 to the nearest integer: adding 1.5 * 2^23 pushes the fraction out.
   float n = x * 1.44269504088896341f + 12582912.0f;
