@@ -4,19 +4,20 @@
 // Cephes' degree-6 polynomial for exp(r), 2^n assembled in the exponent bits: within 2 ulps
 // of the correctly rounded value over the finite range. Only adds, multiplies, conversions
 // and bit moves, so every instruction-set clone computes the same bits (no FMA contraction
-// under -ffp-contract=off). Inputs below -87.3 (exp underflows to subnormals there) return
-// exp(-87.3); callers that need exact zeros (masked scores) never call it for them.
+// under -ffp-contract=off). Below -87.3, where exp(x) is subnormal, it returns 0 (an absolute
+// error under 1.2e-38: sigmoid's tail, far-off attention scores); above 88.7, infinity.
 #pragma once
 
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <limits>
 
 namespace dtrain::detail::cpu {
 
 // Always inlined: a call per element would keep the caller's loop from vectorizing.
-[[gnu::always_inline]] inline float vector_exp(float x) {
-  x = std::min(std::max(x, -87.3f), 88.7f);
+[[gnu::always_inline]] inline float vector_exp(float in) {
+  const float x = std::min(std::max(in, -87.3f), 88.7f);
   // Round x / ln2 to the nearest integer: adding 1.5 * 2^23 pushes the fraction out.
   float n = x * 1.44269504088896341f + 12582912.0f;
   n = n - 12582912.0f;
@@ -31,7 +32,9 @@ namespace dtrain::detail::cpu {
   p = p * (r * r) + r;
   p = p + 1.0f;
   const auto exponent = static_cast<std::int32_t>(n) + 127;
-  return p * std::bit_cast<float>(static_cast<std::uint32_t>(exponent) << 23);
+  const float y = p * std::bit_cast<float>(static_cast<std::uint32_t>(exponent) << 23);
+  // Past the reduction's range: 0 and infinity, chosen without a branch (NaN passes through y).
+  return in < -87.3f ? 0.0f : (in > 88.7f ? std::numeric_limits<float>::infinity() : y);
 }
 
 }  // namespace dtrain::detail::cpu
