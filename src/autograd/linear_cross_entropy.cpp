@@ -6,7 +6,8 @@
 //   grad_W   += (P - Y)^T h_c = (E - diag(s) Y)^T diag(1/s) h_c  (the GEMM adds into grad_W)
 // The 1/s goes onto the c x d operand or result instead of the c x V values (one pass fewer
 // over them), and E - s Y subtracts at the target the sum it belongs to, so P - 1 keeps its
-// precision. The softmax is written with the element-wise ops, whose exp is vectorised. The
+// precision. The softmax is written with the element-wise ops (exp is libm's, per element, on the
+// CPU). The
 // mean's 1/N and the incoming gradient are applied once, in the backward, to the two sums.
 // Only tensor ops, so it runs on any device.
 #include "dtrain/autograd/linear_cross_entropy.h"

@@ -35,10 +35,7 @@ void Adam::step() {
     const bool decays = weight_decay_ != 0 && !(exclude_1d_from_weight_decay_ && p.dim() < 2);
     Tensor& m = buffer(exp_avg_, i);
     Tensor& v = buffer(exp_avg_sq_, i);
-    if (!m.defined()) {
-      m = Tensor::zeros(p.shape(), p.options());
-      v = Tensor::zeros(p.shape(), p.options());
-    }
+    start_moments(m, v, p);
     const AdamCorrection c = adam_correction(beta1_, beta2_, updates(i));
     adam_step_(p, m, v, grad,
                {.decay_factor = decays && decoupled_ ? 1 - lr() * weight_decay_ : 1,

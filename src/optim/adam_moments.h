@@ -15,6 +15,13 @@ struct AdamDirection {
   double scale = 1;
 };
 
+// The moments as zeros like p, on a parameter's first update.
+inline void start_moments(Tensor& m, Tensor& v, const Tensor& p) {
+  if (m.defined()) return;
+  m = Tensor::zeros(p.shape(), p.options());
+  v = Tensor::zeros(p.shape(), p.options());
+}
+
 // Adam's bias corrections at update t (from 1): with c = sqrt(1 - beta2^t),
 // m_hat / (sqrt(v_hat) + eps) equals (c / (1 - beta1^t)) * m / (sqrt(v) + eps * c), PyTorch's
 // value with one pass less over the denominator.
@@ -29,14 +36,11 @@ inline AdamCorrection adam_correction(double beta1, double beta2, std::int64_t t
 }
 
 // At update t, with gradient g: m = beta1 * m + (1 - beta1) * g and
-// v = beta2 * v + (1 - beta2) * g^2 in place (zeros like p on the first update), then the
+// v = beta2 * v + (1 - beta2) * g^2 in place (start_moments on the first update), then the
 // direction (LAMB rescales it; Adam and AdamW run the whole step as adam_step_).
 inline AdamDirection adam_direction(Tensor& m, Tensor& v, const Tensor& p, const Tensor& g, double beta1, double beta2,
                                     double eps, std::int64_t t) {
-  if (!m.defined()) {
-    m = Tensor::zeros(p.shape(), p.options());
-    v = Tensor::zeros(p.shape(), p.options());
-  }
+  start_moments(m, v, p);
   mul_(m, beta1);
   add_(m, g, 1 - beta1);
   mul_(v, beta2);

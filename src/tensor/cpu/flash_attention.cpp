@@ -160,15 +160,15 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const FusedAtten
   const T scale = static_cast<T>(o.scale);
   T* lse_data = lse.data<T>();
   parallel_for(0, n.b * n.h * n.query_blocks, 1, [&](std::int64_t begin, std::int64_t end) {
-    const Scratch<T> scores(kQueryBlock * kKeyBlock), acc(kQueryBlock * n.d), row_max_(kQueryBlock),
-        row_sum(kQueryBlock);
+    const Scratch<T> scores(kQueryBlock * kKeyBlock), acc(kQueryBlock * n.d), running_max(kQueryBlock),
+        running_sum(kQueryBlock);
     for (std::int64_t unit = begin; unit < end; ++unit) {
       const std::int64_t bh = unit / n.query_blocks, b = bh / n.h, h = bh % n.h;
       const std::int64_t i0 = (unit % n.query_blocks) * kQueryBlock, rows = std::min(kQueryBlock, n.t - i0);
       const Head<T> Q = head_of<T>(q, b, h), K = head_of<T>(k, b, h / n.groups), V = head_of<T>(v, b, h / n.groups);
       const Head<T> O = head_of<T>(out, b, h);
-      std::fill(row_max_.data(), row_max_.data() + kQueryBlock, -std::numeric_limits<T>::infinity());
-      std::fill(row_sum.data(), row_sum.data() + kQueryBlock, T(0));
+      std::fill(running_max.data(), running_max.data() + kQueryBlock, -std::numeric_limits<T>::infinity());
+      std::fill(running_sum.data(), running_sum.data() + kQueryBlock, T(0));
       const std::int64_t key_end = o.causal ? i0 + rows : n.t;
       for (std::int64_t j0 = 0; j0 < key_end; j0 += kKeyBlock) {
         const std::int64_t cols = std::min(kKeyBlock, key_end - j0);
@@ -180,20 +180,20 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const FusedAtten
             std::fill(s, s + cols, T(0));
             continue;
           }
-          const T m = std::max(row_max_[r], row_max(s, seen) * scale);
-          const T alpha = row_sum[r] == 0 ? T(0) : exp_of(row_max_[r] - m);
+          const T m = std::max(running_max[r], row_max(s, seen) * scale);
+          const T alpha = running_sum[r] == 0 ? T(0) : exp_of(running_max[r] - m);
           const T added = exp_row(s, seen, cols, scale, m);
-          row_sum[r] = row_sum[r] * alpha + added;
-          row_max_[r] = m;
+          running_sum[r] = running_sum[r] * alpha + added;
+          running_max[r] = m;
           if (j0 > 0 && alpha != 1) scale_row(acc.data() + r * n.d, n.d, alpha);
         }
         gemm<T>(false, false, rows, n.d, cols, scores.data(), cols, V.row(j0), V.stride, acc.data(), n.d, j0 > 0);
       }
       for (std::int64_t r = 0; r < rows; ++r) {
         T* o_row = O.row(i0 + r);
-        const T inv = T(1) / row_sum[r];
+        const T inv = T(1) / running_sum[r];
         for (std::int64_t c = 0; c < n.d; ++c) o_row[c] = acc[r * n.d + c] * inv;
-        lse_data[(b * n.h + h) * n.t + i0 + r] = row_max_[r] + std::log(row_sum[r]);
+        lse_data[(b * n.h + h) * n.t + i0 + r] = running_max[r] + std::log(running_sum[r]);
       }
     }
   });
