@@ -8,7 +8,10 @@
 # Every model without biases or dropout, tied embeddings, AdamW with clipping at 1.0. The peer
 # (bench/peers/pytorch_gpt.py, PYTHON's torch) runs eager (F.scaled_dot_product_attention, its
 # flash path on the CPU) and torch.compile (compile time excluded: its 5 warm-up steps), and at
-# 2 threads also eager with OMP_WAIT_POLICY=ACTIVE (dtrain's pool spins before it sleeps); the
+# 2 threads also eager with OMP_WAIT_POLICY=ACTIVE (dtrain's pool spins before it sleeps); and
+# Debian's torch 1.13 eager (/usr/bin/python3 with python3-torch, its own attention: 1.13 has no
+# scaled_dot_product_attention) on OpenBLAS (libopenblas0-pthread; OPENBLAS_CORETYPE=SkylakeX on
+# AVX-512 CPUs, as run_train_comparison.sh), skipped when that python cannot import torch. The
 # best of them per repetition is "the best PyTorch". dtrain's figure: the median of train_gpt's
 # tokens/s lines after its first SKIP steps; the peer's: TIME timed steps after 5 warm-up steps.
 # MFU: tokens/s x flops_per_token (6 N + 12 L T d, N without the position table) over the
@@ -42,6 +45,24 @@ source "$root/bench/provenance.sh"
 peer=$("$python" -c 'import torch; print(f"torch {torch.__version__}")')
 provenance_text "$peer" "bench/gpt_speed_sizes.sh --sizes '$sizes' --threads '$threads_list' --reps $reps" > "$raw"
 echo "# load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$raw"
+debian_python=${DEBIAN_PYTHON:-/usr/bin/python3}
+if grep -q -w avx512f /proc/cpuinfo; then
+  debian_env=(env -u OPENBLAS_L2_SIZE OPENBLAS_CORETYPE=SkylakeX)
+else
+  debian_env=(env -u OPENBLAS_L2_SIZE -u OPENBLAS_CORETYPE)
+fi
+debian=1
+if ! "${debian_env[@]}" "$debian_python" -c 'import torch' 2>/dev/null; then
+  debian=0
+  echo "gpt_speed_sizes: skipping Debian's torch 1.13: $debian_python cannot import torch (apt-get install python3-torch)" |
+    tee -a "$raw"
+else
+  case "$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3)" in
+    *openblas*) ;;
+    *) echo "gpt_speed_sizes: Debian's torch would run on the reference BLAS (apt-get install libopenblas0-pthread)" >&2 ;;
+  esac
+  echo "# debian peer: $("${debian_env[@]}" "$debian_python" -c 'import torch; print("torch", torch.__version__)'), BLAS $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3)" >> "$raw"
+fi
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 for size in $sizes; do
   case $size in
@@ -66,6 +87,7 @@ for size in $sizes; do
     declare -A tps=()
     sides=(dtrain eager compile)
     [ "$threads" -gt 1 ] && sides+=(eager_active)
+    [ "$debian" = 1 ] && sides+=(debian)
     best=()
     for rep in $(seq 1 "$reps"); do
       rep_best=0
@@ -83,7 +105,9 @@ for size in $sizes; do
             [ "$side" = eager_active ] && env_args+=(OMP_WAIT_POLICY=ACTIVE)
             flags=()
             [ "$side" = compile ] && flags+=(--compile)
-            out=$(env "${env_args[@]}" "$python" "$root/bench/peers/pytorch_gpt.py" --tokens "$tokens" --vocab "$vocab" \
+            side_python=(env "${env_args[@]}" "$python")
+            [ "$side" = debian ] && side_python=("${debian_env[@]}" "${env_args[@]}" OPENBLAS_NUM_THREADS="$threads" "$debian_python")
+            out=$("${side_python[@]}" "$root/bench/peers/pytorch_gpt.py" --tokens "$tokens" --vocab "$vocab" \
                   "${peer_model[@]}" --threads "$threads" --time-steps "$time_steps" "${flags[@]}" 2>&1)
             t=$(echo "$out" | sed -n 's/.*"tokens_per_s": \([0-9.]*\).*/\1/p')
             if [ "$side" != dtrain ] && awk -v a="$t" -v b="$rep_best" 'BEGIN {exit !(a > b)}'; then rep_best=$t; fi ;;

@@ -2,6 +2,7 @@
 #include "dtrain/autograd/functions.h"
 
 #include "dtrain/autograd/autocast.h"
+#include "dtrain/autograd/fusion.h"
 
 namespace dtrain {
 
@@ -205,6 +206,44 @@ Variable batch_norm_eval(const Variable& x, const Variable& gamma, const Variabl
   return affine(xhat, gamma, beta, cs);
 }
 
+namespace {
+
+// The one-kernel LayerNorm (layer_norm_forward in ops.h) takes f32/f64 with parameters of the
+// input's dtype and device; mixed dtypes (autocast's half activations) take the composed path.
+bool fused_layer_norm_applies(const Variable& x, const Variable& gamma, const Variable& beta) {
+  const auto same = [&](const Variable& p) {
+    return !p.defined() || (p.dtype() == x.dtype() && p.device() == x.device());
+  };
+  return (x.dtype() == DType::f32 || x.dtype() == DType::f64) && same(gamma) && same(beta);
+}
+
+// x's trailing dims flattened into one row of D; keeps x (an input), mean and rstd per row.
+Variable fused_layer_norm(const Variable& x, const Shape& trailing, const Variable& gamma, const Variable& beta,
+                          double eps) {
+  const std::int64_t d = shape_numel(trailing);
+  const Shape rows_d{x.numel() / d, d};
+  const auto flat = [&](const Variable& p) { return p.defined() ? p.data().reshape({d}) : Tensor(); };
+  LayerNormResult r = layer_norm_forward(x.data().reshape(rows_d), flat(gamma), flat(beta), eps);
+  std::vector<Variable> inputs{x};
+  if (gamma.defined()) inputs.push_back(gamma);
+  if (beta.defined()) inputs.push_back(beta);
+  const int gamma_at = gamma.defined() ? 1 : 0, beta_at = beta.defined() ? gamma_at + 1 : 0;  // 0: absent
+  return Variable(r.y.reshape(x.shape()), inputs,
+                  [mean = r.mean, rstd = r.rstd, rows_d, gamma_at, beta_at](std::vector<Variable>& in, const Tensor& g) {
+                    const std::int64_t d = rows_d[1];
+                    const Tensor w = gamma_at ? in[gamma_at].data().reshape({d}) : Tensor();
+                    LayerNormGrads grads = layer_norm_backward(g.reshape(rows_d), in[0].data().reshape(rows_d), mean,
+                                                               rstd, w, beta_at != 0);
+                    if (in[0].requires_grad()) in[0].add_grad(grads.x.reshape(in[0].shape()));
+                    if (gamma_at && in[gamma_at].requires_grad())
+                      in[gamma_at].add_grad(grads.weight.reshape(in[gamma_at].shape()));
+                    if (beta_at && in[beta_at].requires_grad())
+                      in[beta_at].add_grad(grads.bias.reshape(in[beta_at].shape()));
+                  });
+}
+
+}  // namespace
+
 Variable layer_norm(const Variable& x, int normalized_dims, const Variable& gamma, const Variable& beta, double eps) {
   DTRAIN_CHECK(normalized_dims >= 1 && normalized_dims <= x.dim(),
                "layer_norm: cannot normalize the last {} dims of input {}", normalized_dims, shape_str(x.shape()));
@@ -215,6 +254,7 @@ Variable layer_norm(const Variable& x, int normalized_dims, const Variable& gamm
   DTRAIN_CHECK(!beta.defined() || beta.shape() == trailing,
                "layer_norm: bias {} does not match the normalized shape {}", shape_str(beta.shape()),
                shape_str(trailing));
+  if (fused_kernels() && fused_layer_norm_applies(x, gamma, beta)) return fused_layer_norm(x, trailing, gamma, beta, eps);
   std::vector<std::int64_t> dims;
   for (std::int64_t d = x.dim() - normalized_dims; d < x.dim(); ++d) dims.push_back(d);
   Normalized n = normalize(x, dims, eps);

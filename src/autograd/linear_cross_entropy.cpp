@@ -6,10 +6,10 @@
 //   grad_W   += (P - Y)^T h_c = (E - diag(s) Y)^T diag(1/s) h_c  (the GEMM adds into grad_W)
 // The 1/s goes onto the c x d operand or result instead of the c x V values (one pass fewer
 // over them), and E - s Y subtracts at the target the sum it belongs to, so P - 1 keeps its
-// precision. The softmax is written with the element-wise ops (exp is libm's, per element, on the
-// CPU). The
-// mean's 1/N and the incoming gradient are applied once, in the backward, to the two sums.
-// Only tensor ops, so it runs on any device.
+// precision. The softmax and E - diag(s) Y are one op, softmax_cross_entropy_rows_ (ops.h: one
+// pass over the logits on the CPU, composed primitives elsewhere). The mean's 1/N and the
+// incoming gradient are applied once, in the backward, to the two sums. Only tensor ops, so it
+// runs on any device.
 #include "dtrain/autograd/linear_cross_entropy.h"
 
 #include "dtrain/autograd/variable.h"
@@ -100,16 +100,11 @@ Variable linear_cross_entropy(const Variable& hidden, const Variable& weight, co
     const std::int64_t c = std::min(chunk, n - start);
     const Tensor hc = h.narrow(0, start, c);
     const Tensor tc = t.narrow(0, start, c);
-    Tensor x = matmul(hc, w, false, true);
-    binary_out(BinaryOp::Sub, x, max(x, {1}, true), x);  // x - m: exp cannot overflow
-    const Tensor target = gather(x, 1, tc);
-    Tensor e = exp(x);
-    x = Tensor();
-    const Tensor sums = sum(e, {1}, true);
-    picked.narrow(0, start, c).copy_(sub(target, log(sums)));
+    Tensor e = matmul(hc, w, false, true);
+    const SoftmaxCrossEntropyRows rows = softmax_cross_entropy_rows_(e, tc);  // e = E - diag(s) Y
+    picked.narrow(0, start, c).copy_(rows.log_prob);
     if (!need_h && !need_w) continue;
-    binary_out(BinaryOp::Sub, e, scatter_add({c, v}, 1, tc, sums), e);  // E - diag(s) Y
-    const Tensor inverse = unary(UnaryOp::Reciprocal, sums);
+    const Tensor inverse = unary(UnaryOp::Reciprocal, rows.sums);
     if (need_h) {
       Tensor rows = grad_h.narrow(0, start, c);
       matmul_add_(rows, e, w);

@@ -1,10 +1,13 @@
 #include "dtrain/autograd/variable.h"
 
+#include "autograd/op_name.h"
 #include "autograd/recompute_engine.h"
+#include "dtrain/core/trace.h"
 #include "dtrain/autograd/split_backward.h"
 #include "dtrain/tensor/ops.h"
 
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -67,6 +70,7 @@ Variable::Variable(Tensor data, std::vector<Variable> inputs, GradFn grad_fn) : 
     impl_->requires_grad = true;
     impl_->inputs = std::move(inputs);
     impl_->grad_fn = std::move(grad_fn);
+    if (trace::recording()) trace::since_mark(detail::op_name(impl_->grad_fn), "op forward");
   } else if (!t_grad_enabled && t_leaf_recorder != nullptr) {
     t_leaf_recorder->see(inputs);
   }
@@ -273,7 +277,11 @@ struct BackwardPass {
       }
       // grad_fn adds each input's gradient with add_grad; a non-leaf input's is then
       // moved into `grads` until that input's own turn in the walk.
-      node->grad_fn(node->inputs, grad_output);
+      {
+        std::optional<trace::Span> span;
+        if (trace::recording()) span.emplace(detail::op_name(node->grad_fn), "op backward");
+        node->grad_fn(node->inputs, grad_output);
+      }
       std::vector<std::size_t> later;
       for (std::size_t h = 0; h < hidden.size(); ++h) {
         auto& [in, edges] = hidden[h];
@@ -364,7 +372,11 @@ struct BackwardPass {
             hidden.push_back(in);
           }
         }
-        node->grad_fn(node->inputs, grad_output);
+        {
+          std::optional<trace::Span> span;
+          if (trace::recording()) span.emplace(detail::op_name(node->grad_fn), "op backward");
+          node->grad_fn(node->inputs, grad_output);
+        }
         for (Impl* in : hidden) in->requires_grad = true;
         for (std::size_t i = 0; i < node->inputs.size(); ++i) {
           Variable& input = node->inputs[i];

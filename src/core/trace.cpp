@@ -43,6 +43,7 @@ int thread_index() {
 
 thread_local PhaseTotals totals;
 thread_local Span* innermost_phased = nullptr;
+thread_local Clock::time_point mark;  // since_mark()'s start; set only while recording
 
 void record(Event e) {
   Recorder& r = recorder();
@@ -90,7 +91,10 @@ PhaseTotals thread_totals() { return totals; }
 
 Span::Span(std::string_view name, Phase phase)
     : category_(phase_name(phase)), bytes_(0), phased_(true), phase_(phase), start_(Clock::now()) {
-  if (recording()) name_ = name;
+  if (recording()) {
+    name_ = name;
+    mark = start_;
+  }
   parent_ = std::exchange(innermost_phased, this);
 }
 
@@ -101,6 +105,7 @@ Span::Span(std::string_view name, const char* category, std::int64_t bytes)
   if (!recording()) return;
   name_ = name;
   start_ = Clock::now();
+  mark = start_;
 }
 
 Span::~Span() {
@@ -116,7 +121,18 @@ Span::~Span() {
   if (!name_.empty() && recording()) {
     record({std::move(name_), category_, 'X', start_,
             std::chrono::duration_cast<std::chrono::nanoseconds>(end - start_).count(), bytes_, thread_index()});
+    mark = end;
   }
+}
+
+void since_mark(std::string_view name, const char* category) {
+  if (!recording()) return;
+  const auto now = Clock::now();
+  // A thread that has had no span while recording starts its marks here.
+  const auto start = mark == Clock::time_point{} ? now : mark;
+  record({std::string(name), category, 'X', start,
+          std::chrono::duration_cast<std::chrono::nanoseconds>(now - start).count(), 0, thread_index()});
+  mark = now;
 }
 
 void instant(std::string_view name, const char* category) {

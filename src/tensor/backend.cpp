@@ -42,6 +42,18 @@ void Backend::adam_step(Tensor& param, Tensor& exp_avg, Tensor& exp_avg_sq, cons
 
 Tensor Backend::squared_norm(const Tensor& x) { return sum(square(x.to(DType::f64))); }
 
+void Backend::softmax_cross_entropy_rows(Tensor& logits, const Tensor& targets, Tensor& sums, Tensor& log_prob) {
+  // Qualified: the free ops, not this class's primitives of the same names.
+  const Tensor t = targets.reshape({targets.numel(), 1});
+  dtrain::binary_out(BinaryOp::Sub, logits, dtrain::max(logits, {1}, true), logits);  // x - m: exp cannot overflow
+  const Tensor target = dtrain::gather(logits, 1, t);
+  unary(UnaryOp::Exp, logits, logits);
+  sums.copy_(dtrain::sum(logits, {1}, true));
+  log_prob.copy_(dtrain::sub(target, dtrain::log(sums)));
+  // E - diag(s) Y
+  dtrain::binary_out(BinaryOp::Sub, logits, dtrain::scatter_add(logits.shape(), 1, t, sums), logits);
+}
+
 void Backend::attention_forward(const Tensor& q, const Tensor&, const Tensor&, const FusedAttentionOptions&, Tensor&,
                                 Tensor&) {
   DTRAIN_FAIL("attention_forward: no fused attention kernel on {} for {}", q.device().str(), dtype_name(q.dtype()));

@@ -85,6 +85,9 @@ class Backend {
   virtual void reduce(ReduceOp op, const Tensor& x, const std::vector<std::int64_t>& dims, Tensor& out) = 0;
   // squared_norm (ops.h): an f64 scalar on x's device. The default squares an f64 copy.
   virtual Tensor squared_norm(const Tensor& x);
+  // softmax_cross_entropy_rows_ (ops.h), arguments checked; sums and log_prob (N, 1) allocated.
+  // The default composes the element-wise, reduction and indexing primitives.
+  virtual void softmax_cross_entropy_rows(Tensor& logits, const Tensor& targets, Tensor& sums, Tensor& log_prob);
   virtual void argmax(const Tensor& x, std::int64_t dim, Tensor& out) = 0;  // out i64, keepdim shape
 
   // ---- linear algebra --------------------------------------------------------------
@@ -122,6 +125,13 @@ class Backend {
   virtual void rms_norm(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd) = 0;
   virtual void rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& rstd, const Tensor& weight,
                                  Tensor& grad_x, Tensor& grad_weight) = 0;
+
+  // ---- layer normalization (contiguous x viewed as (rows, D); weight, bias (D) or undefined) ----
+  // mean, rstd: one value per row. grad_weight / grad_bias are undefined when not wanted: skip them.
+  virtual void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
+                          Tensor& mean, Tensor& rstd) = 0;
+  virtual void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                   const Tensor& weight, Tensor& grad_x, Tensor& grad_weight, Tensor& grad_bias) = 0;
 
   // ---- rotary position embedding (rope_forward in ops.h) -----------------------------
   // x contiguous (B, T, H, D); cos and sin contiguous (T, D / 2). inverse: rotate by -sin

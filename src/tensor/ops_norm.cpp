@@ -63,9 +63,18 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_y, const Tensor& x, const 
   return g;
 }
 
-// ---- RMS normalization ------------------------------------------------------------------
+// ---- layer and RMS normalization over the last dim ------------------------------------------
 
 namespace {
+
+// A parameter (weight or bias) of a row normalization: undefined or (D) of x's dtype and device.
+void check_row_param(const Tensor& x, const Tensor& p, const char* what, const char* op) {
+  if (!p.defined()) return;
+  DTRAIN_CHECK(p.shape() == Shape{x.size(-1)} && p.dtype() == x.dtype() && p.device() == x.device(),
+               "{}: {} must be ({}) {} on {} for input {}, got {} {} on {}", op, what, x.size(-1),
+               dtype_name(x.dtype()), x.device().str(), shape_str(x.shape()), shape_str(p.shape()),
+               dtype_name(p.dtype()), p.device().str());
+}
 
 // x f32/f64 with a last dim; weight undefined or (D) of x's dtype and device.
 void check_rms_input(const Tensor& x, const Tensor& weight, const char* op) {
@@ -74,11 +83,21 @@ void check_rms_input(const Tensor& x, const Tensor& weight, const char* op) {
                dtype_name(x.dtype()), is_half(x.dtype()) ? " (convert 16-bit activations with .to(DType::f32))" : "");
   DTRAIN_CHECK(x.dim() >= 1 && x.size(-1) > 0, "{}: expected input (..., D) with D > 0, got {}", op,
                shape_str(x.shape()));
-  if (!weight.defined()) return;
-  DTRAIN_CHECK(weight.shape() == Shape{x.size(-1)} && weight.dtype() == x.dtype() && weight.device() == x.device(),
-               "{}: weight must be ({}) {} on {} for input {}, got {} {} on {}", op, x.size(-1), dtype_name(x.dtype()),
-               x.device().str(), shape_str(x.shape()), shape_str(weight.shape()), dtype_name(weight.dtype()),
-               weight.device().str());
+  check_row_param(x, weight, "weight", op);
+}
+
+// grad_y like x; one stat value per row of x in x's dtype and device.
+void check_row_grad(const Tensor& grad_y, const Tensor& x, const char* op) {
+  DTRAIN_CHECK(
+      grad_y.defined() && grad_y.shape() == x.shape() && grad_y.dtype() == x.dtype() && grad_y.device() == x.device(),
+      "{}: gradient {} {} must match input {} {} on {}", op, shape_str(grad_y.shape()), dtype_name(grad_y.dtype()),
+      shape_str(x.shape()), dtype_name(x.dtype()), x.device().str());
+}
+void check_row_stat(const Tensor& stat, const Tensor& x, const char* what, const char* op) {
+  DTRAIN_CHECK(stat.defined() && stat.numel() == x.numel() / x.size(-1) && stat.dtype() == x.dtype() &&
+                   stat.device() == x.device(),
+               "{}: {} {} {} must hold one {} value per row of input {} on {}", op, what, shape_str(stat.shape()),
+               dtype_name(stat.dtype()), dtype_name(x.dtype()), shape_str(x.shape()), x.device().str());
 }
 
 // x's shape with the last dim 1: one value per row.
@@ -89,6 +108,40 @@ Shape row_shape(const Tensor& x) {
 }
 
 }  // namespace
+
+LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  check_rms_input(x, weight, "layer_norm");
+  check_row_param(x, bias, "bias", "layer_norm");
+  DTRAIN_CHECK(eps >= 0, "layer_norm: eps must not be negative, got {}", eps);
+  LayerNormResult r{Tensor::empty(x.shape(), x.options()), Tensor::empty(row_shape(x), x.options()),
+                    Tensor::empty(row_shape(x), x.options())};
+  if (x.numel() == 0) return r;
+  detail::backend(x.device())
+      .layer_norm(x.contiguous(), contiguous_or_undefined(weight), contiguous_or_undefined(bias), eps, r.y, r.mean,
+                  r.rstd);
+  return r;
+}
+
+LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                   const Tensor& weight, bool bias_grad) {
+  check_rms_input(x, weight, "layer_norm_backward");
+  check_row_grad(grad_y, x, "layer_norm_backward");
+  check_row_stat(mean, x, "mean", "layer_norm_backward");
+  check_row_stat(rstd, x, "rstd", "layer_norm_backward");
+  const Shape d{x.size(-1)};
+  LayerNormGrads g{Tensor::empty(x.shape(), x.options()),
+                   weight.defined() ? Tensor::empty(d, x.options()) : Tensor(),
+                   bias_grad ? Tensor::empty(d, x.options()) : Tensor()};
+  if (x.numel() == 0) {
+    if (g.weight.defined()) g.weight.fill_(0);
+    if (g.bias.defined()) g.bias.fill_(0);
+    return g;
+  }
+  detail::backend(x.device())
+      .layer_norm_backward(grad_y.contiguous(), x.contiguous(), mean.contiguous(), rstd.contiguous(),
+                           contiguous_or_undefined(weight), g.x, g.weight, g.bias);
+  return g;
+}
 
 RmsNormResult rms_norm_forward(const Tensor& x, const Tensor& weight, double eps) {
   check_rms_input(x, weight, "rms_norm");
@@ -101,15 +154,8 @@ RmsNormResult rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
 
 RmsNormGrads rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& rstd, const Tensor& weight) {
   check_rms_input(x, weight, "rms_norm_backward");
-  DTRAIN_CHECK(
-      grad_y.defined() && grad_y.shape() == x.shape() && grad_y.dtype() == x.dtype() && grad_y.device() == x.device(),
-      "rms_norm_backward: gradient {} {} must match input {} {} on {}", shape_str(grad_y.shape()),
-      dtype_name(grad_y.dtype()), shape_str(x.shape()), dtype_name(x.dtype()), x.device().str());
-  DTRAIN_CHECK(rstd.defined() && rstd.numel() == x.numel() / x.size(-1) && rstd.dtype() == x.dtype() &&
-                   rstd.device() == x.device(),
-               "rms_norm_backward: rstd {} {} must hold one {} value per row of input {} on {}",
-               shape_str(rstd.shape()), dtype_name(rstd.dtype()), dtype_name(x.dtype()), shape_str(x.shape()),
-               x.device().str());
+  check_row_grad(grad_y, x, "rms_norm_backward");
+  check_row_stat(rstd, x, "rstd", "rms_norm_backward");
   RmsNormGrads g{Tensor::empty(x.shape(), x.options()),
                  weight.defined() ? Tensor::empty(weight.shape(), x.options()) : Tensor()};
   if (x.numel() == 0) {

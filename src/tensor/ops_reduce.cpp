@@ -146,4 +146,31 @@ Tensor log_softmax_backward(const Tensor& grad_out, const Tensor& y, std::int64_
   return softmax_grad(grad_out, y, dim, true, "log_softmax_backward");
 }
 
+SoftmaxCrossEntropyRows softmax_cross_entropy_rows_(Tensor& logits, const Tensor& targets) {
+  const char* op = "softmax_cross_entropy_rows_";
+  check_defined(logits, op);
+  DTRAIN_CHECK(logits.dim() == 2 && logits.size(1) > 0 && logits.is_contiguous() &&
+                   (logits.dtype() == DType::f32 || logits.dtype() == DType::f64),
+               "{}: logits must be (N, V) contiguous f32 or f64 with V > 0, got {} {}{}", op,
+               shape_str(logits.shape()), dtype_name(logits.dtype()), logits.is_contiguous() ? "" : " (strided)");
+  DTRAIN_CHECK(targets.defined() && targets.numel() == logits.size(0) && targets.dim() <= 2 &&
+                   (targets.dtype() == DType::i64 || targets.dtype() == DType::i32) &&
+                   targets.device() == logits.device(),
+               "{}: targets must be ({}) i64 or i32 on {}, got {} {}", op, logits.size(0), logits.device().str(),
+               targets.defined() ? shape_str(targets.shape()) : "undefined",
+               targets.defined() ? dtype_name(targets.dtype()) : "");
+  // As cross_entropy: checked where the targets can be read without waiting for a device.
+  if (targets.numel() > 0 && targets.device().is_cpu()) {
+    const double low = min(targets).item(), high = max(targets).item();
+    DTRAIN_CHECK(low >= 0 && high < static_cast<double>(logits.size(1)),
+                 "{}: targets must lie in [0, {}) (the columns of logits), found {}", op, logits.size(1),
+                 low < 0 ? low : high);
+  }
+  SoftmaxCrossEntropyRows r{Tensor::empty({logits.size(0), 1}, logits.options()),
+                            Tensor::empty({logits.size(0), 1}, logits.options())};
+  if (logits.numel() == 0) return r;
+  backend(logits.device()).softmax_cross_entropy_rows(logits, targets.contiguous(), r.sums, r.log_prob);
+  return r;
+}
+
 }  // namespace dtrain

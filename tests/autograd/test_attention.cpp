@@ -105,13 +105,6 @@ TEST_CASE("attention: bad shapes are refused naming them", "[autograd][cpu]") {
 
 namespace {
 
-// Sets fused_kernels() for a scope.
-struct FusedKernels {
-  explicit FusedKernels(bool on) : saved(fused_kernels()) { set_fused_kernels(on); }
-  ~FusedKernels() { set_fused_kernels(saved); }
-  bool saved;
-};
-
 struct AttentionRun {
   Tensor out, dq, dk, dv;
 };
@@ -120,7 +113,7 @@ struct AttentionRun {
 // memory seen through transposes, as the GPT's attention passes them.
 AttentionRun run_attention(const Tensor& q_btd, const Tensor& k_btd, const Tensor& v_btd, const Tensor& weights,
                            bool causal, bool fused) {
-  FusedKernels setting(fused);
+  test::FusedKernelsSwitch setting(fused);
   Variable q(q_btd, true), k(k_btd, true), v(v_btd, true);
   Variable out =
       scaled_dot_product_attention(transpose(q, 1, 2), transpose(k, 1, 2), transpose(v, 1, 2), {.causal = causal});
@@ -159,7 +152,7 @@ TEST_CASE("grad: fused attention across blocks, and the unfused ops, by finite d
   // 70 positions: two query blocks, the causal diagonal inside the second.
   auto q = param({1, 2, 70, 3}, 41), k = param({1, 1, 70, 3}, 42), v = param({1, 1, 70, 3}, 43);
   for (const bool fused : {true, false}) {
-    FusedKernels setting(fused);
+    test::FusedKernelsSwitch setting(fused);
     INFO("fused " << fused);
     require_grad_ok([](Inputs in) { return scaled_dot_product_attention(in[0], in[1], in[2]); }, {q, k, v});
   }

@@ -1,10 +1,10 @@
 // The transformer ops on CUDA against the CPU: gelu's tanh form and silu with their
-// gradients, rms_norm forward and backward (one block per row; the weight's gradient summed
-// over chunks of rows), rope forward and backward and its tables; then the same through
+// gradients, rms_norm and layer_norm forward and backward (one block per row; the parameters'
+// gradients summed over chunks of rows), rope forward and backward and its tables; then the same through
 // autograd, and finite-difference checks in f64 on the device.
 //
 // Tolerances: element-wise math is the same expression on both devices (f32 within a few
-// ulps: the device's tanh, exp and sqrt may round differently); the row sums of rms_norm run
+// ulps: the device's tanh, exp and sqrt may round differently); the row sums of the norms run
 // in another order (f32 1e-5; f64 1e-12).
 #include "cuda_test.h"
 #include "dtrain/autograd/functions.h"
@@ -79,6 +79,28 @@ TEST_CASE("CUDA transformer: rms_norm forward and backward, with and without a w
           const RmsNormGrads d = rms_norm_backward(in[2], in[0], r.rstd, in[1]);
           return std::vector{r.y, r.rstd, d.x, d.weight};
         });
+      }
+    }
+  }
+}
+
+TEST_CASE("CUDA transformer: layer_norm forward and backward, weight and bias each present or not", "[cuda]") {
+  if (!cuda_ready()) return;
+  for (std::int64_t d : {1, 100, 1000}) {
+    for (DType dt : {DType::f32, DType::f64}) {
+      const std::string name = fmt::format("D={} {}", d, dtype_name(dt));
+      const Tensor x = input({3, 100, d}, 8, dt, -2, 2), w = input({d}, 9, dt, 0.5, 1.5), b = input({d}, 10, dt);
+      const Tensor g = input({3, 100, d}, 11, dt);
+      for (const bool weighted : {true, false}) {
+        for (const bool biased : {true, false}) {
+          check_parity(fmt::format("{} weight {} bias {}", name, weighted, biased),
+                       {x, weighted ? w : Tensor(), biased ? b : Tensor(), g}, [](const auto& in) {
+                         const LayerNormResult r = layer_norm_forward(in[0], in[1], in[2], 1e-5);
+                         const LayerNormGrads d =
+                             layer_norm_backward(in[3], in[0], r.mean, r.rstd, in[1], in[2].defined());
+                         return std::vector{r.y, r.mean, r.rstd, d.x, d.weight, d.bias};
+                       });
+        }
       }
     }
   }

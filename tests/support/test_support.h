@@ -1,6 +1,7 @@
 // Helpers shared by the tests of every module.
 #pragma once
 
+#include "dtrain/autograd/fusion.h"
 #include "dtrain/autograd/grad_check.h"
 #include "dtrain/core/parallel.h"
 #include "dtrain/tensor/cpu_kernels.h"
@@ -65,6 +66,8 @@ using ConvWeightGradSwitch = KernelSwitch<ConvWeightGrad, cpu_conv_weight_grad, 
 using Bf16ProductsSwitch = KernelSwitch<Bf16Products, cpu_bf16_products, set_cpu_bf16_products>;
 // Whether 3x3 convolutions run direct or Winograd kernels.
 using ConvAlgorithmSwitch = KernelSwitch<ConvAlgorithm, cpu_conv_algorithm, set_cpu_conv_algorithm>;
+// Whether differentiable ops run their fused kernels or the composed ops (fusion.h).
+using FusedKernelsSwitch = KernelSwitch<bool, fused_kernels, set_fused_kernels>;
 
 // Marks the running test case skipped and says why (defined with the Catch session, in
 // tests/catch_impl.cpp). ctest reports the case as skipped unless it also failed.

@@ -62,6 +62,13 @@ class Span {
 // A point in time on the calling thread's track (recorded only while recording).
 void instant(std::string_view name, const char* category);
 
+// An event on the calling thread's track from its mark to now, then the mark moves to now
+// (recorded only while recording). Every span's start and end also set the mark. Autograd
+// records each forward op this way when it makes the op's graph node, which is when the op
+// has computed: the time since the previous op (or span edge) is this op's, the glue code
+// between ops included. That is the forward half of the per-op table (tools/trace_ops.py).
+void since_mark(std::string_view name, const char* category);
+
 // Recording: process-wide. start_recording() also clears what an earlier window left.
 void start_recording();
 void stop_recording();

@@ -227,6 +227,27 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_y, const Tensor& x, const 
                                    const Tensor& gamma, double eps, const Tensor& relu_y = Tensor());
 
 // ============================================================================
+// Layer normalization over the last dim, one kernel each way
+// ============================================================================
+// y = (x - mean) * rstd * weight + bias with mean and the biased variance over the last dim
+// per row and rstd = 1 / sqrt(variance + eps), as torch's layer_norm; weight and bias (D) or
+// undefined (1 and 0). f32 and f64, summed in the input's dtype; the 16-bit floats are
+// refused. mean and rstd have x's shape with the last dim 1 and x's dtype: what the backward
+// needs besides x. (LayerNorm over several trailing dims is this over their flattened size.)
+struct LayerNormResult {
+  Tensor y, mean, rstd;
+};
+LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+// With xhat = (x - mean) * rstd and h = grad_y * weight: dx = rstd * (h - mean(h) - xhat *
+// mean(h * xhat)) per row; dweight = the sum over rows of grad_y * xhat (undefined when weight
+// is), dbias = the sum over rows of grad_y (only when bias_grad).
+struct LayerNormGrads {
+  Tensor x, weight, bias;
+};
+LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                   const Tensor& weight, bool bias_grad);
+
+// ============================================================================
 // RMS normalization over the last dim (Llama's RMSNorm)
 // ============================================================================
 // y = x * rstd * weight with rstd = 1 / sqrt(mean(x^2 over the last dim) + eps) per row, as
@@ -274,6 +295,17 @@ Tensor log_softmax(const Tensor& x, std::int64_t dim);
 Tensor softmax_backward(const Tensor& grad_out, const Tensor& y, std::int64_t dim);
 // Given y = log_softmax(x): dx = g - exp(y) * sum(g, dim).
 Tensor log_softmax_backward(const Tensor& grad_out, const Tensor& y, std::int64_t dim);
+
+// Softmax cross-entropy of rows of logits, in place: the core of the fused output projection and
+// loss (linear_cross_entropy.h), one pass over the logits where the composed ops take seven.
+// logits (N, V) contiguous f32 or f64; targets (N) of i64 or i32 in [0, V). With m the row
+// maxima, E = exp(logits - m), s the row sums of E and Y the targets one-hot, logits becomes
+// E - diag(s) Y (the loss's gradient times s: P - Y = that / s); returns s and each row's
+// log-probability of its target, (logits[target] - m) - log s, both (N, 1).
+struct SoftmaxCrossEntropyRows {
+  Tensor sums, log_prob;
+};
+SoftmaxCrossEntropyRows softmax_cross_entropy_rows_(Tensor& logits, const Tensor& targets);
 
 // ============================================================================
 // Indexing, joining

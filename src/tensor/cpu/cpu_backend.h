@@ -1,6 +1,6 @@
 // The CPU backend. Its methods are defined across src/tensor/cpu/*.cpp, one file per
 // kind of primitive (memory.cpp, copy_fill.cpp, unary.cpp, binary.cpp, compare_where.cpp, update.cpp, reduce.cpp,
-// matmul.cpp, conv.cpp, pool.cpp, batch_norm.cpp, rms_norm.cpp, rope.cpp, softmax.cpp, index.cpp,
+// matmul.cpp, conv.cpp, pool.cpp, batch_norm.cpp, layer_norm.cpp, rms_norm.cpp, rope.cpp, softmax.cpp, index.cpp,
 // random.cpp).
 #pragma once
 
@@ -27,6 +27,7 @@ class CpuBackend final : public Backend {
   void sgd_momentum_step(Tensor& param, Tensor& buf, const Tensor& grad, const SgdMomentumStep& step) override;
   void adam_step(Tensor& param, Tensor& exp_avg, Tensor& exp_avg_sq, const Tensor& grad, const AdamStep& step) override;
   Tensor squared_norm(const Tensor& x) override;
+  void softmax_cross_entropy_rows(Tensor& logits, const Tensor& targets, Tensor& sums, Tensor& log_prob) override;
   bool has_fused_attention(DType dtype) const override { return dtype == DType::f32 || dtype == DType::f64; }
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const FusedAttentionOptions& o, Tensor& out,
                          Tensor& lse) override;
@@ -59,6 +60,10 @@ class CpuBackend final : public Backend {
   void rms_norm(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd) override;
   void rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& rstd, const Tensor& weight,
                          Tensor& grad_x, Tensor& grad_weight) override;
+  void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y, Tensor& mean,
+                  Tensor& rstd) override;
+  void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                           const Tensor& weight, Tensor& grad_x, Tensor& grad_weight, Tensor& grad_bias) override;
   void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse, Tensor& out) override;
 
   void softmax(const Tensor& x, std::int64_t dim, bool log, Tensor& out) override;

@@ -4,8 +4,8 @@
 // Cephes' degree-6 polynomial for exp(r), 2^n assembled in the exponent bits: within 2 ulps
 // of the correctly rounded value over the finite range. Only adds, multiplies, conversions
 // and bit moves, so every instruction-set clone computes the same bits (no FMA contraction
-// under -ffp-contract=off). Below -87.3, where exp(x) is subnormal, it returns 0 (an absolute
-// error under 1.2e-38: sigmoid's tail, far-off attention scores); above 88.7, infinity.
+// under -ffp-contract=off). Subnormal results come out as such (sigmoid's far tail keeps its
+// value, as libm's); below -103.98, 0; above 88.73, infinity.
 #pragma once
 
 #include <algorithm>
@@ -17,7 +17,7 @@ namespace dtrain::detail::cpu {
 
 // Always inlined: a call per element would keep the caller's loop from vectorizing.
 [[gnu::always_inline]] inline float vector_exp(float in) {
-  const float x = std::min(std::max(in, -87.3f), 88.7f);
+  const float x = std::min(std::max(in, -104.0f), 88.8f);
   // Round x / ln2 to the nearest integer: adding 1.5 * 2^23 pushes the fraction out.
   float n = x * 1.44269504088896341f + 12582912.0f;
   n = n - 12582912.0f;
@@ -31,10 +31,13 @@ namespace dtrain::detail::cpu {
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r;
   p = p + 1.0f;
-  const auto exponent = static_cast<std::int32_t>(n) + 127;
-  const float y = p * std::bit_cast<float>(static_cast<std::uint32_t>(exponent) << 23);
-  // Past the reduction's range: 0 and infinity, chosen without a branch (NaN passes through y).
-  return in < -87.3f ? 0.0f : (in > 88.7f ? std::numeric_limits<float>::infinity() : y);
+  // 2^n as 2^half * 2^(n - half): both factors normal for n in [-150, 128], so results in the
+  // subnormal range come out as such (one product rounds there) and 2^128 overflows to infinity.
+  const auto whole = static_cast<std::int32_t>(n), half = whole / 2;
+  const float y = p * std::bit_cast<float>(static_cast<std::uint32_t>(half + 127) << 23) *
+                  std::bit_cast<float>(static_cast<std::uint32_t>(whole - half + 127) << 23);
+  // Below -103.98 exp rounds to 0; above 88.73 to infinity (NaN passes through y).
+  return in < -103.98f ? 0.0f : (in > 88.73f ? std::numeric_limits<float>::infinity() : y);
 }
 
 }  // namespace dtrain::detail::cpu

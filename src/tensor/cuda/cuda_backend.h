@@ -1,7 +1,7 @@
 // The CUDA backend of one device. Its methods are defined across src/tensor/cuda/:
 // memory.cpp (allocation, host transfers, asynchronous uploads from pinned memory),
 // elementwise.cu (copy, fill and the element-wise primitives), reduce.cu, matmul.cpp
-// (cuBLAS), cudnn_conv.cpp (cuDNN convolutions), pool.cu, batch_norm.cu, rms_norm.cu, rope.cu, softmax.cu,
+// (cuBLAS), cudnn_conv.cpp (cuDNN convolutions), pool.cu, batch_norm.cu, layer_norm.cu, rms_norm.cu, rope.cu, softmax.cu,
 // index.cu and random.cu; registry.cpp creates one per device, and pinned_memory.cpp
 // serves the page-locked host memory all devices share.
 //
@@ -107,6 +107,10 @@ class CudaBackend final : public Backend {
   void rms_norm(const Tensor& x, const Tensor& weight, double eps, Tensor& y, Tensor& rstd) override;
   void rms_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& rstd, const Tensor& weight,
                          Tensor& grad_x, Tensor& grad_weight) override;
+  void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y, Tensor& mean,
+                  Tensor& rstd) override;
+  void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                           const Tensor& weight, Tensor& grad_x, Tensor& grad_weight, Tensor& grad_bias) override;
   void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse, Tensor& out) override;
 
   void softmax(const Tensor& x, std::int64_t dim, bool log, Tensor& out) override;
