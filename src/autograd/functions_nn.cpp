@@ -217,6 +217,11 @@ bool fused_layer_norm_applies(const Variable& x, const Variable& gamma, const Va
   return (x.dtype() == DType::f32 || x.dtype() == DType::f64) && same(gamma) && same(beta);
 }
 
+// Rows of no elements (a trailing dim of size 0) take the composed path, as before: the kernel's
+// row count divides by the row length.
+bool has_row_elements(const Shape& trailing) { return shape_numel(trailing) > 0;
+}
+
 // x's trailing dims flattened into one row of D; keeps x (an input), mean and rstd per row.
 Variable fused_layer_norm(const Variable& x, const Shape& trailing, const Variable& gamma, const Variable& beta,
                           double eps) {
@@ -254,7 +259,8 @@ Variable layer_norm(const Variable& x, int normalized_dims, const Variable& gamm
   DTRAIN_CHECK(!beta.defined() || beta.shape() == trailing,
                "layer_norm: bias {} does not match the normalized shape {}", shape_str(beta.shape()),
                shape_str(trailing));
-  if (fused_kernels() && fused_layer_norm_applies(x, gamma, beta)) return fused_layer_norm(x, trailing, gamma, beta, eps);
+  if (fused_kernels() && fused_layer_norm_applies(x, gamma, beta) && has_row_elements(trailing))
+    return fused_layer_norm(x, trailing, gamma, beta, eps);
   std::vector<std::int64_t> dims;
   for (std::int64_t d = x.dim() - normalized_dims; d < x.dim(); ++d) dims.push_back(d);
   Normalized n = normalize(x, dims, eps);

@@ -106,6 +106,17 @@ TEST_CASE("grad: layer_norm's fused kernels and the composed ops, by finite diff
   }
 }
 
+TEST_CASE("layer_norm: rows of no elements take the composed path, no rows give an empty result", "[autograd][cpu]") {
+  test::FusedKernelsSwitch setting(true);
+  const Variable empty_rows(Tensor::zeros({3, 0}), true);
+  CHECK(layer_norm(empty_rows, 1, Variable(), Variable(), 1e-5).shape() == Shape{3, 0});
+  const Variable no_rows(Tensor::zeros({0, 4}), true);
+  Variable y = layer_norm(no_rows, 1, Variable(Tensor::ones({4}), true), Variable(), 1e-5);
+  CHECK(y.shape() == Shape{0, 4});
+  sum(y).backward();
+  CHECK(no_rows.grad().shape() == Shape{0, 4});
+}
+
 TEST_CASE("layer_norm_forward / backward: bad parameters and statistics are refused naming them", "[autograd][cpu]") {
   const Tensor x = Tensor::zeros({2, 4});
   REQUIRE_THROWS_WITH(layer_norm_forward(x, Tensor(), Tensor::zeros({3}), 1e-5),

@@ -101,7 +101,7 @@ def check_nesting(spans):
     for key, items in spans.items():
         stack = []
         for start, end, name in sorted(items, key=lambda s: (s[0], -s[1])):
-            while stack and stack[-1][1] <= start:
+            while stack and stack[-1][1] <= start + 1e-3:  # times are printed to the nanosecond
                 stack.pop()
             if stack and end > stack[-1][1] + 1e-3:
                 fail(f"pid {key[0]} tid {key[1]}: '{name}' [{start}, {end}] overlaps '{stack[-1][2]}' "
