@@ -209,17 +209,14 @@ Variable batch_norm_eval(const Variable& x, const Variable& gamma, const Variabl
 namespace {
 
 // The one-kernel LayerNorm (layer_norm_forward in ops.h) takes f32/f64 with parameters of the
-// input's dtype and device; mixed dtypes (autocast's half activations) take the composed path.
-bool fused_layer_norm_applies(const Variable& x, const Variable& gamma, const Variable& beta) {
+// input's dtype and device, and rows of at least one element (its row count divides by the row
+// length); mixed dtypes (autocast's half activations) and empty rows take the composed path.
+bool fused_layer_norm_applies(const Variable& x, const Shape& trailing, const Variable& gamma, const Variable& beta) {
   const auto same = [&](const Variable& p) {
     return !p.defined() || (p.dtype() == x.dtype() && p.device() == x.device());
   };
-  return (x.dtype() == DType::f32 || x.dtype() == DType::f64) && same(gamma) && same(beta);
-}
-
-// Rows of no elements (a trailing dim of size 0) take the composed path, as before: the kernel's
-// row count divides by the row length.
-bool has_row_elements(const Shape& trailing) { return shape_numel(trailing) > 0;
+  return (x.dtype() == DType::f32 || x.dtype() == DType::f64) && same(gamma) && same(beta) &&
+         shape_numel(trailing) > 0;
 }
 
 // x's trailing dims flattened into one row of D; keeps x (an input), mean and rstd per row.
@@ -259,7 +256,7 @@ Variable layer_norm(const Variable& x, int normalized_dims, const Variable& gamm
   DTRAIN_CHECK(!beta.defined() || beta.shape() == trailing,
                "layer_norm: bias {} does not match the normalized shape {}", shape_str(beta.shape()),
                shape_str(trailing));
-  if (fused_kernels() && fused_layer_norm_applies(x, gamma, beta) && has_row_elements(trailing))
+  if (fused_kernels() && fused_layer_norm_applies(x, trailing, gamma, beta))
     return fused_layer_norm(x, trailing, gamma, beta, eps);
   std::vector<std::int64_t> dims;
   for (std::int64_t d = x.dim() - normalized_dims; d < x.dim(); ++d) dims.push_back(d);

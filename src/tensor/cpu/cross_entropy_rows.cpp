@@ -5,12 +5,12 @@
 // N x V tensor and a subtraction of it) made seven passes over the fused head's N x V logits,
 // with libm's exp per element.
 //
-// Sums run in the input's dtype over sixteen interleaved accumulators, so the loops vectorize
-// (isa_clones.h) without reassociating anything the source does not: every clone computes
-// the same bits. A NaN logit makes its row's sum, and so its loss, NaN.
+// Sums run in the input's dtype over interleaved accumulators (lane_sum.h), so the loops
+// vectorize in the clones and every clone computes the same bits. A NaN logit makes its row's sum, and so its loss, NaN.
 #include "dtrain/core/parallel.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/isa_clones.h"
+#include "tensor/cpu/lane_sum.h"
 #include "tensor/cpu/strided_loop.h"
 #include "tensor/cpu/vector_exp.h"
 
@@ -21,7 +21,7 @@
 namespace dtrain::detail {
 namespace {
 
-constexpr std::int64_t kLanes = 16;
+using cpu::kLanes;
 
 // f32 through the vectorizable exp; f64 through libm's.
 [[gnu::always_inline]] inline float exp_of(float x) { return cpu::vector_exp(x); }
@@ -40,21 +40,11 @@ DTRAIN_ISA_CLONES void cross_entropy_row(T* __restrict x, std::int64_t v, std::i
   for (T t : top) m = t > m ? t : m;
   const T shifted_target = x[target] - m;
 
-  T acc[kLanes] = {};
-  j = 0;
-  for (; j + kLanes <= v; j += kLanes)
-    for (std::int64_t l = 0; l < kLanes; ++l) {
-      const T e = exp_of(x[j + l] - m);
-      x[j + l] = e;
-      acc[l] = acc[l] + e;
-    }
-  for (; j < v; ++j) {
+  const T s = cpu::lane_sum<T>(v, [&](std::int64_t j) {
     const T e = exp_of(x[j] - m);
     x[j] = e;
-    acc[0] = acc[0] + e;
-  }
-  T s = 0;
-  for (T a : acc) s += a;
+    return e;
+  });
   x[target] -= s;  // E - s Y: P - 1 at the target keeps its precision once divided by s
   *sum_out = s;
   *log_prob_out = shifted_target - std::log(s);

@@ -5,14 +5,14 @@
 // three times in cache (mean, variance, y) and writes y once, backward reads grad_y and x
 // twice per row and writes dx once.
 //
-// Sums run in the input's dtype over sixteen interleaved accumulators, so the row loops
-// vectorize (isa_clones.h) without reassociating anything the source does not: the result
-// does not depend on the ISA or the thread count. The weight's and bias's gradients, sums
+// Sums run in the input's dtype over lane_sum.h's interleaved accumulators, so the row loops
+// vectorize in the clones and the result does not depend on the ISA or the thread count. The weight's and bias's gradients, sums
 // over rows, are summed per fixed block of rows into partial rows, then the partials are
 // added in block order.
 #include "dtrain/core/parallel.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/isa_clones.h"
+#include "tensor/cpu/lane_sum.h"
 #include "tensor/cpu/strided_loop.h"
 
 #include <algorithm>
@@ -22,20 +22,7 @@
 namespace dtrain::detail {
 namespace {
 
-constexpr std::int64_t kLanes = 16;
-
-// The sum of f(j) for j in [0, d), over kLanes interleaved partial sums added at the end.
-template <class T, class F>
-[[gnu::always_inline]] inline T lane_sum(std::int64_t d, F f) {
-  T acc[kLanes] = {};
-  std::int64_t j = 0;
-  for (; j + kLanes <= d; j += kLanes)
-    for (std::int64_t l = 0; l < kLanes; ++l) acc[l] = acc[l] + f(j + l);
-  for (; j < d; ++j) acc[0] = acc[0] + f(j);
-  T total = 0;
-  for (T a : acc) total += a;
-  return total;
-}
+using cpu::lane_sum;
 
 // One row: its mean and 1 / sqrt(biased variance + eps), then y = (x - mean) * rstd * w + b.
 template <class T>
