@@ -70,7 +70,7 @@ Variable scaled_dot_product_attention(const Variable& q, const Variable& k, cons
   const std::int64_t b = q.size(0), h = q.size(1), t = q.size(2), d = q.size(3);
   const double scale = options.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
   // Dropout on the weights needs them in memory: the unfused path below.
-  if (options.dropout == 0 && fused_kernels() && has_fused_attention(q.device(), q.dtype()))
+  if (options.dropout == 0 && fused_kernels() && has_fused_attention(q.device(), q.dtype(), d))
     return fused_attention(q, k, v, {.causal = options.causal, .scale = scale});
   const std::int64_t groups = h / k.size(1);
 

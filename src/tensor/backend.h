@@ -141,8 +141,8 @@ class Backend {
   // ---- fused attention (fused_attention.h) ----------------------------------------------
   // q, k, v with a contiguous last dim; out and the gradients (B, T, heads, D) contiguous
   // memory seen as (B, heads, T, D); lse (B, H, T) contiguous. The default throws: only
-  // backends that say has_fused_attention() get called.
-  virtual bool has_fused_attention(DType dtype) const { return false; }
+  // backends that say has_fused_attention() for the dtype and head size get called.
+  virtual bool has_fused_attention(DType dtype, std::int64_t head_dim) const { return false; }
   virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const FusedAttentionOptions& o,
                                  Tensor& out, Tensor& lse);
   virtual void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,

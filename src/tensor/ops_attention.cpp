@@ -25,13 +25,16 @@ void check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const char* op
                shape_str(v.shape()), shape_str(q.shape()));
   DTRAIN_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype() && q.device() == k.device() && q.device() == v.device(),
                "{}: q, k, v must share one dtype and device", op);
-  DTRAIN_CHECK(has_fused_attention(q.device(), q.dtype()), "{}: no fused attention kernel on {} for {}", op,
-               q.device().str(), dtype_name(q.dtype()));
+  DTRAIN_CHECK(has_fused_attention(q.device(), q.dtype(), q.size(3)),
+               "{}: no fused attention kernel on {} for {} heads of {}", op, q.device().str(), dtype_name(q.dtype()),
+               q.size(3));
 }
 
 }  // namespace
 
-bool has_fused_attention(Device device, DType dtype) { return detail::backend(device).has_fused_attention(dtype); }
+bool has_fused_attention(Device device, DType dtype, std::int64_t head_dim) {
+  return detail::backend(device).has_fused_attention(dtype, head_dim);
+}
 
 FusedAttentionResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                        const FusedAttentionOptions& options) {

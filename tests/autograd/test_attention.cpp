@@ -4,6 +4,7 @@
 #include "dtrain/autograd/attention.h"
 #include "dtrain/autograd/functions.h"
 #include "dtrain/autograd/fusion.h"
+#include "dtrain/tensor/fused_attention.h"
 #include "dtrain/tensor/memory_stats.h"
 #include "support/test_support.h"
 
@@ -180,4 +181,12 @@ TEST_CASE("attention: the fused kernels keep memory linear in the sequence", "[a
 TEST_CASE("attention: a scale that is not positive is refused", "[autograd][cpu]") {
   Variable q(Tensor::zeros({1, 1, 2, 2}));
   REQUIRE_THROWS_WITH(scaled_dot_product_attention(q, q, q, {.scale = 0.0}), Catch::Contains("scale 0 must be > 0"));
+}
+
+TEST_CASE("attention: the fused kernels refuse a dtype they do not have, naming it", "[autograd][cpu]") {
+  REQUIRE(has_fused_attention(Device::cpu(), DType::f32, 64));
+  REQUIRE_FALSE(has_fused_attention(Device::cpu(), DType::bf16, 64));
+  const Tensor q = Tensor::zeros({1, 2, 3, 8}, {.dtype = DType::bf16});
+  REQUIRE_THROWS_WITH(attention_forward(q, q, q, {}),
+                      Catch::Contains("attention_forward: no fused attention kernel on cpu for bf16 heads of 8"));
 }

@@ -21,7 +21,7 @@ struct AttentionOptions {
 // q (B, H, T, D); k and v (B, Hkv, T, D) with H a multiple of Hkv: grouped-query attention,
 // where query heads h*G .. h*G + G-1 (G = H / Hkv) share key/value head h, as Llama's
 // repeat_kv gives them. Returns (B, H, T, D). Without dropout, on a device with fused
-// kernels (the CPU; fused_attention.h) and unless fused_kernels() is off (fusion.h), it runs
+// kernels (the CPU, CUDA for the head sizes it fits; fused_attention.h) and unless fused_kernels() is off (fusion.h), it runs
 // them and keeps q, k, v, the output and a log-sum-exp per row: memory linear in T. Otherwise
 // the products, mask and softmax as tensor ops, keeping the attention weights (B*H*T*T
 // values) for the backward. Scale must be > 0.

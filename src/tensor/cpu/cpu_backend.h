@@ -28,7 +28,9 @@ class CpuBackend final : public Backend {
   void adam_step(Tensor& param, Tensor& exp_avg, Tensor& exp_avg_sq, const Tensor& grad, const AdamStep& step) override;
   Tensor squared_norm(const Tensor& x) override;
   void softmax_cross_entropy_rows(Tensor& logits, const Tensor& targets, Tensor& sums, Tensor& log_prob) override;
-  bool has_fused_attention(DType dtype) const override { return dtype == DType::f32 || dtype == DType::f64; }
+  bool has_fused_attention(DType dtype, std::int64_t) const override {
+    return dtype == DType::f32 || dtype == DType::f64;
+  }
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const FusedAttentionOptions& o, Tensor& out,
                          Tensor& lse) override;
   void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,

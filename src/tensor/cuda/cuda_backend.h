@@ -1,7 +1,7 @@
 // The CUDA backend of one device. Its methods are defined across src/tensor/cuda/:
 // memory.cpp (allocation, host transfers, asynchronous uploads from pinned memory),
 // elementwise.cu (copy, fill and the element-wise primitives), reduce.cu, matmul.cpp
-// (cuBLAS), cudnn_conv.cpp (cuDNN convolutions), pool.cu, batch_norm.cu, layer_norm.cu, rms_norm.cu, rope.cu, softmax.cu,
+// (cuBLAS), cudnn_conv.cpp (cuDNN convolutions), pool.cu, batch_norm.cu, layer_norm.cu, rms_norm.cu, rope.cu, flash_attention.cu, softmax.cu,
 // index.cu and random.cu; registry.cpp creates one per device, and pinned_memory.cpp
 // serves the page-locked host memory all devices share.
 //
@@ -112,6 +112,14 @@ class CudaBackend final : public Backend {
   void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                            const Tensor& weight, Tensor& grad_x, Tensor& grad_weight, Tensor& grad_bias) override;
   void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse, Tensor& out) override;
+
+  // flash_attention.cu: f32 and f64, head sizes whose tiles fit the device's shared memory.
+  bool has_fused_attention(DType dtype, std::int64_t head_dim) const override;
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const FusedAttentionOptions& o, Tensor& out,
+                         Tensor& lse) override;
+  void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                          const Tensor& lse, const FusedAttentionOptions& o, Tensor& grad_q, Tensor& grad_k,
+                          Tensor& grad_v) override;
 
   void softmax(const Tensor& x, std::int64_t dim, bool log, Tensor& out) override;
   void softmax_backward(const Tensor& grad_out, const Tensor& y, std::int64_t dim, bool log, Tensor& grad_x) override;
