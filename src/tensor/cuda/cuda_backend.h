@@ -152,6 +152,9 @@ class CudaBackend final : public Backend {
 
   int device_;
   cudaStream_t stream_ = nullptr;
+  // The device's opt-in shared memory per block, read on the first has_fused_attention() call
+  // (flash_attention.cu) rather than on every attention op; -1 until then.
+  mutable std::atomic<int> shared_per_block_{-1};
   // The stream of copy_from_host_beside (memory.cpp), created on first use.
   cudaStream_t copy_stream();
   std::once_flag copy_once_;

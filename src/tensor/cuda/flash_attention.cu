@@ -370,8 +370,11 @@ void launch_backward(Backend& backend, const Tensor& grad_out, const Tensor& q, 
 
 bool CudaBackend::has_fused_attention(DType dtype, std::int64_t head_dim) const {
   if (dtype != DType::f32 && dtype != DType::f64) return false;
-  int most = 0;
-  DTRAIN_CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_));
+  int most = shared_per_block_.load(std::memory_order_relaxed);
+  if (most < 0) {
+    DTRAIN_CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_));
+    shared_per_block_.store(most, std::memory_order_relaxed);
+  }
   return most_shared_bytes(head_dim, dtype == DType::f32 ? sizeof(float) : sizeof(double)) <= most;
 }
 
