@@ -15,6 +15,7 @@ endif()
 install(DIRECTORY include/dtrain DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} ${_cpu_only_exclude})
 install(FILES ${PROJECT_BINARY_DIR}/include/dtrain/config.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/dtrain)
 install(PROGRAMS scripts/dtrain-launch DESTINATION ${CMAKE_INSTALL_BINDIR})  # restarts a failed job from its checkpoint
+install(PROGRAMS scripts/dtrain_elastic.py DESTINATION ${CMAKE_INSTALL_BINDIR})  # its elastic mode (--np MIN:MAX)
 install(EXPORT dtrainTargets NAMESPACE dtrain:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/dtrain)
 configure_package_config_file(cmake/dtrainConfig.cmake.in
   ${PROJECT_BINARY_DIR}/dtrainConfig.cmake

@@ -377,7 +377,7 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
           (config.architecture == nn::GptArchitecture::Gpt2 && !pipelined && !sharded_parameters && !tensor_parallel),
       "--export-hf: needs a gpt2 model held whole by a rank (not --arch llama, a pipeline, tp or zero=3: save a "
       "checkpoint and resume it in one process with --export-hf)");
-  trainer.fit(optimizer, &schedule);
+  if (trainer.fit(optimizer, &schedule).stopped_for_relaunch) return train::kRelaunchExitCode;
 
   if (!c.export_hf.empty() && strategy->reports()) {
     train::export_gpt2(*gpt, c.export_hf);

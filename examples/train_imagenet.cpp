@@ -270,6 +270,7 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
     std::fflush(stdout);
   }
   const train::FitResult result = trainer.fit(*optimizer, schedule.get());
+  if (result.stopped_for_relaunch) return train::kRelaunchExitCode;
   if (strategy->reports()) {
     std::int64_t samples = 0;
     double training_s = 0, waited_s = 0;

@@ -142,8 +142,8 @@ int run(const Config& c, const dist::CommunicatorPtr& comm) {
       std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     });
   }
-  trainer.fit(*optimizer, schedule.get());
-  return 0;
+  const train::FitResult result = trainer.fit(*optimizer, schedule.get());
+  return result.stopped_for_relaunch ? train::kRelaunchExitCode : 0;
 }
 
 }  // namespace

@@ -146,6 +146,9 @@ void add_reporting_flags(CLI::App& app, RunFlags::Reporting& r) {
           },
           "A-B"))
       ->default_str("1-5");
+  app.add_option("--sample-log", r.sample_log,
+                 "record each applied update's sample indices here, a file per rank and attempt (audit them with "
+                 "tools/check_sample_log.py)");
   app.add_option("--tensorboard", r.tensorboard,
                  "write TensorBoard event files here (loss, accuracy, learning rate, samples/s, exposed "
                  "communication share; staleness for parameter servers)");
@@ -239,7 +242,8 @@ train::TrainerOptions trainer_options(const RunFlags& r) {
           .progress = r.reporting.progress,
           .trace = r.reporting.trace,
           .tensorboard = r.reporting.tensorboard,
-          .guard = r.guard};
+          .guard = r.guard,
+          .sample_log = r.reporting.sample_log};
 }
 
 std::optional<DType> autocast_type(const std::string& precision) {

@@ -45,6 +45,7 @@ struct RunFlags {
     train::ProgressMode progress = train::ProgressMode::Auto;
     train::TraceOptions trace = {};
     std::filesystem::path tensorboard = {};
+    std::filesystem::path sample_log = {};
   } reporting{};
   train::GuardOptions guard{};  // --no-rollback, --spike-factor, --snapshot-every, ...
 };

@@ -62,4 +62,6 @@ std::int64_t Dataset::bad_samples_skipped() const { return 0; }
 
 std::shared_ptr<const Sampler> Dataset::rank_sampler(int, int, std::uint64_t, bool) const { return nullptr; }
 
+bool Dataset::shares_keep_global_order() const { return true; }
+
 }  // namespace dtrain::data

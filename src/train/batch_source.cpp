@@ -48,6 +48,7 @@ std::optional<UpdateBatches> BatchSource::next() {
   update.position = dispenser_ ? next_number_ / accumulate_ : position_++;
   while (next_ && static_cast<int>(update.micro.size()) < accumulate_) {
     update.micro.push_back(std::move(*next_));
+    update.numbers.push_back(next_number_);
     trace::Span wait("data", trace::Phase::Data);
     stage_next();
   }

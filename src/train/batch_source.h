@@ -27,6 +27,9 @@ struct Staged {
 struct UpdateBatches {
   std::vector<Staged> micro;
   std::int64_t position = 0;
+  // Each micro-batch's number in the loader's epoch (batch b holds the sampler's indices
+  // [b * batch, (b + 1) * batch)): which samples the update took (the sample log).
+  std::vector<std::int64_t> numbers;
 };
 
 class BatchSource {

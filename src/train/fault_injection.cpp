@@ -23,12 +23,28 @@ struct Fault {
   std::int64_t at = -1;
   double seconds = 0;               // stop-at-step: how long the rank stays stopped
   std::int64_t step_in_epoch = -1;  // kill-in-epoch: `at` is the epoch
+  bool every_rank = false;          // kill-host-at-step on a rank of that host: whatever its rank
 };
+
+// kill-host-at-step:<host>:<step>: a kill-at-step of every rank whose DTRAIN_HOST_ID is
+// `host` (an emulated host that goes away), none elsewhere.
+Fault parse_host_fault(const char* text) {
+  int host = -1;
+  long long at = -1;
+  char rest = 0;
+  DTRAIN_CHECK(std::sscanf(text, "kill-host-at-step:%d:%lld%c", &host, &at, &rest) == 2 && host >= 0 && at >= 1,
+               "DTRAIN_FAULT='{}': expected kill-host-at-step:<host id>:<step> (DTRAIN_HOST_ID's number, step >= 1)",
+               text);
+  const char* mine = std::getenv("DTRAIN_HOST_ID");
+  if (mine == nullptr || std::string(mine) != std::to_string(host)) return {};
+  return {.kind = "kill-at-step", .at = at, .every_rank = true};
+}
 
 Fault parse() {
   const char* text = std::getenv("DTRAIN_FAULT");
   const char* restart = std::getenv("DTRAIN_RESTART_COUNT");
   if (text == nullptr || *text == '\0' || (restart != nullptr && std::string(restart) != "0")) return {};
+  if (std::string(text).starts_with("kill-host-at-step:")) return parse_host_fault(text);
   char kind[32] = {};
   int rank = -1;
   long long at = -1;
@@ -52,7 +68,8 @@ Fault parse() {
   DTRAIN_CHECK(f.kind == "kill-at-step" || f.kind == "kill-in-epoch" || f.kind == "kill-in-save" ||
                    f.kind == "stop-at-step" || f.kind == "loss-spike" || f.kind == "loss-nan",
                "DTRAIN_FAULT='{}': expected kill-at-step:<rank>:<step>, kill-in-epoch:<rank>:<epoch>:<step>, "
-               "kill-in-save:<rank>:<n>, stop-at-step:<rank>:<step>:<seconds> (seconds > 0), "
+               "kill-host-at-step:<host id>:<step>, kill-in-save:<rank>:<n>, stop-at-step:<rank>:<step>:<seconds> "
+               "(seconds > 0), "
                "loss-spike:<rank>:<step>[:<factor>] or loss-nan:<rank>:<step>",
                text);
   return f;
@@ -65,7 +82,7 @@ const Fault& fault() {
 
 void maybe_kill(const char* kind, int rank, std::int64_t at) {
   const Fault& f = fault();
-  if (f.kind != kind || f.rank != rank || f.at != at) return;
+  if (f.kind != kind || (f.rank != rank && !f.every_rank) || f.at != at) return;
   std::fprintf(stderr, "DTRAIN_FAULT: rank %d killing itself (%s %lld)\n", rank, kind, static_cast<long long>(at));
   std::fflush(stderr);
   std::raise(SIGKILL);

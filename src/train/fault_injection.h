@@ -1,6 +1,9 @@
 // Fault injection for the tests of checkpoints and restarts: DTRAIN_FAULT makes one rank
 // die by SIGKILL at a chosen point, as a crashed node would, or stop for a while, deterministically.
 //   DTRAIN_FAULT=kill-at-step:<rank>:<global step>   after that update's step
+//   DTRAIN_FAULT=kill-host-at-step:<host>:<step>     every rank whose DTRAIN_HOST_ID is the
+//                                                    number <host>, after that update's step
+//                                                    (an emulated host lost)
 //   DTRAIN_FAULT=kill-in-epoch:<rank>:<epoch>:<n>    after the rank's n-th update of the epoch
 //                                                    (1-based; where ranks take batches at run
 //                                                    time, a rank's global step may fall in

@@ -3,11 +3,13 @@
 #include "dtrain/data/distributed_sampler.h"
 #include "dtrain/data/sampler.h"
 #include "dtrain/data/subset.h"
+#include "train/elastic_control.h"
 #include "train/epoch_sums.h"
 #include "train/fault_injection.h"
 #include "train/observers.h"
-#include "train/run_guard.h"
 #include "train/rank_sums.h"
+#include "train/run_guard.h"
+#include "train/sample_log.h"
 
 #include <fmt/format.h>
 
@@ -111,6 +113,16 @@ void Trainer::make_loaders() {
     }
   }
   train_loader_ = std::make_unique<data::DataLoader>(data_.train, train, sampler);
+  if (!options_.sample_log.empty()) {
+    const SampleLogShape shape{.rank = strategy_->rank(),
+                               .world_size = strategy_->ranks(),
+                               .shards = caps_.dispenser ? 1 : shard.count,
+                               .shard = caps_.dispenser ? 0 : shard.index,
+                               .dataset_size = data_.train->size(),
+                               .global_batch = data_.batch_size,
+                               .micro_batch = micro_batch_};
+    sample_log_ = std::make_unique<SampleLog>(options_.sample_log, shape, sampler);
+  }
   if (data_.test) make_test_loader(shard);
 }
 
@@ -236,6 +248,23 @@ int Trainer::resume(optim::Optimizer& optimizer) {
                "resuming from {}: epoch {}, update {} of {} (global step {}), saved by a {}-rank {} job (mesh {})\n",
                r->from.string(), epoch, resume_step_, updates, global_step_, r->manifest.job.world_size,
                r->manifest.job.strategy, checkpoint::describe_mesh(r->manifest.job.mesh));
+    const int shards = strategy_->data_shard().count;
+    if (!caps_.dispenser && r->manifest.job.replicas != shards && caps_.server == nullptr) {
+      // The global batch is the run's --batch-size: another number of shards takes other
+      // shares of it, the same samples (update u: positions [u G, (u + 1) G) of the order).
+      fmt::print(options_.out,
+                 "the global batch of {} is kept on {} data-parallel shard(s) instead of the checkpoint's {}: {} "
+                 "samples per shard and update ({} accumulation step(s) of {}), {} before\n",
+                 data_.batch_size, shards, r->manifest.job.replicas, data_.batch_size / shards, options_.accumulate,
+                 micro_batch_, data_.batch_size / r->manifest.job.replicas);
+      if (resume_step_ > 0 && !data_.train->shares_keep_global_order()) {
+        fmt::print(options_.out,
+                   "warning: this dataset deals whole shards to ranks, so the rest of epoch {} is dealt afresh over "
+                   "{} shard(s): some of its samples are taken twice this epoch and others not at all (resume at an "
+                   "epoch's end to avoid it)\n",
+                   epoch, shards);
+      }
+    }
     if (p.epochs != options_.epochs) {
       fmt::print(options_.out,
                  "the saved run was planned for {} epoch(s), this one for {}: a learning-rate schedule "
@@ -266,6 +295,21 @@ void Trainer::save_checkpoint(const optim::Optimizer& optimizer, int epoch, std:
                        .data_seed = data_.seed},
                       epoch_sums,
                       fmt::format("{} ({} parameters on this rank)", model.describe(), model.num_parameters()));
+  if (!elastic_control_enabled()) return;
+  // The launcher's request, read by rank 0, stops every rank at this checkpoint once it is
+  // on disk (one small sum per checkpoint, only under the elastic launcher).
+  Tensor request = Tensor::from_vector<double>({strategy_->rank() == 0 && relaunch_requested() ? 1.0 : 0.0}, {1});
+  strategy_->reduce_sums(request);
+  if (request.to_vector<double>()[0] == 0) return;
+  checkpointer_->finish();
+  relaunching_ = true;
+  if (strategy_->reports() && options_.verbose) {
+    fmt::print(options_.out,
+               "\nstopping after global step {} for the launcher to relaunch the job on its new hosts (the "
+               "checkpoint is written)\n",
+               global_step_);
+    std::fflush(options_.out);
+  }
 }
 
 void Trainer::serve(dist::ServerLoop& server, optim::Optimizer& optimizer) {
@@ -315,6 +359,7 @@ FitResult Trainer::train(optim::Optimizer& optimizer, const optim::LrSchedule* s
   for (int epoch = first_epoch; epoch <= options_.epochs; ++epoch) {
     early_evaluation_.reset();
     EpochSummary summary = train_epoch(optimizer, schedule, epoch);
+    if (relaunching_) break;  // stopped inside the epoch, at a checkpoint
     if (test_loader_) {
       // An evaluation inside the epoch that reached the target ended it (and was observed).
       EvalResult e;
@@ -338,12 +383,14 @@ FitResult Trainer::train(optim::Optimizer& optimizer, const optim::LrSchedule* s
     notify([&](TrainObserver& o) { o.on_epoch_end(summary); });
     if (checkpointer_ && !options_.checkpoint.dir.empty()) save_checkpoint(optimizer, epoch + 1, 0, {});
     result.epochs.push_back(summary);
+    if (relaunching_) break;
     result.test_accuracy = summary.test_accuracy;
     // Every rank has the same all-reduced accuracy, so all of them stop together.
     result.reached_target = options_.target_accuracy > 0 && summary.test_accuracy >= options_.target_accuracy;
     if (result.reached_target) break;
   }
-  if (result.epochs.empty() && test_loader_) {
+  result.stopped_for_relaunch = relaunching_;
+  if (result.epochs.empty() && test_loader_ && !relaunching_) {
     // Nothing was left to train (a finished run resumed): the result is the restored model's.
     const EvalResult e = evaluate();
     result.test_accuracy = e.accuracy();
@@ -355,7 +402,7 @@ FitResult Trainer::train(optim::Optimizer& optimizer, const optim::LrSchedule* s
   if (checkpointer_ && !options_.checkpoint.dir.empty()) checkpointer_->finish();
   if (caps_.epochs) result.strategy_report = caps_.epochs->end_training();
   const dist::EpochReport& run = result.strategy_report;
-  if (strategy_->reports() && options_.verbose) {
+  if (strategy_->reports() && options_.verbose && !relaunching_) {
     if (!run.text.empty()) fmt::print(options_.out, "{}\n", run.text);
     if (test_loader_ && !metrics_fns_.empty()) {
       fmt::print(options_.out, "final test {}: {:.2f}%{}\n", metrics_fns_.front().name, 100 * result.test_accuracy,

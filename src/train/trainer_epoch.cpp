@@ -5,6 +5,7 @@
 #include "train/batch_source.h"
 #include "train/epoch_sums.h"
 #include "train/rank_sums.h"
+#include "train/sample_log.h"
 #include "train/trainer_epoch.h"
 
 #include <fmt/format.h>
@@ -56,7 +57,12 @@ EpochSummary Trainer::train_epoch(optim::Optimizer& optimizer, const optim::LrSc
     const std::int64_t end = std::min(updates, e.span * (part + 1));
     if (end <= first_step) continue;  // done before the checkpoint this epoch resumed from
     source.begin(std::max(e.span * part, first_step), end, static_cast<std::int64_t>(epoch - 1) * e.parts + part);
-    while (std::optional<UpdateBatches> batches = source.next()) run_update(e, *batches);
+    while (!e.stop) {
+      std::optional<UpdateBatches> batches = source.next();
+      if (!batches) break;
+      run_update(e, *batches);
+    }
+    if (relaunching_) break;  // the launcher's stop, at the checkpoint just written
     evaluation_point(e, part);
   }
   source.finish();
@@ -86,6 +92,7 @@ void Trainer::run_update(Epoch& e, UpdateBatches& batches) {
   ++global_step_;
   e.sums.add(stats);
   const std::int64_t step = batches.position + 1;
+  if (sample_log_) sample_log_->record(e.epoch, global_step_, step, batches.numbers);
   // Every observer is asked (one may remember its answer); any of them wanting the loss reads it.
   const StepPosition at{.epoch = e.epoch, .step = step, .global_step = global_step_};
   bool wanted = false;
@@ -105,6 +112,7 @@ void Trainer::run_update(Epoch& e, UpdateBatches& batches) {
   const std::int64_t every = checkpointer_->options().every;
   if (every > 0 && global_step_ % every == 0 && step < e.updates && !checkpointer_->options().dir.empty()) {
     save_checkpoint(e.optimizer, e.epoch, step, e.sums.values());
+    e.stop = relaunching_;
   }
 }
 

@@ -21,7 +21,7 @@ struct Trainer::Epoch {
   // Evaluation points split the epoch into `parts` stretches of `span` updates each.
   int parts = 1;
   std::int64_t span = 1;
-  bool stop = false;           // an evaluation inside the epoch reached the target
+  bool stop = false;           // an evaluation reached the target, or the launcher asked for a stop
   double evaluating_s = 0;     // evaluations inside the epoch: not training time
   dist::EpochReport report{};  // the strategy's, for the epoch so far
   int rollbacks = 0;           // by the guard, this epoch

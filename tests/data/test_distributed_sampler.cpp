@@ -97,3 +97,32 @@ TEST_CASE("DistributedSampler rejects bad arguments", "[cpu][data]") {
   require_error([] { DistributedSampler(10, -1, 2, 0); }, {"DistributedSampler", "rank -1"});
   require_error([] { DistributedSampler(10, 0, 2, 0).indices(-3); }, {"epoch", "-3"});
 }
+
+// The elastic contract (docs/ELASTIC.md): with a global batch of G split into micro-batches
+// of G / (W x accumulation) per rank, update u takes positions [u G, (u + 1) G) of one
+// epoch order whatever W is, so a run resumed after update u on another number of ranks
+// takes the rest of the epoch's samples, each once.
+TEST_CASE("DistributedSampler: update u takes the same samples on any number of ranks", "[cpu][data]") {
+  const std::int64_t n = 240, global = 24;
+  const std::vector<std::int64_t> order = DistributedSampler(n, 0, 1, 5).indices(3);
+  for (int world : {1, 2, 3, 4, 6, 8, 12}) {
+    for (int accumulate : {1, 2}) {
+      if (global % (world * accumulate) != 0) continue;
+      const std::int64_t micro = global / (world * accumulate);
+      const auto all = shares(n, world, 5, true, false, 3);
+      for (std::int64_t u = 0; u < n / global; ++u) {
+        std::vector<std::int64_t> taken;
+        for (const auto& share : all) {
+          // The rank's micro-batches u * accumulate .. u * accumulate + accumulate - 1.
+          const auto first = share.begin() + u * accumulate * micro;
+          taken.insert(taken.end(), first, first + accumulate * micro);
+        }
+        std::vector<std::int64_t> expected(order.begin() + u * global, order.begin() + (u + 1) * global);
+        std::sort(taken.begin(), taken.end());
+        std::sort(expected.begin(), expected.end());
+        INFO("world " << world << ", accumulate " << accumulate << ", update " << u);
+        REQUIRE(taken == expected);
+      }
+    }
+  }
+}

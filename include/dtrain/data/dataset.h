@@ -52,6 +52,12 @@ class Dataset {
   // default): the Trainer uses a DistributedSampler, and a strided Subset to evaluate.
   virtual std::shared_ptr<const Sampler> rank_sampler(int rank, int world_size, std::uint64_t seed,
                                                       bool training) const;
+  // Whether the training shares keep the epoch's global order: update u of an epoch takes
+  // the same samples (positions [u G, (u + 1) G) of one order, G the global batch) however
+  // many ranks share it, so that a run resumed inside an epoch on another number of ranks
+  // takes every sample of it once. True for the Trainer's default (DistributedSampler's
+  // strided shares); a rank_sampler that deals whole shards to ranks says false.
+  virtual bool shares_keep_global_order() const;
 };
 
 }  // namespace dtrain::data

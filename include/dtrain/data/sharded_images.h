@@ -55,6 +55,8 @@ class ShardedImages final : public Dataset {
   // Throws when training on more ranks than there are shards (each rank reads whole shards).
   std::shared_ptr<const Sampler> rank_sampler(int rank, int world_size, std::uint64_t seed,
                                               bool training) const override;
+  // False: a rank reads whole shards, so which samples an update takes depends on the ranks.
+  bool shares_keep_global_order() const override { return false; }
 
   const std::vector<std::string>& classes() const { return classes_; }
   std::int64_t num_shards() const { return static_cast<std::int64_t>(shard_paths_.size()); }

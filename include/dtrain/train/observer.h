@@ -75,7 +75,14 @@ struct FitResult {
   double seconds = 0;  // from the first step to the end of the last evaluation
   // The strategy's report at the end of training (e.g. a parameter server's totals).
   dist::EpochReport strategy_report = {};
+  // The launcher asked the job to stop at a checkpoint (DTRAIN_ELASTIC_CONTROL), which is
+  // written: it relaunches it at another size. A program exits with kRelaunchExitCode.
+  bool stopped_for_relaunch = false;
 };
+
+// The exit status of a job that stopped at a checkpoint for dtrain-launch to relaunch it on
+// another set of hosts (EX_TEMPFAIL): not a failure.
+inline constexpr int kRelaunchExitCode = 75;
 
 // At the end of each optimizer update. `stats` is on the device (reading it waits) and
 // valid only during the callback; `loss` is its loss where the Trainer read it

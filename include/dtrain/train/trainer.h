@@ -129,7 +129,12 @@ struct TrainerOptions {
   // What happens when the loss diverges (train/guard.h): by default it is found, reported
   // and rolled back to an in-memory snapshot.
   GuardOptions guard = {};
+  // A directory for the sample log: each applied update's sample indices, a file per rank
+  // and attempt (src/train/sample_log.h; tools/check_sample_log.py audits it). Empty: none.
+  std::filesystem::path sample_log = {};
 };
+
+class SampleLog;  // train/sample_log.h
 
 class Trainer {
  public:
@@ -248,6 +253,8 @@ class Trainer {
   std::optional<EvalResult> early_evaluation_;
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<Guard> guard_;
+  std::unique_ptr<SampleLog> sample_log_;
+  bool relaunching_ = false;  // the launcher asked for a stop at the checkpoint just written
   // Where the first epoch trained by fit() starts, after a resume: its first update, and
   // this rank's epoch sums so far (EpochSums::values order).
   std::int64_t resume_step_ = 0;

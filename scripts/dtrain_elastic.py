@@ -1,0 +1,352 @@
+#!/usr/bin/env python3
+"""dtrain-launch's elastic mode (dtrain-launch --np MIN:MAX ...): runs a training program
+on the hosts that are there, between MIN and MAX ranks, and relaunches it from its newest
+checkpoint when a host fails (on the hosts that remain) or comes back (at the job's next
+checkpoint): torchrun's --nnodes MIN:MAX and Horovod Elastic's host discovery for dtrain.
+
+  dtrain-launch --np 2:4 --hosts a:2,b:2 -- train_mnist --checkpoint-dir ckpt --checkpoint-every 50
+  dtrain-launch --np 2:8 --host-discovery ./hosts.sh -- train_mnist --checkpoint-dir ckpt ...
+
+The command is the program, not an mpirun line: the launcher writes mpirun's ranks and
+hosts for each attempt (one application context per host, ranks numbered host by host).
+Hosts come from --hosts (host:slots, comma separated) or from a discovery command that
+prints `host:slots` lines (Horovod's contract; `host` alone is one slot), asked before each
+attempt and every --discovery-interval seconds while the job runs.
+
+When the job fails, the ranks that failed are read from mpirun's report ("process rank R
+... exited on signal") and from dtrain's own timeout messages ("waited ... for rank R");
+their hosts are left out for --cooldown seconds (doubling with each further failure of the
+same host), and the job is relaunched with `--resume auto` on the hosts left, as many ranks
+as they have slots (at most MAX, a multiple of --np-multiple: the model-parallel size pp x tp,
+so that shrinking takes data-parallel replicas away). Fewer than MIN slots, after waiting
+--wait-for-hosts seconds for more: the job ends, naming the hosts it had and the minimum.
+
+When hosts come back (discovery lists more, or a left-out host's cooldown ends) and the job
+could run on more ranks, the launcher writes "relaunch" into DTRAIN_ELASTIC_CONTROL: the
+job stops at its next checkpoint, every rank exiting 75 (train::kRelaunchExitCode), and is
+relaunched on the larger set. The Trainer keeps the global batch (--batch-size) whatever the
+number of ranks, and the position inside the epoch in global samples, so no sample of the
+epoch is lost or repeated across the change (tools/check_sample_log.py audits it).
+
+--fake-hosts: the host names are labels; every rank runs on this machine, with DTRAIN_HOST_ID
+numbering its host (0, 1, ... in the order the hosts were first listed, the same in every
+attempt), so that dtrain's host-aware collectives see two hosts and a test can fail one
+(DTRAIN_FAULT=kill-host-at-step:<host number>:<step>).
+
+Records: --log-dir (default <checkpoint-dir>/launch) holds attempt-<A>.json for each attempt
+(its hosts, each rank's host, Unix times started and ended, exit status, the ranks and hosts
+that failed; "ended" is written before the next attempt's hosts are chosen) and the control
+file. The program sees DTRAIN_RESTART_COUNT (the attempt).
+"""
+import argparse
+import json
+import os
+import pathlib
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+RELAUNCH_EXIT = 75  # train::kRelaunchExitCode
+# mpirun's report of a rank that died, and dtrain's timeout naming the rank waited for.
+DIED = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal")
+WAITED = re.compile(r"waited [0-9.]+ s for [^\n]*?\brank (\d+)")
+
+
+def say(text):
+    print(f"dtrain-launch: {text}", file=sys.stderr, flush=True)
+
+
+def parse_hosts(text, origin):
+    """'a:2,b:2' or discovery lines -> [(host, slots)] in order, a host listed once."""
+    hosts = {}
+    for item in re.split(r"[,\s]+", text.strip()):
+        if not item:
+            continue
+        name, _, slots = item.partition(":")
+        if not name or (slots and not slots.isdigit()) or (slots and int(slots) < 1):
+            raise ValueError(f"{origin}: '{item}' is not host or host:slots (slots >= 1)")
+        hosts[name] = hosts.get(name, 0) + (int(slots) if slots else 1)
+    return list(hosts.items())
+
+
+class Hosts:
+    """The hosts the job may use: the fixed list or the discovery command's, less those
+    left out after failing (until their cooldown ends)."""
+
+    def __init__(self, args):
+        self.fixed = parse_hosts(args.hosts, "--hosts") if args.hosts else None
+        self.discovery = args.host_discovery
+        self.cooldown = args.cooldown
+        self.failures = {}  # host -> failures so far
+        self.left_out = {}  # host -> time it may be used again
+        self.known = self.fixed or []
+
+    def listed(self):
+        if self.fixed is not None:
+            return self.fixed
+        try:
+            out = subprocess.run(self.discovery, shell=True, capture_output=True, text=True, timeout=30)
+            if out.returncode != 0:
+                raise RuntimeError(f"exit {out.returncode}: {out.stderr.strip()}")
+            self.known = parse_hosts(out.stdout, f"--host-discovery '{self.discovery}'")
+        except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
+            say(f"host discovery failed ({e}); using the hosts it listed last")
+        return self.known
+
+    def usable(self):
+        now = time.monotonic()
+        return [(h, s) for h, s in self.listed() if self.left_out.get(h, 0) <= now]
+
+    def fail(self, host):
+        n = self.failures.get(host, 0) + 1
+        self.failures[host] = n
+        seconds = min(self.cooldown * 2 ** (n - 1), self.cooldown * 16)
+        self.left_out[host] = time.monotonic() + seconds
+        return seconds
+
+    def describe_left_out(self):
+        now = time.monotonic()
+        return ", ".join(f"{h} for {t - now:.0f} s more ({self.failures[h]} failure(s))"
+                         for h, t in self.left_out.items() if t > now)
+
+
+def ranks_for(slots, args):
+    """The most ranks `slots` allow: at most MAX, a multiple of --np-multiple."""
+    n = min(slots, args.max_np)
+    return n - n % args.np_multiple
+
+
+def layout(hosts, np_):
+    """[(host, ranks)] filling the hosts in order."""
+    out, left = [], np_
+    for host, slots in hosts:
+        if left == 0:
+            break
+        take = min(slots, left)
+        out.append((host, take))
+        left -= take
+    return out
+
+
+def write_record(log_dir, record):
+    path = log_dir / f"attempt-{record['attempt']}.json"
+    path.with_suffix(".tmp").write_text(json.dumps(record) + "\n")
+    path.with_suffix(".tmp").replace(path)
+
+
+def mpirun_command(args, program, placed, env_names, host_ids):
+    command = shlex.split(os.environ.get("MPIRUN", "mpirun")) + shlex.split(args.mpirun_args)
+    if not args.fake_hosts:
+        for name in env_names:
+            command += ["-x", name]
+    for i, (host, count) in enumerate(placed):
+        if i:
+            command.append(":")
+        command += ["-np", str(count)]
+        if args.fake_hosts:
+            command += ["env", f"DTRAIN_HOST_ID={host_ids.setdefault(host, len(host_ids))}"]
+        else:
+            command += ["--host", f"{host}:{count}"]
+        command += program
+    return command
+
+
+def with_resume(program):
+    """The program's arguments with --resume auto (replacing a --resume it has)."""
+    out, skip = [], False
+    for arg in program:
+        if skip:
+            skip = False
+            continue
+        if arg == "--resume":
+            skip = True
+            continue
+        if arg.startswith("--resume="):
+            continue
+        out.append(arg)
+    return out + ["--resume", "auto"]
+
+
+def checkpoint_dir(program):
+    for i, arg in enumerate(program):
+        if arg == "--checkpoint-dir" and i + 1 < len(program):
+            return program[i + 1]
+        if arg.startswith("--checkpoint-dir="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+class Attempt:
+    """One run of mpirun: its stderr copied through and read for the ranks that failed."""
+
+    def __init__(self, command, env):
+        self.failed_ranks = []
+        self.proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, errors="replace",
+                                     start_new_session=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stderr:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+            for pattern in (DIED, WAITED):
+                m = pattern.search(line)
+                if m and int(m.group(1)) not in self.failed_ranks:
+                    self.failed_ranks.append(int(m.group(1)))
+
+    def signal(self, sig):
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def wait(self, poll, interval):
+        """Waits for the exit status, calling poll() every `interval` seconds meanwhile."""
+        while True:
+            try:
+                code = self.proc.wait(timeout=interval)
+                self.reader.join(timeout=10)
+                return code
+            except subprocess.TimeoutExpired:
+                poll()
+
+
+def main():
+    parser = argparse.ArgumentParser(prog="dtrain-launch", description=__doc__.split("\n\n")[0],
+                                     usage="dtrain-launch --np MIN:MAX (--hosts H:S,... | --host-discovery CMD) "
+                                           "[options] -- PROGRAM [ARGS...]")
+    parser.add_argument("--np", required=True, help="MIN:MAX ranks (or N: exactly N)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--hosts", help="host:slots,host:slots,... (a fixed list)")
+    source.add_argument("--host-discovery", help="a command printing host:slots lines, asked as the job runs")
+    parser.add_argument("--fake-hosts", action="store_true", help="every rank on this machine, DTRAIN_HOST_ID=host")
+    parser.add_argument("--np-multiple", type=int, default=1, help="ranks come in multiples of this (pp x tp)")
+    parser.add_argument("--max-restarts", type=int, default=3, help="relaunches after failures (default 3)")
+    parser.add_argument("--restart-delay", type=float, default=1, help="seconds before a relaunch (default 1)")
+    parser.add_argument("--cooldown", type=float, default=60,
+                        help="seconds a failed host is left out, doubling per further failure (default 60)")
+    parser.add_argument("--discovery-interval", type=float, default=5,
+                        help="seconds between looks for hosts while the job runs (default 5)")
+    parser.add_argument("--wait-for-hosts", type=float, default=30,
+                        help="seconds to wait for MIN slots before ending the job (default 30)")
+    parser.add_argument("--log-dir", help="attempt records and the control file (default <checkpoint-dir>/launch)")
+    parser.add_argument("--mpirun-args", default="", help="more mpirun arguments, one string (MPIRUN: the launcher)")
+    parser.add_argument("program", nargs=argparse.REMAINDER)
+    args = parser.parse_args()
+    program = args.program[1:] if args.program[:1] == ["--"] else args.program
+
+    m = re.fullmatch(r"(\d+)(?::(\d+))?", args.np)
+    if not m:
+        parser.error(f"--np '{args.np}': expected MIN:MAX or N")
+    args.min_np, args.max_np = int(m.group(1)), int(m.group(2) or m.group(1))
+    if not 1 <= args.min_np <= args.max_np:
+        parser.error(f"--np '{args.np}': expected 1 <= MIN <= MAX")
+    if args.np_multiple < 1 or args.min_np % args.np_multiple:
+        parser.error(f"--np-multiple {args.np_multiple}: MIN ({args.min_np}) must be a multiple of it")
+    if not program:
+        parser.error("no program given (after --)")
+    if os.path.basename(program[0]) in ("mpirun", "mpiexec", "orterun", "srun"):
+        parser.error("in elastic mode give the program, not a launcher line: dtrain-launch writes mpirun's ranks and "
+                     "hosts (--mpirun-args for its other options)")
+    ckpt = checkpoint_dir(program)
+    if ckpt is None:
+        parser.error("elastic mode needs the program's --checkpoint-dir: a relaunch resumes from it")
+    log_dir = pathlib.Path(args.log_dir or os.path.join(ckpt, "launch"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    control = log_dir / "control"
+
+    hosts = Hosts(args)
+    host_ids = {}  # --fake-hosts: each host's DTRAIN_HOST_ID
+    for host, _ in hosts.listed():
+        host_ids.setdefault(host, len(host_ids))
+    attempt, failures, status = 0, 0, 1
+    current = None
+    stopping = []
+
+    def on_signal(sig, _frame):
+        stopping.append(sig)
+        if current is not None:
+            current.signal(sig)
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+
+    while True:
+        # The hosts for this attempt: MIN slots, waiting a while for them.
+        waited_from = time.monotonic()
+        while True:
+            usable = hosts.usable()
+            np_ = ranks_for(sum(s for _, s in usable), args)
+            if np_ >= args.min_np or time.monotonic() - waited_from >= args.wait_for_hosts or stopping:
+                break
+            time.sleep(1)
+        if np_ < args.min_np:
+            had = ", ".join(f"{h}:{s}" for h, s in usable) or "none"
+            left = hosts.describe_left_out()
+            say(f"{sum(s for _, s in usable)} slot(s) on the hosts left ({had}){'; left out: ' + left if left else ''}"
+                f" is below the minimum of {args.min_np} rank(s) (--np {args.np}), after waiting "
+                f"{args.wait_for_hosts:g} s for more: ending the job")
+            return status if status != 0 else 1
+        placed = layout(usable, np_)
+        ranks = [h for h, c in placed for _ in range(c)]
+        record = {"attempt": attempt, "hosts": dict(placed), "ranks": ranks, "started": time.time()}
+        write_record(log_dir, record)
+        control.write_text("")
+        env = dict(os.environ, DTRAIN_RESTART_COUNT=str(attempt), DTRAIN_ELASTIC_CONTROL=str(control.resolve()))
+        command = mpirun_command(args, with_resume(program) if attempt > 0 else program, placed,
+                                 ["DTRAIN_RESTART_COUNT", "DTRAIN_ELASTIC_CONTROL"], host_ids)
+        say(f"attempt {attempt}: {np_} rank(s) on " + ", ".join(f"{h}:{c}" for h, c in placed))
+        current = Attempt(command, env)
+        asked = []
+
+        def poll():
+            # More slots than the job has (hosts back, or new): it grows at its next checkpoint.
+            if asked or stopping:
+                return
+            more = ranks_for(sum(s for _, s in hosts.usable()), args)
+            if more > np_:
+                control.write_text("relaunch\n")
+                asked.append(more)
+                say(f"{more} rank(s) possible now (hosts: "
+                    + ", ".join(f"{h}:{s}" for h, s in hosts.usable())
+                    + "): the job stops at its next checkpoint and is relaunched on them")
+
+        status = current.wait(poll, args.discovery_interval)
+        failed_ranks = [r for r in current.failed_ranks if r < len(ranks)]
+        current = None
+        record.update(ended=time.time(), exit=status, failed_ranks=failed_ranks,
+                      failed_hosts=list(dict.fromkeys(ranks[r] for r in failed_ranks)))
+        write_record(log_dir, record)
+        if stopping:
+            say(f"stopped by a signal (exit {status}); not relaunching")
+            return status
+        if status == 0:
+            if attempt > 0:
+                say(f"the job finished after {attempt} relaunch(es)")
+            return 0
+        if status == RELAUNCH_EXIT and asked:
+            say(f"the job stopped at a checkpoint for the relaunch (exit {status})")
+            attempt += 1
+            continue
+        failures += 1
+        for host in dict.fromkeys(ranks[r] for r in failed_ranks):
+            seconds = hosts.fail(host)
+            named = ", ".join(str(r) for r in failed_ranks if ranks[r] == host)
+            say(f"host {host} failed (rank {named} of attempt {attempt}): left out for {seconds:g} s")
+        if not failed_ranks:
+            say("could not tell which rank failed (no rank named in mpirun's or dtrain's messages): no host left out")
+        if failures > args.max_restarts:
+            say(f"the job failed (exit {status}) and {args.max_restarts} relaunch(es) are used up")
+            return status
+        say(f"the job failed (exit {status}); relaunch {failures} of {args.max_restarts} from the latest checkpoint")
+        time.sleep(args.restart_delay)
+        attempt += 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+#include "train/elastic_control.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+namespace dtrain::train {
+
+namespace {
+
+const char* control_file() {
+  const char* path = std::getenv("DTRAIN_ELASTIC_CONTROL");
+  return path != nullptr && *path != '\0' ? path : nullptr;
+}
+
+}  // namespace
+
+bool elastic_control_enabled() { return control_file() != nullptr; }
+
+bool relaunch_requested() {
+  const char* path = control_file();
+  if (path == nullptr) return false;
+  std::ifstream in(path);  // none yet: no request
+  std::string word;
+  return static_cast<bool>(in >> word) && word == "relaunch";
+}
+
+}  // namespace dtrain::train
