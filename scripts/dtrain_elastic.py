@@ -28,6 +28,12 @@ relaunched on the larger set. The Trainer keeps the global batch (--batch-size) 
 number of ranks, and the position inside the epoch in global samples, so no sample of the
 epoch is lost or repeated across the change (tools/check_sample_log.py audits it).
 
+Under Slurm (--launcher srun, inside an allocation): each attempt is an `srun --mpi=pmix`
+step on the hosts left, every task placed by SLURM_HOSTFILE (--distribution=arbitrary);
+without --hosts or --host-discovery the hosts are the allocation's (SLURM_JOB_NODELIST, its
+SLURM_TASKS_PER_NODE as slots). srun's report ("srun: error: NODE: task(s) R: Killed") names
+the ranks that died.
+
 --fake-hosts: the host names are labels; every rank runs on this machine, with DTRAIN_HOST_ID
 numbering its host (0, 1, ... in the order the hosts were first listed, the same in every
 attempt), so that dtrain's host-aware collectives see two hosts and a test can fail one
@@ -53,6 +59,9 @@ import time
 RELAUNCH_EXIT = 75  # train::kRelaunchExitCode
 # mpirun's report of a rank that died, and dtrain's timeout naming the rank waited for.
 DIED = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal")
+# srun's: a task that died of a signal, not one that exited with an error or that srun
+# itself ended (Terminated) once another had died.
+SRUN_DIED = re.compile(r"srun: error: \S+: tasks? ([0-9,-]+): (?!Exited with exit code|Terminated)")
 WAITED = re.compile(r"waited [0-9.]+ s for [^\n]*?\brank (\d+)")
 
 
@@ -71,6 +80,28 @@ def parse_hosts(text, origin):
             raise ValueError(f"{origin}: '{item}' is not host or host:slots (slots >= 1)")
         hosts[name] = hosts.get(name, 0) + (int(slots) if slots else 1)
     return list(hosts.items())
+
+
+def slurm_allocation():
+    """The allocation's hosts and tasks per host: SLURM_JOB_NODELIST through `scontrol show
+    hostnames`, SLURM_TASKS_PER_NODE as '2(x3),1'."""
+    nodelist = os.environ.get("SLURM_JOB_NODELIST")
+    tasks = os.environ.get("SLURM_TASKS_PER_NODE")
+    if not nodelist or not tasks:
+        raise SystemExit("dtrain-launch: --launcher srun without --hosts or --host-discovery needs a Slurm allocation "
+                         "(SLURM_JOB_NODELIST and SLURM_TASKS_PER_NODE are not set)")
+    names = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                           check=True).stdout.split()
+    slots = []
+    for item in tasks.split(","):
+        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", item)
+        if not m:
+            raise SystemExit(f"dtrain-launch: SLURM_TASKS_PER_NODE '{tasks}': expected N or N(xK) items")
+        slots += [int(m.group(1))] * int(m.group(2) or 1)
+    if len(slots) != len(names):
+        raise SystemExit(f"dtrain-launch: SLURM_TASKS_PER_NODE '{tasks}' does not match the {len(names)} node(s) "
+                         f"of {nodelist}")
+    return ",".join(f"{n}:{k}" for n, k in zip(names, slots))
 
 
 class Hosts:
@@ -138,6 +169,34 @@ def write_record(log_dir, record):
     path.with_suffix(".tmp").replace(path)
 
 
+def srun_command(args, program, placed, host_ids, log_dir, attempt):
+    """An srun step: each task on its host (SLURM_HOSTFILE), or with fake hosts every task
+    here, given its DTRAIN_HOST_ID by this script re-run as a wrapper (--exec-fake-host)."""
+    ranks = [h for h, c in placed for _ in range(c)]
+    command = shlex.split(os.environ.get("SRUN", "srun")) + ["--mpi=pmix", f"--ntasks={len(ranks)}",
+                                                              "--kill-on-bad-exit=1"]
+    command += shlex.split(args.mpirun_args)
+    env = {}
+    if args.fake_hosts:
+        ids = ",".join(str(host_ids.setdefault(h, len(host_ids))) for h in ranks)
+        command += ["--overcommit", sys.executable, os.path.abspath(__file__), "--exec-fake-host", ids, "--"]
+    else:
+        hostfile = log_dir / f"attempt-{attempt}.slurm-hosts"
+        hostfile.write_text("".join(h + "\n" for h in ranks))
+        env["SLURM_HOSTFILE"] = str(hostfile.resolve())
+        command += ["--distribution=arbitrary", f"--nodelist={','.join(h for h, _ in placed)}"]
+    return command + program, env
+
+
+def exec_fake_host(argv):
+    """--exec-fake-host IDS -- PROGRAM...: this task's DTRAIN_HOST_ID from the comma list by
+    its rank (SLURM_PROCID, or Open MPI's), then the program in this process."""
+    ids, program = argv[0].split(","), argv[2:]
+    rank = int(os.environ.get("SLURM_PROCID", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
+    os.environ["DTRAIN_HOST_ID"] = ids[rank]
+    os.execvp(program[0], program)
+
+
 def mpirun_command(args, program, placed, env_names, host_ids):
     command = shlex.split(os.environ.get("MPIRUN", "mpirun")) + shlex.split(args.mpirun_args)
     if not args.fake_hosts:
@@ -194,10 +253,19 @@ class Attempt:
         for line in self.proc.stderr:
             sys.stderr.write(line)
             sys.stderr.flush()
+            ranks = []
             for pattern in (DIED, WAITED):
                 m = pattern.search(line)
-                if m and int(m.group(1)) not in self.failed_ranks:
-                    self.failed_ranks.append(int(m.group(1)))
+                if m:
+                    ranks.append(int(m.group(1)))
+            m = SRUN_DIED.search(line)
+            if m:
+                for part in m.group(1).split(","):
+                    first, _, last = part.partition("-")
+                    ranks += range(int(first), int(last or first) + 1)
+            for r in ranks:
+                if r not in self.failed_ranks:
+                    self.failed_ranks.append(r)
 
     def signal(self, sig):
         try:
@@ -218,10 +286,10 @@ class Attempt:
 
 def main():
     parser = argparse.ArgumentParser(prog="dtrain-launch", description=__doc__.split("\n\n")[0],
-                                     usage="dtrain-launch --np MIN:MAX (--hosts H:S,... | --host-discovery CMD) "
-                                           "[options] -- PROGRAM [ARGS...]")
+                                     usage="dtrain-launch --np MIN:MAX (--hosts H:S,... | --host-discovery CMD | "
+                                           "--launcher srun) [options] -- PROGRAM [ARGS...]")
     parser.add_argument("--np", required=True, help="MIN:MAX ranks (or N: exactly N)")
-    source = parser.add_mutually_exclusive_group(required=True)
+    source = parser.add_mutually_exclusive_group()
     source.add_argument("--hosts", help="host:slots,host:slots,... (a fixed list)")
     source.add_argument("--host-discovery", help="a command printing host:slots lines, asked as the job runs")
     parser.add_argument("--fake-hosts", action="store_true", help="every rank on this machine, DTRAIN_HOST_ID=host")
@@ -235,10 +303,17 @@ def main():
     parser.add_argument("--wait-for-hosts", type=float, default=30,
                         help="seconds to wait for MIN slots before ending the job (default 30)")
     parser.add_argument("--log-dir", help="attempt records and the control file (default <checkpoint-dir>/launch)")
-    parser.add_argument("--mpirun-args", default="", help="more mpirun arguments, one string (MPIRUN: the launcher)")
+    parser.add_argument("--launcher", choices=["mpirun", "srun"], default="mpirun",
+                        help="mpirun (default), or srun inside a Slurm allocation")
+    parser.add_argument("--mpirun-args", default="",
+                        help="more arguments for the launcher, one string (MPIRUN or SRUN name its program)")
     parser.add_argument("program", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
+    if not args.hosts and not args.host_discovery:
+        if args.launcher != "srun":
+            parser.error("give the hosts: --hosts H:S,... or --host-discovery CMD (or --launcher srun in an allocation)")
+        args.hosts = slurm_allocation()
 
     m = re.fullmatch(r"(\d+)(?::(\d+))?", args.np)
     if not m:
@@ -251,8 +326,8 @@ def main():
     if not program:
         parser.error("no program given (after --)")
     if os.path.basename(program[0]) in ("mpirun", "mpiexec", "orterun", "srun"):
-        parser.error("in elastic mode give the program, not a launcher line: dtrain-launch writes mpirun's ranks and "
-                     "hosts (--mpirun-args for its other options)")
+        parser.error("in elastic mode give the program, not a launcher line: dtrain-launch writes mpirun's (or srun's) "
+                     "ranks and hosts (--mpirun-args for their other options)")
     ckpt = checkpoint_dir(program)
     if ckpt is None:
         parser.error("elastic mode needs the program's --checkpoint-dir: a relaunch resumes from it")
@@ -298,8 +373,13 @@ def main():
         write_record(log_dir, record)
         control.write_text("")
         env = dict(os.environ, DTRAIN_RESTART_COUNT=str(attempt), DTRAIN_ELASTIC_CONTROL=str(control.resolve()))
-        command = mpirun_command(args, with_resume(program) if attempt > 0 else program, placed,
-                                 ["DTRAIN_RESTART_COUNT", "DTRAIN_ELASTIC_CONTROL"], host_ids)
+        attempt_program = with_resume(program) if attempt > 0 else program
+        if args.launcher == "srun":
+            command, extra = srun_command(args, attempt_program, placed, host_ids, log_dir, attempt)
+            env.update(extra)
+        else:
+            command = mpirun_command(args, attempt_program, placed, ["DTRAIN_RESTART_COUNT", "DTRAIN_ELASTIC_CONTROL"],
+                                     host_ids)
         say(f"attempt {attempt}: {np_} rank(s) on " + ", ".join(f"{h}:{c}" for h, c in placed))
         current = Attempt(command, env)
         asked = []
@@ -349,4 +429,6 @@ def main():
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--exec-fake-host"]:
+        exec_fake_host(sys.argv[2:])
     sys.exit(main())

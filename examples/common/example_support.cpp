@@ -192,10 +192,17 @@ void add_run_flags(CLI::App& app, RunFlags& r, const std::string& seed_use) {
                  "global samples per optimizer update (split across ranks and --accumulate)")
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
-  app.add_option("--accumulate", r.accumulate,
-                 "micro-batches per optimizer update (gradient accumulation; ranks communicate once per update)")
-      ->check(CLI::Range(1, 1 << 16))
-      ->capture_default_str();
+  auto* accumulate =
+      app.add_option("--accumulate", r.accumulate,
+                     "micro-batches per optimizer update (gradient accumulation; ranks communicate once per update)")
+          ->check(CLI::Range(1, 1 << 16))
+          ->capture_default_str();
+  app.add_option("--micro-batch-size", r.micro_batch,
+                 "samples per micro-batch on each rank, the accumulation derived from --batch-size and the number of "
+                 "ranks (an elastic job relaunched on fewer ranks then accumulates more instead of growing its "
+                 "micro-batches)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24))
+      ->excludes(accumulate);
   app.add_option("--clip-grad-norm", r.clip_grad_norm, "clip the gradients' global L2 norm to this (0: off)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
@@ -232,6 +239,7 @@ Device run_device(const RunFlags& r) { return r.device == "cuda" ? dist::rank_cu
 train::TrainerOptions trainer_options(const RunFlags& r) {
   return {.epochs = r.epochs,
           .accumulate = r.accumulate,
+          .micro_batch = r.micro_batch,
           .clip_grad_norm = r.clip_grad_norm,
           .autocast = autocast_type(r.precision),
           .loss_scaler = {.enabled = r.precision == "f16"},  // bf16 has f32's range

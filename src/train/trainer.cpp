@@ -86,6 +86,18 @@ void Trainer::check_options() {
   // nothing (a worker checks the batch).
   const bool whole = caps_.server != nullptr || (caps_.dispenser && !caps_.dispenser->shares_update());
   const int splits = whole ? 1 : shard.count;
+  if (options_.micro_batch > 0) {
+    DTRAIN_CHECK(options_.accumulate == 1, "Trainer: give accumulate ({}) or micro_batch ({}), not both",
+                 options_.accumulate, options_.micro_batch);
+    const std::int64_t per_shard = data_.batch_size / splits;
+    DTRAIN_CHECK(data_.batch_size % splits == 0 && per_shard % options_.micro_batch == 0,
+                 "batch size {}: the {} samples of each of {} ranks do not split into micro-batches of {}",
+                 data_.batch_size, per_shard, splits, options_.micro_batch);
+    DTRAIN_CHECK(per_shard / options_.micro_batch <= (1 << 16),
+                 "batch size {}: {} micro-batches of {} per update are too many", data_.batch_size,
+                 per_shard / options_.micro_batch, options_.micro_batch);
+    options_.accumulate = static_cast<int>(per_shard / options_.micro_batch);
+  }
   const std::int64_t parts = static_cast<std::int64_t>(splits) * options_.accumulate;
   DTRAIN_CHECK(data_.batch_size >= parts && data_.batch_size % parts == 0,
                "batch size {}: must be divisible by the {} ranks x {} accumulation steps", data_.batch_size, splits,

@@ -20,5 +20,15 @@ if(TARGET train_mnist)
   # (3 CNN epochs would take minutes under the sanitizers), whose trainer code paths the other
   # np2 and CNN tests run there, and whose launch through Slurm is no dtrain code.
   set_tests_properties(slurm.np2_main_job_short PROPERTIES LABELS "examples;mpi;slurm;convergence" TIMEOUT 480
-                       PROCESSORS 2 SKIP_RETURN_CODE 77)
+                       PROCESSORS 2 SKIP_RETURN_CODE 77 RESOURCE_LOCK one_node_slurm)
+  # Elastic relaunch through srun steps (tests/slurm/srun_elastic.sh): 4 tasks on 2 fake hosts,
+  # host b's lost at update 25 of 100, the job relaunched on host a's 2 and finished, every
+  # sample of the epoch taken once. Skipped as above where Slurm cannot start.
+  add_test(NAME slurm.np4_elastic_lose_a_host
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/srun_elastic.sh ${PROJECT_SOURCE_DIR}/scripts/slurm/one-node-slurm.sh
+                   ${CMAKE_CURRENT_BINARY_DIR}/slurm_elastic ${PROJECT_SOURCE_DIR}
+                   $<TARGET_FILE:train_mnist> --model mlp --hidden 64,64 --epochs 1 --limit-train 9600
+                   --limit-test 1000 --batch-size 96 --checkpoint-every 10 --timeout 60 --no-rollback --threads 1)
+  set_tests_properties(slurm.np4_elastic_lose_a_host PROPERTIES LABELS "examples;mpi;slurm;elastic" TIMEOUT 480
+                       PROCESSORS 2 SKIP_RETURN_CODE 77 RESOURCE_LOCK one_node_slurm)
 endif()

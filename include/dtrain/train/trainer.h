@@ -89,6 +89,10 @@ struct Metric {
 struct TrainerOptions {
   int epochs = 1;
   int accumulate = 1;          // micro-batches per optimizer update (gradient accumulation)
+  // > 0: samples per micro-batch on each shard, the accumulation derived from the global
+  // batch (batch / (shards x micro_batch)), so that a job relaunched on fewer ranks keeps
+  // its memory per rank and accumulates more; excludes accumulate > 1.
+  std::int64_t micro_batch = 0;
   double clip_grad_norm = 0;   // > 0: clip the gradients' global L2 norm to this
   double label_smoothing = 0;  // training loss only, in [0, 1)
   // > 1: evaluation also counts top-k accuracy (a sample is right when its label is among
