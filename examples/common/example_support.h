@@ -32,7 +32,7 @@ struct RunFlags {
   std::int64_t batch_size = 64;  // global, per update: split across ranks and accumulation steps
   int accumulate = 1;
   std::int64_t micro_batch = 0;  // 0: batch / (ranks x accumulate)
-  double clip_grad_norm = 0;  // 0: off
+  double clip_grad_norm = 0;     // 0: off
   std::string device = "cpu";
   std::string precision = "fp32";
   std::uint64_t seed = 1;

@@ -88,7 +88,7 @@ struct Metric {
 
 struct TrainerOptions {
   int epochs = 1;
-  int accumulate = 1;          // micro-batches per optimizer update (gradient accumulation)
+  int accumulate = 1;  // micro-batches per optimizer update (gradient accumulation)
   // > 0: samples per micro-batch on each shard, the accumulation derived from the global
   // batch (batch / (shards x micro_batch)), so that a job relaunched on fewer ranks keeps
   // its memory per rank and accumulates more; excludes accumulate > 1.
