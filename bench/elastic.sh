@@ -14,17 +14,22 @@
 # times from the failure to the first update at 2 ranks and from the stop for growing to
 # the first update at 4 (the launcher's records against the sample log's clock).
 #
-#   bench/elastic.sh [--reps R] [--layouts "dp zero2 pp2 tp2"] [--out FILE]
+# --netns: the 2 hosts are network namespaces joined by a 10 Gbit/s link with 50 us latency
+# (bench/netns/run_netns.sh --controller: the launcher places each host's ranks in its
+# namespace; every byte between ranks goes over TCP), instead of labels on one machine.
+#
+#   bench/elastic.sh [--reps R] [--layouts "dp zero2 pp2 tp2"] [--netns] [--out FILE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-reps=3 layouts="dp zero2 pp2 tp2" out=""
+reps=3 layouts="dp zero2 pp2 tp2" out="" netns=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --reps) reps="$2"; shift 2 ;;
     --layouts) layouts="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
+    --netns) netns=(bench/netns/run_netns.sh --hosts 2 --ranks-per-host 2 --links 10gbit --controller --); shift ;;
     *) echo "elastic.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -33,7 +38,7 @@ bin=build/release/examples
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 source bench/provenance.sh
 [ -n "$out" ] && exec > >(tee "$out")
-provenance_text "" "4 ranks on 2 fake hosts (one machine), checkpoints every 20 updates"
+provenance_text "" "4 ranks on 2 $([ ${#netns[@]} -gt 0 ] && echo "network namespaces (10gbit, 50us)" || echo "fake hosts (one machine)"), checkpoints every 20 updates"
 
 # Fashion-MNIST's MLP on all 60000 images (625 updates of 96 per epoch, 3 epochs) and the
 # whole test set; train_gpt's small model on the fortunes, 300 steps.
@@ -65,7 +70,7 @@ run() {  # layout kind rep
   fi
   local start status=0
   start=$(date +%s.%N)
-  "${fault[@]}" "${launch[@]}" -- "${program[@]}" >"$dir.log" 2>&1 || status=$?
+  "${netns[@]}" "${fault[@]}" "${launch[@]}" -- "${program[@]}" >"$dir.log" 2>&1 || status=$?
   python3 - "$layout" "$kind" "$rep" "$status" "$start" "$dir" <<'PY'
 import json, pathlib, re, subprocess, sys, time
 layout, kind, rep, status, start, d = sys.argv[1:7]

@@ -37,11 +37,13 @@ the ranks that died.
 --fake-hosts: the host names are labels; every rank runs on this machine, with DTRAIN_HOST_ID
 numbering its host (0, 1, ... in the order the hosts were first listed, the same in every
 attempt), so that dtrain's host-aware collectives see two hosts and a test can fail one
-(DTRAIN_FAULT=kill-host-at-step:<host number>:<step>).
+(DTRAIN_FAULT=kill-host-at-step:<host number>:<step>). --host-exec TEMPLATE (default:
+DTRAIN_HOST_EXEC) prefixes each fake host's ranks with a command, {id} its number: emulated
+hosts in network namespaces (bench/netns/run_netns.sh --controller sets it and MPIRUN).
 
 Records: --log-dir (default <checkpoint-dir>/launch) holds attempt-<A>.json for each attempt
-(its hosts, each rank's host, Unix times started and ended, exit status, the ranks and hosts
-that failed; "ended" is written before the next attempt's hosts are chosen) and the control
+(its hosts, each rank's host, the launch command, Unix times started and ended, exit status,
+the ranks and hosts that failed; "ended" is written before the next attempt's hosts are chosen) and the control
 file. The program sees DTRAIN_RESTART_COUNT (the attempt).
 """
 import argparse
@@ -207,7 +209,10 @@ def mpirun_command(args, program, placed, env_names, host_ids):
             command.append(":")
         command += ["-np", str(count)]
         if args.fake_hosts:
-            command += ["env", f"DTRAIN_HOST_ID={host_ids.setdefault(host, len(host_ids))}"]
+            host_id = host_ids.setdefault(host, len(host_ids))
+            if args.host_exec:
+                command += shlex.split(args.host_exec.replace("{id}", str(host_id)))
+            command += ["env", f"DTRAIN_HOST_ID={host_id}"]
         else:
             command += ["--host", f"{host}:{count}"]
         command += program
@@ -293,6 +298,9 @@ def main():
     source.add_argument("--hosts", help="host:slots,host:slots,... (a fixed list)")
     source.add_argument("--host-discovery", help="a command printing host:slots lines, asked as the job runs")
     parser.add_argument("--fake-hosts", action="store_true", help="every rank on this machine, DTRAIN_HOST_ID=host")
+    parser.add_argument("--host-exec", default=os.environ.get("DTRAIN_HOST_EXEC", ""),
+                        help="with --fake-hosts: a command prefixing each host's ranks, {id} its number "
+                             "(default: DTRAIN_HOST_EXEC)")
     parser.add_argument("--np-multiple", type=int, default=1, help="ranks come in multiples of this (pp x tp)")
     parser.add_argument("--max-restarts", type=int, default=3, help="relaunches after failures (default 3)")
     parser.add_argument("--restart-delay", type=float, default=1, help="seconds before a relaunch (default 1)")
@@ -310,6 +318,8 @@ def main():
     parser.add_argument("program", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
+    if args.host_exec and (not args.fake_hosts or args.launcher != "mpirun"):
+        parser.error("--host-exec (or DTRAIN_HOST_EXEC) goes with --fake-hosts under mpirun")
     if not args.hosts and not args.host_discovery:
         if args.launcher != "srun":
             parser.error("give the hosts: --hosts H:S,... or --host-discovery CMD (or --launcher srun in an allocation)")
@@ -380,6 +390,8 @@ def main():
         else:
             command = mpirun_command(args, attempt_program, placed, ["DTRAIN_RESTART_COUNT", "DTRAIN_ELASTIC_CONTROL"],
                                      host_ids)
+        record["command"] = command
+        write_record(log_dir, record)
         say(f"attempt {attempt}: {np_} rank(s) on " + ", ".join(f"{h}:{c}" for h, c in placed))
         current = Attempt(command, env)
         asked = []

@@ -12,7 +12,13 @@
 #
 #   run_netns.sh [--hosts N] [--ranks-per-host R] [--links 1gbit,10gbit,25gbit]
 #                [--latency 50us] [--bench-dir build/release/bench] [--out FILE]
-#                [--timeout SECONDS] [-- COMMAND [ARGS...]]
+#                [--timeout SECONDS] [--controller] [-- COMMAND [ARGS...]]
+#
+# --controller: COMMAND runs once per link speed in the root namespace, not under mpirun,
+# with MPIRUN (this script's mpirun line up to the applications: in host 0's namespace, with
+# the options below) and DTRAIN_HOST_EXEC ('ip netns exec <host {id}'s namespace>') in its
+# environment: a launcher of its own places the ranks (dtrain-launch --fake-hosts, the
+# elastic bench). Its output goes to stderr, its JSON lines relayed as a benchmark's.
 #
 # COMMAND defaults to `bench_allreduce --json --impls mpi,ring,shm`; a command without a
 # slash is looked up in --bench-dir. Any program that prints JSON objects one per line
@@ -66,6 +72,7 @@ bench_dir=build/release/bench
 out=""
 timeout=0
 command=()
+controller=0
 while (($#)); do
   case $1 in
     --hosts) hosts=${2:?}; shift 2 ;;
@@ -75,6 +82,7 @@ while (($#)); do
     --bench-dir) bench_dir=${2:?}; shift 2 ;;
     --out) out=${2:?}; shift 2 ;;
     --timeout) timeout=${2:?}; shift 2 ;;
+    --controller) controller=1; shift ;;
     -h | --help) usage 0 ;;
     --) shift; command=("$@"); break ;;
     *) echo "$program: unknown option '$1'" >&2; usage 2 >&2 ;;
@@ -91,7 +99,7 @@ IFS=, read -r -a link_rates <<<"$links"
 for rate in "${link_rates[@]}"; do
   [[ $rate =~ ^[0-9]+(kbit|mbit|gbit)$ ]] || die "--links: '$rate' is not a rate such as 100mbit or 25gbit"
 done
-if [[ ${command[0]} != */* ]]; then
+if [[ ${command[0]} != */* ]] && ((!controller)); then
   [[ -x $bench_dir/${command[0]} ]] || die "${command[0]} not found in --bench-dir $bench_dir (build it first)"
   command[0]=$(cd "$bench_dir" && pwd)/${command[0]}
 fi
@@ -230,7 +238,11 @@ for rate in "${link_rates[@]}"; do
   # JSON objects get the fields (first, so that "{}" stays valid); the rest goes to stderr.
   relay "$fields" <"$fifo" &
   relay_pid=$!
-  "${launcher[@]}" "${mpi_options[@]}" "${apps[@]}" >"$fifo" &
+  if ((controller)); then
+    MPIRUN="${launcher[*]} ${mpi_options[*]}" DTRAIN_HOST_EXEC="ip netns exec $run_id-h{id}" "${command[@]}" >"$fifo" &
+  else
+    "${launcher[@]}" "${mpi_options[@]}" "${apps[@]}" >"$fifo" &
+  fi
   mpirun_pid=$!
   status=0
   wait "$mpirun_pid" || status=$?
