@@ -13,9 +13,11 @@ Hosts come from --hosts (host:slots, comma separated) or from a discovery comman
 prints `host:slots` lines (Horovod's contract; `host` alone is one slot), asked before each
 attempt and every --discovery-interval seconds while the job runs.
 
-When the job fails, the ranks that failed are read from mpirun's report ("process rank R
-... exited on signal") and from dtrain's own timeout messages ("waited ... for rank R");
-their hosts are left out for --cooldown seconds (doubling with each further failure of the
+When the job fails, the hosts that failed are read from mpirun's report ("process rank R
+... exited on signal"; "Remote daemon ... on node H" for a machine gone), srun's ("tasks
+2-3: Killed", "Node failure on H") and dtrain's timeout messages ("rank W: ... waited ...
+for rank R": R's host, unless a rank of it reported a wait itself, being alive); they are
+left out for --cooldown seconds (doubling with each further failure of the
 same host), and the job is relaunched with `--resume auto` on the hosts left, as many ranks
 as they have slots (at most MAX, a multiple of --np-multiple: the model-parallel size pp x tp,
 so that shrinking takes data-parallel replicas away). Fewer than MIN slots, after waiting
@@ -23,7 +25,8 @@ so that shrinking takes data-parallel replicas away). Fewer than MIN slots, afte
 
 When hosts come back (discovery lists more, or a left-out host's cooldown ends) and the job
 could run on more ranks, the launcher writes "relaunch" into DTRAIN_ELASTIC_CONTROL: the
-job stops at its next checkpoint, every rank exiting 75 (train::kRelaunchExitCode), and is
+job stops at its next checkpoint (rank 0 writes "stopped ..." into the file once the
+checkpoint is on disk), every training rank exiting 75 (train::kRelaunchExitCode), and is
 relaunched on the larger set. The Trainer keeps the global batch (--batch-size) whatever the
 number of ranks, and the position inside the epoch in global samples, so no sample of the
 epoch is lost or repeated across the change (tools/check_sample_log.py audits it).
@@ -61,10 +64,15 @@ import time
 RELAUNCH_EXIT = 75  # train::kRelaunchExitCode
 # mpirun's report of a rank that died, and dtrain's timeout naming the rank waited for.
 DIED = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal")
+# A machine gone: Open MPI's daemon lost, or Slurm's node failure (the host, not a rank).
+HOST_LOST = re.compile(r"Remote daemon: \S+ on node (\S+)|srun: error: Node failure on (\S+)")
 # srun's: a task that died of a signal, not one that exited with an error or that srun
 # itself ended (Terminated) once another had died.
 SRUN_DIED = re.compile(r"srun: error: \S+: tasks? ([0-9,-]+): (?!Exited with exit code|Terminated)")
-WAITED = re.compile(r"waited [0-9.]+ s for [^\n]*?\brank (\d+)")
+# dtrain's timeout: "rank W: ... waited 5.0 s for rank R ...". A rank that prints it is
+# alive; only a rank waited for whose host printed nothing is taken as lost (in a stalled
+# ring every live rank names its neighbour, a live one among them).
+WAITED = re.compile(r"\brank (\d+): [^\n]*?waited [0-9.]+ s for [^\n]*?\brank (\d+)")
 
 
 def say(text):
@@ -247,34 +255,64 @@ def checkpoint_dir(program):
 class Attempt:
     """One run of mpirun: its stderr copied through and read for the ranks that failed."""
 
-    def __init__(self, command, env):
-        self.failed_ranks = []
-        self.proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, errors="replace",
-                                     start_new_session=True)
+    def __init__(self, command, env, srun):
+        self.died, self.waiters, self.waited, self.lost_hosts = [], set(), [], []
+        self.srun = srun
+        # In the launcher's process group: a terminal's Ctrl-C reaches the job too, and the job
+        # does not outlive a launcher killed by its session's end.
+        self.proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, errors="replace")
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
     def _read(self):
+        # Drains the job's stderr whatever happens: a full pipe would block the job.
         for line in self.proc.stderr:
-            sys.stderr.write(line)
-            sys.stderr.flush()
-            ranks = []
-            for pattern in (DIED, WAITED):
-                m = pattern.search(line)
-                if m:
-                    ranks.append(int(m.group(1)))
-            m = SRUN_DIED.search(line)
-            if m:
-                for part in m.group(1).split(","):
-                    first, _, last = part.partition("-")
-                    ranks += range(int(first), int(last or first) + 1)
-            for r in ranks:
-                if r not in self.failed_ranks:
-                    self.failed_ranks.append(r)
+            try:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+            except OSError:
+                pass
+            try:
+                self._parse(line)
+            except ValueError:
+                pass
+
+    def _parse(self, line):
+        m = DIED.search(line)
+        if m:
+            self.died.append(int(m.group(1)))
+        m = SRUN_DIED.search(line)
+        if m:
+            for part in m.group(1).split(","):
+                first, _, last = part.partition("-")
+                self.died += range(int(first), int(last or first) + 1)
+        m = WAITED.search(line)
+        if m:
+            self.waiters.add(int(m.group(1)))
+            self.waited.append(int(m.group(2)))
+        m = HOST_LOST.search(line)
+        if m:
+            self.lost_hosts.append(m.group(1) or m.group(2))
+
+    def failed_hosts(self, ranks):
+        """The hosts this attempt lost: those of ranks that died, machines reported gone, and
+        hosts of ranks waited for where no rank of that host reported a wait itself."""
+        known = lambda r: 0 <= r < len(ranks)
+        hosts = [ranks[r] for r in self.died if known(r)] + [h for h in self.lost_hosts if h in ranks]
+        if not hosts:
+            alive = {ranks[r] for r in self.waiters if known(r)}
+            hosts = [ranks[r] for r in self.waited if known(r) and ranks[r] not in alive]
+        return list(dict.fromkeys(hosts))
+
+    def failed_ranks(self, ranks):
+        hosts = self.failed_hosts(ranks)
+        named = [r for r in dict.fromkeys(self.died + self.waited) if 0 <= r < len(ranks) and ranks[r] in hosts]
+        return named
 
     def signal(self, sig):
+        # srun ends a step on SIGTERM (its first SIGINT only reports the tasks' state).
         try:
-            os.killpg(self.proc.pid, sig)
+            self.proc.send_signal(signal.SIGTERM if self.srun else sig)
         except ProcessLookupError:
             pass
 
@@ -308,8 +346,9 @@ def main():
                         help="seconds a failed host is left out, doubling per further failure (default 60)")
     parser.add_argument("--discovery-interval", type=float, default=5,
                         help="seconds between looks for hosts while the job runs (default 5)")
-    parser.add_argument("--wait-for-hosts", type=float, default=30,
-                        help="seconds to wait for MIN slots before ending the job (default 30)")
+    parser.add_argument("--wait-for-hosts", type=float, default=120,
+                        help="seconds to wait for MIN slots before ending the job (default 120: longer than a "
+                             "first failure's cooldown, so a fixed list of MIN slots retries a host that failed once)")
     parser.add_argument("--log-dir", help="attempt records and the control file (default <checkpoint-dir>/launch)")
     parser.add_argument("--launcher", choices=["mpirun", "srun"], default="mpirun",
                         help="mpirun (default), or srun inside a Slurm allocation")
@@ -370,13 +409,16 @@ def main():
             if np_ >= args.min_np or time.monotonic() - waited_from >= args.wait_for_hosts or stopping:
                 break
             time.sleep(1)
+        if stopping:
+            say("stopped by a signal; not relaunching")
+            return 128 + stopping[0]
         if np_ < args.min_np:
             had = ", ".join(f"{h}:{s}" for h, s in usable) or "none"
             left = hosts.describe_left_out()
             say(f"{sum(s for _, s in usable)} slot(s) on the hosts left ({had}){'; left out: ' + left if left else ''}"
                 f" is below the minimum of {args.min_np} rank(s) (--np {args.np}), after waiting "
                 f"{args.wait_for_hosts:g} s for more: ending the job")
-            return status if status != 0 else 1
+            return status if status not in (0, RELAUNCH_EXIT) else 1
         placed = layout(usable, np_)
         ranks = [h for h, c in placed for _ in range(c)]
         record = {"attempt": attempt, "hosts": dict(placed), "ranks": ranks, "started": time.time()}
@@ -393,50 +435,60 @@ def main():
         record["command"] = command
         write_record(log_dir, record)
         say(f"attempt {attempt}: {np_} rank(s) on " + ", ".join(f"{h}:{c}" for h, c in placed))
-        current = Attempt(command, env)
+        if stopping:  # a signal while this attempt was being prepared
+            say("stopped by a signal; not relaunching")
+            return 128 + stopping[0]
+        current = Attempt(command, env, args.launcher == "srun")
         asked = []
 
         def poll():
             # More slots than the job has (hosts back, or new): it grows at its next checkpoint.
             if asked or stopping:
                 return
-            more = ranks_for(sum(s for _, s in hosts.usable()), args)
+            now_usable = hosts.usable()
+            more = ranks_for(sum(s for _, s in now_usable), args)
             if more > np_:
                 control.write_text("relaunch\n")
                 asked.append(more)
-                say(f"{more} rank(s) possible now (hosts: "
-                    + ", ".join(f"{h}:{s}" for h, s in hosts.usable())
+                say(f"{more} rank(s) possible now (hosts: " + ", ".join(f"{h}:{s}" for h, s in now_usable)
                     + "): the job stops at its next checkpoint and is relaunched on them")
 
         status = current.wait(poll, args.discovery_interval)
-        failed_ranks = [r for r in current.failed_ranks if r < len(ranks)]
+        if status < 0:
+            status = 128 - status  # Popen's -N: ended by signal N, as a shell reports it
+        failed_hosts = current.failed_hosts(ranks)
+        failed_ranks = current.failed_ranks(ranks)
         current = None
-        record.update(ended=time.time(), exit=status, failed_ranks=failed_ranks,
-                      failed_hosts=list(dict.fromkeys(ranks[r] for r in failed_ranks)))
+        # The job's own word that it stopped for the relaunch: srun may report 143 for tasks it
+        # ended while they were exiting 75 (--kill-on-bad-exit).
+        stopped_for_relaunch = asked and control.read_text().startswith("stopped")
+        record.update(ended=time.time(), exit=status, failed_ranks=failed_ranks, failed_hosts=failed_hosts)
         write_record(log_dir, record)
         if stopping:
             say(f"stopped by a signal (exit {status}); not relaunching")
-            return status
+            return status if status != 0 else 128 + stopping[0]
         if status == 0:
             if attempt > 0:
                 say(f"the job finished after {attempt} relaunch(es)")
             return 0
-        if status == RELAUNCH_EXIT and asked:
+        if stopped_for_relaunch:
             say(f"the job stopped at a checkpoint for the relaunch (exit {status})")
             attempt += 1
             continue
         failures += 1
-        for host in dict.fromkeys(ranks[r] for r in failed_ranks):
+        for host in failed_hosts:
             seconds = hosts.fail(host)
-            named = ", ".join(str(r) for r in failed_ranks if ranks[r] == host)
+            named = ", ".join(str(r) for r in failed_ranks if ranks[r] == host) or "the machine"
             say(f"host {host} failed (rank {named} of attempt {attempt}): left out for {seconds:g} s")
-        if not failed_ranks:
+        if not failed_hosts:
             say("could not tell which rank failed (no rank named in mpirun's or dtrain's messages): no host left out")
         if failures > args.max_restarts:
             say(f"the job failed (exit {status}) and {args.max_restarts} relaunch(es) are used up")
             return status
         say(f"the job failed (exit {status}); relaunch {failures} of {args.max_restarts} from the latest checkpoint")
-        time.sleep(args.restart_delay)
+        deadline = time.monotonic() + args.restart_delay
+        while time.monotonic() < deadline and not stopping:
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
         attempt += 1
 
 

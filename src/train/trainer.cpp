@@ -126,10 +126,15 @@ void Trainer::make_loaders() {
   }
   train_loader_ = std::make_unique<data::DataLoader>(data_.train, train, sampler);
   if (!options_.sample_log.empty()) {
+    // Handed-out batches have no global order of updates for the audit to follow.
+    DTRAIN_CHECK(caps_.dispenser == nullptr,
+                 "--sample-log: {} hands batches out at run time, so its updates have no global order to log (fixed "
+                 "shards only: data parallel, ZeRO, pipelines, tensor parallel, synchronous parameter servers)",
+                 strategy_->name());
     const SampleLogShape shape{.rank = strategy_->rank(),
                                .world_size = strategy_->ranks(),
-                               .shards = caps_.dispenser ? 1 : shard.count,
-                               .shard = caps_.dispenser ? 0 : shard.index,
+                               .shards = shard.count,
+                               .shard = shard.index,
                                .dataset_size = data_.train->size(),
                                .global_batch = data_.batch_size,
                                .micro_batch = micro_batch_};
@@ -315,13 +320,6 @@ void Trainer::save_checkpoint(const optim::Optimizer& optimizer, int epoch, std:
   if (request.to_vector<double>()[0] == 0) return;
   checkpointer_->finish();
   relaunching_ = true;
-  if (strategy_->reports() && options_.verbose) {
-    fmt::print(options_.out,
-               "\nstopping after global step {} for the launcher to relaunch the job on its new hosts (the "
-               "checkpoint is written)\n",
-               global_step_);
-    std::fflush(options_.out);
-  }
 }
 
 void Trainer::serve(dist::ServerLoop& server, optim::Optimizer& optimizer) {
@@ -395,13 +393,25 @@ FitResult Trainer::train(optim::Optimizer& optimizer, const optim::LrSchedule* s
     notify([&](TrainObserver& o) { o.on_epoch_end(summary); });
     if (checkpointer_ && !options_.checkpoint.dir.empty()) save_checkpoint(optimizer, epoch + 1, 0, {});
     result.epochs.push_back(summary);
-    if (relaunching_) break;
     result.test_accuracy = summary.test_accuracy;
     // Every rank has the same all-reduced accuracy, so all of them stop together.
     result.reached_target = options_.target_accuracy > 0 && summary.test_accuracy >= options_.target_accuracy;
-    if (result.reached_target) break;
+    // Asked to stop at this epoch's checkpoint: nothing is left to relaunch for when the run
+    // is done (every rank decides alike).
+    if (relaunching_ && (result.reached_target || epoch == options_.epochs)) relaunching_ = false;
+    if (result.reached_target || relaunching_) break;
   }
   result.stopped_for_relaunch = relaunching_;
+  if (relaunching_) {
+    if (strategy_->rank() == 0) acknowledge_relaunch(global_step_);
+    if (strategy_->reports() && options_.verbose) {
+      fmt::print(options_.out,
+                 "\nstopped after global step {} for the launcher to relaunch the job on its new hosts (the "
+                 "checkpoint is written)\n",
+                 global_step_);
+      std::fflush(options_.out);
+    }
+  }
   if (result.epochs.empty() && test_loader_ && !relaunching_) {
     // Nothing was left to train (a finished run resumed): the result is the restored model's.
     const EvalResult e = evaluate();
