@@ -1,38 +1,36 @@
 #include "train/elastic_control.h"
 
+#include "dtrain/core/environment.h"
 #include "dtrain/core/error.h"
 
-#include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <string>
 
 namespace dtrain::train {
 
 namespace {
 
-const char* control_file() {
-  const char* path = std::getenv("DTRAIN_ELASTIC_CONTROL");
-  return path != nullptr && *path != '\0' ? path : nullptr;
-}
+std::optional<std::string> control_file() { return env::get("DTRAIN_ELASTIC_CONTROL"); }
 
 }  // namespace
 
-bool elastic_control_enabled() { return control_file() != nullptr; }
+bool elastic_control_enabled() { return control_file().has_value(); }
 
 bool relaunch_requested() {
-  const char* path = control_file();
-  if (path == nullptr) return false;
-  std::ifstream in(path);  // none yet: no request
+  const std::optional<std::string> path = control_file();
+  if (!path) return false;
+  std::ifstream in(*path);  // none yet: no request
   std::string word;
   return static_cast<bool>(in >> word) && word == "relaunch";
 }
 
 void acknowledge_relaunch(std::int64_t global_step) {
-  const char* path = control_file();
-  if (path == nullptr) return;
-  std::ofstream out(path, std::ios::trunc);
+  const std::optional<std::string> path = control_file();
+  if (!path) return;
+  std::ofstream out(*path, std::ios::trunc);
   out << "stopped after global step " << global_step << "\n";
-  DTRAIN_CHECK(out.good(), "DTRAIN_ELASTIC_CONTROL={}: cannot write the answer to the launcher", path);
+  DTRAIN_CHECK(out.good(), "DTRAIN_ELASTIC_CONTROL={}: cannot write the answer to the launcher", *path);
 }
 
 }  // namespace dtrain::train

@@ -1,6 +1,7 @@
 #include "train/fault_injection.h"
 
 #include "dtrain/autograd/functions.h"
+#include "dtrain/core/environment.h"
 #include "dtrain/core/error.h"
 
 #include <cmath>
@@ -35,8 +36,7 @@ Fault parse_host_fault(const char* text) {
   DTRAIN_CHECK(std::sscanf(text, "kill-host-at-step:%d:%lld%c", &host, &at, &rest) == 2 && host >= 0 && at >= 1,
                "DTRAIN_FAULT='{}': expected kill-host-at-step:<host id>:<step> (DTRAIN_HOST_ID's number, step >= 1)",
                text);
-  const char* mine = std::getenv("DTRAIN_HOST_ID");
-  if (mine == nullptr || std::string(mine) != std::to_string(host)) return {};
+  if (env::get_int("DTRAIN_HOST_ID") != host) return {};
   return {.kind = "kill-at-step", .at = at, .every_rank = true};
 }
 

@@ -1,12 +1,12 @@
 #include "train/sample_log.h"
 
+#include "dtrain/core/environment.h"
 #include "dtrain/core/error.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <string>
 
 namespace dtrain::train {
@@ -14,11 +14,8 @@ namespace dtrain::train {
 namespace {
 
 int attempt_number() {
-  const char* text = std::getenv("DTRAIN_RESTART_COUNT");
-  if (text == nullptr || *text == '\0') return 0;
-  char* end = nullptr;
-  const long n = std::strtol(text, &end, 10);
-  DTRAIN_CHECK(*end == '\0' && n >= 0 && n < (1L << 30), "DTRAIN_RESTART_COUNT='{}': expected a count >= 0", text);
+  const long n = env::get_int("DTRAIN_RESTART_COUNT").value_or(0);
+  DTRAIN_CHECK(n >= 0 && n < (1L << 30), "DTRAIN_RESTART_COUNT={}: expected a count >= 0", n);
   return static_cast<int>(n);
 }
 

@@ -5,29 +5,14 @@
 # killed at update 25: each attempt is an srun step; the launcher must read the lost tasks from
 # srun's report, relaunch on host a's 2 ranks, and finish (exit 0) with every sample of the
 # epoch in exactly one applied update (tools/check_sample_log.py). Stops Slurm whatever
-# happens. Exit 77 (skipped) where Slurm cannot start, as srun_main_job.sh.
+# happens (one_node_session.sh). Exit 77 (skipped) where Slurm cannot start.
 #   usage: srun_elastic.sh ONE_NODE_SLURM_SH DIR SOURCE_DIR TRAINER [ARGS...]
 set -uo pipefail
 [ $# -ge 4 ] || { echo "usage: $0 ONE_NODE_SLURM_SH DIR SOURCE_DIR TRAINER [ARGS...]" >&2; exit 2; }
 one_node=$1 dir=$2 source_dir=$3
 shift 3
-for v in $(env | grep -o '^SLURM_[A-Za-z0-9_]*'); do unset "$v"; done
-
-"$one_node" start "$dir"
-rc=$?
-if [ $rc -eq 77 ]; then
-  if [ -n "${DTRAIN_REQUIRE_SLURM:-}" ] && command -v "${SLURMCTLD:-slurmctld}" > /dev/null; then
-    echo "FAILED: one-node Slurm cannot start here (reason above), and DTRAIN_REQUIRE_SLURM is set"
-    exit 1
-  fi
-  echo "SKIPPED: one-node Slurm cannot start here (reason above)"
-  exit 77
-fi
-[ $rc -eq 0 ] || { echo "FAILED: one-node-slurm.sh start exited $rc"; exit 1; }
-run_pid=
-trap '[ -n "$run_pid" ] && kill -TERM "$run_pid" 2>/dev/null; exit 143' INT TERM
-trap '"$one_node" stop "$dir"' EXIT
-export SLURM_CONF=$dir/slurm.conf
+source "$(dirname "$0")/one_node_session.sh"
+one_node_session "$one_node" "$dir"
 
 job=$dir/job
 rm -rf "$job"

@@ -18,28 +18,8 @@ one_node=$1
 dir=$2
 shift 2
 
-# An outer Slurm job (ctest run inside an allocation) must not leak into this cluster's srun.
-for v in $(env | grep -o '^SLURM_[A-Za-z0-9_]*'); do unset "$v"; done
-
-"$one_node" start "$dir"
-rc=$?
-if [ $rc -eq 77 ]; then
-  # Required only where Slurm is installed: install-deps leaves it out, saying why, where
-  # munge's installation cannot run (some sandboxes), and there it can only be skipped.
-  if [ -n "${DTRAIN_REQUIRE_SLURM:-}" ] && command -v "${SLURMCTLD:-slurmctld}" > /dev/null; then
-    echo "FAILED: one-node Slurm cannot start here (reason above), and DTRAIN_REQUIRE_SLURM is set"
-    exit 1
-  fi
-  echo "SKIPPED: one-node Slurm cannot start here (reason above)"
-  exit 77
-fi
-[ $rc -eq 0 ] || { echo "FAILED: one-node-slurm.sh start exited $rc"; exit 1; }
-run_pid=
-# On INT/TERM: end the srun pipeline below (by its pid), then the EXIT trap cancels the job
-# and stops the daemons.
-trap '[ -n "$run_pid" ] && kill -TERM "$run_pid" 2>/dev/null; exit 143' INT TERM
-trap '"$one_node" stop "$dir"' EXIT
-export SLURM_CONF=$dir/slurm.conf
+source "$(dirname "$0")/one_node_session.sh"
+one_node_session "$one_node" "$dir"
 
 out=$dir/srun.out
 # shellcheck disable=SC2016 # the tasks expand these, not this script
